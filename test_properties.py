@@ -1,0 +1,130 @@
+"""The store against a plain in-memory model of SPEC Part 1, on arbitrary Unicode.
+
+The model is the oracle later work on speed is held to: it scores every visible
+memory the slow, obvious way, with its own copy of the word rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from memory import MAX_TEXT, MemoryStore, Scope, fixed_clock
+
+MODEL_STOPWORDS = frozenset(
+    "a an and are as at be by did do does for from how i in is it my of on or that"
+    " the this to was we what when where which who will with you your".split()
+)
+
+
+def model_words(text: str) -> set[str]:
+    return set(re.findall("[a-z0-9]+", text.lower())) - MODEL_STOPWORDS
+
+
+@dataclasses.dataclass
+class Memory:
+    id: int
+    user: str
+    task: str | None
+    text: str
+    source: str
+    created_at: str
+
+    def visible_in(self, scope: Scope) -> bool:
+        return self.user == scope.user and (self.task is None or self.task == scope.task)
+
+    def as_result(self, score: int) -> dict[str, Any]:
+        return {"id": self.id, "level": "user" if self.task is None else "task",
+                "text": self.text, "source": self.source, "created_at": self.created_at,
+                "score": score}
+
+
+class Model:
+    def __init__(self) -> None:
+        self.memories: list[Memory] = []
+
+    def visible(self, scope: Scope) -> list[Memory]:
+        return [m for m in self.memories if m.visible_in(scope)]
+
+    def recall(self, scope: Scope, query: str, limit: int) -> list[dict[str, Any]]:
+        wanted = model_words(query)
+        scored = [(len(wanted & model_words(m.text)), m) for m in self.visible(scope)]
+        ranked = sorted(((s, m) for s, m in scored if s > 0), key=lambda p: (-p[0], -p[1].id))
+        return [m.as_result(s) for s, m in ranked[:limit]]
+
+    def count(self, scope: Scope) -> int:
+        return len(self.visible(scope))
+
+
+USERS = st.sampled_from(["alice", "bob", "carol-2"])
+TASKS = st.sampled_from(["trip", "work", "t-3"])
+SCOPES = st.builds(Scope, USERS, TASKS)
+# Shared words make matches likely; the odd letters are ones whose lower() is ASCII
+# (KELVIN SIGN -> k, LATIN CAPITAL I WITH DOT -> i + combining dot) or is not.
+VOCABULARY = ["hotel", "Hotel", "HOTEL", "book", "vegetarian", "lisbon", "seat", "seats",
+              "the", "is", "which", "my", "42", "caf\u00e9", "\u212aelvin", "\u0130stanbul",
+              "stra\u00dfe", "\uff28otel", "\u00fcber", "na\u00efve", "x-ray", "a1b2"]
+FRAGMENTS = st.one_of(
+    st.sampled_from(VOCABULARY),
+    st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
+            min_size=1, max_size=8),
+)
+TEXTS = (st.lists(FRAGMENTS, min_size=1, max_size=8).map(" ".join)
+         .filter(lambda t: bool(t.strip()) and len(t) <= MAX_TEXT))
+QUERIES = st.lists(FRAGMENTS, max_size=8).map(" ".join)
+SOURCES = st.sampled_from(["trip/turn-1", "trip/turn-2", "onboarding/turn-4"])
+LIMITS = st.integers(min_value=1, max_value=20)
+
+
+class StoreMatchesModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = Path(tempfile.mkdtemp())
+        self.clock = fixed_clock()
+        self.store = MemoryStore(self.folder / "memory.db", clock=self.clock)
+        self.model = Model()
+        self.created = fixed_clock()
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.folder)
+
+    @rule(scope=SCOPES, level=st.sampled_from(["user", "task"]), text=TEXTS, source=SOURCES)
+    def remember(self, scope: Scope, level: str, text: str, source: str) -> None:
+        memory_id = self.store.remember(scope, level, text, source)
+        assert all(memory_id > m.id for m in self.model.memories)
+        self.model.memories.append(Memory(memory_id, scope.user,
+                                          scope.task if level == "task" else None,
+                                          text, source, self.created()))
+
+    @precondition(lambda self: self.model.memories)
+    @rule(scope=SCOPES, data=st.data(), limit=LIMITS)
+    def recall_a_stored_text(self, scope: Scope, data: st.DataObject, limit: int) -> None:
+        query = data.draw(st.sampled_from([m.text for m in self.model.memories]))
+        assert self.store.recall(scope, query, limit) == self.model.recall(scope, query, limit)
+
+    @rule(scope=SCOPES, query=QUERIES, limit=LIMITS)
+    def recall(self, scope: Scope, query: str, limit: int) -> None:
+        assert self.store.recall(scope, query, limit) == self.model.recall(scope, query, limit)
+
+    @rule()
+    def reopen(self) -> None:
+        self.store.close()
+        self.store = MemoryStore(self.folder / "memory.db", clock=self.clock)
+
+    @invariant()
+    def counts_agree(self) -> None:
+        for user in ("alice", "bob", "carol-2", "dave"):
+            for task in ("trip", "work", "t-3", "other"):
+                scope = Scope(user, task)
+                assert self.store.count(scope) == self.model.count(scope)
+
+
+TestStoreMatchesModel = StoreMatchesModel.TestCase
