@@ -7,21 +7,27 @@ user's memories to another.
 
 from __future__ import annotations
 
+import array
+import collections
 import contextlib
 import dataclasses
+import heapq
 import itertools
+import json
 import logging
+import operator
 import os
 import re
 import sqlite3
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 __version__ = "0.1.0"
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -33,29 +39,74 @@ STOPWORDS = frozenset(
     " the this to was we what when where which who will with you your".split()
 )
 BUSY_TIMEOUT_SECONDS = 30.0
+# Sized so a row stays on its B-tree page (no overflow page) and rewriting one is cheap.
+POSTINGS_PER_ROW = 96
+# A write of this many memories or fewer appends each word's ids to the newest row of its
+# (user, word, task) when it has room, so single writes do not leave one-id rows for recall
+# to read; a larger write makes rows of its own, sparing a lookup per word.
+_APPEND_UP_TO = 16
+# Each connection's page cache: the word index of a large store is written in key order
+# per word, i.e. all over the file.
+_CACHE_KIB = 64 * 1024
 
-SCHEMA = """
-CREATE TABLE memories (
-    id INTEGER PRIMARY KEY,
+# AUTOINCREMENT: an id is never handed out twice, even after the newest is forgotten.
+_CREATE_MEMORIES = """CREATE TABLE memories (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     user_id TEXT NOT NULL,
     task_id TEXT,
     text TEXT NOT NULL,
     source TEXT NOT NULL,
     created_at TEXT NOT NULL
-);
-CREATE INDEX memories_scope ON memories (user_id, task_id)
-"""
+)"""
+_CREATE_SCOPE_INDEX = "CREATE INDEX memories_scope ON memories (user_id, task_id)"
+# The word index: for each (user, word, task), the ids of the memories holding the word,
+# packed as little-endian int64 in ascending runs of up to POSTINGS_PER_ROW. Recall reads
+# only the rows of the query's words under one user, so its cost follows the memories that
+# share a word with the query, not the user's total. A row holds ids of one task (or of
+# the user level) and the rows of one (user, word, task) cover disjoint id ranges, so the
+# row holding an id is the one with the greatest first_id at or below it.
+_CREATE_WORDS = """CREATE TABLE memory_words (
+    user_id TEXT NOT NULL,
+    word TEXT NOT NULL,
+    first_id INTEGER NOT NULL,
+    task_id TEXT,
+    ids BLOB NOT NULL,
+    PRIMARY KEY (user_id, word, first_id)
+) WITHOUT ROWID"""
+SCHEMA = ";\n".join([_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS])
 
 # The one scope predicate: user-level rows (task_id IS NULL) and this task's rows,
 # both under this user, so no branch can reach another user's row.
 _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
 
 _SQL_LAYOUT = "SELECT (SELECT user_version FROM pragma_user_version), count(*) FROM sqlite_master"
+# Under the write lock the next ids are known, so a batch is one executemany; AUTOINCREMENT
+# keeps sqlite_sequence at the largest id ever written, forgotten ones included.
+_SQL_LAST_ID = "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'memories'"
 _SQL_INSERT = (
-    "INSERT INTO memories (user_id, task_id, text, source, created_at) VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO memories (id, user_id, task_id, text, source, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
 )
-_SQL_VISIBLE = f"SELECT id, task_id, text, source, created_at FROM memories {_IN_SCOPE} ORDER BY id"
 _SQL_COUNT = f"SELECT count(*) FROM memories {_IN_SCOPE}"
+_SQL_POSTINGS = (
+    f"SELECT ids FROM memory_words {_IN_SCOPE} AND word IN (SELECT value FROM json_each(?))"
+)
+# NOT INDEXED: look the few ids up by primary key rather than walk the user's index range.
+_SQL_RECALLED = (
+    f"SELECT id, task_id, text, source, created_at FROM memories NOT INDEXED {_IN_SCOPE}"
+    " AND id IN (SELECT value FROM json_each(?))"
+)
+_SQL_NEWEST_POSTINGS = (
+    "SELECT first_id, length(ids) FROM memory_words WHERE user_id = ? AND task_id IS ?"
+    " AND word = ? ORDER BY first_id DESC LIMIT 1"
+)
+_SQL_APPEND_POSTINGS = (
+    "UPDATE memory_words SET ids = CAST(ids || ? AS BLOB)"
+    " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
+)
+_SQL_INSERT_POSTINGS = (
+    "INSERT INTO memory_words (user_id, word, first_id, task_id, ids) VALUES (?, ?, ?, ?, ?)"
+)
 
 log = logging.getLogger("memory")
 
@@ -149,6 +200,134 @@ def _level_of(task_id: str | None) -> str:
     return "user" if task_id is None else "task"
 
 
+# -- migrations ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _transaction(
+    db: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE"
+) -> Iterator[sqlite3.Connection]:
+    """Run the block in one transaction: a write one taking the write lock up front, or
+    with `begin="BEGIN"` a read one that sees a single snapshot."""
+    db.execute(begin)
+    try:
+        yield db
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+        raise
+
+
+def _execute_script(db: sqlite3.Connection, script: str) -> None:
+    # executescript() would commit on its own, outside the caller's transaction.
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def _pack(ids: Iterable[int]) -> bytes:
+    packed = array.array("q", ids)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(blob: bytes) -> array.array[int]:
+    ids = array.array("q")
+    ids.frombytes(blob)
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return ids
+
+
+def _index_words(
+    db: sqlite3.Connection, rows: Iterable[tuple[int, str, str | None, str]], append: bool
+) -> None:
+    """Add the postings of new (id, user_id, task_id, text) rows, ids ascending."""
+    owners: dict[tuple[str, str | None], dict[str, list[int]]] = {}
+    for memory_id, user_id, task_id, text in rows:
+        by_word = owners.setdefault((user_id, task_id), collections.defaultdict(list))
+        for word in words(text):
+            by_word[word].append(memory_id)
+    groups = (
+        (user_id, word, task_id, ids)
+        for (user_id, task_id), by_word in owners.items()
+        for word, ids in by_word.items()
+    )
+    new_rows = []
+    for user_id, word, task_id, ids in groups:
+        if append:
+            newest = db.execute(_SQL_NEWEST_POSTINGS, (user_id, task_id, word)).fetchone()
+            if newest and newest[1] // 8 + len(ids) <= POSTINGS_PER_ROW:
+                db.execute(_SQL_APPEND_POSTINGS, (_pack(ids), user_id, task_id, word, newest[0]))
+                continue
+        for start in range(0, len(ids), POSTINGS_PER_ROW):
+            run = ids[start : start + POSTINGS_PER_ROW]
+            new_rows.append((user_id, word, run[0], task_id, _pack(run)))
+    db.executemany(_SQL_INSERT_POSTINGS, sorted(new_rows))
+
+
+def _upgrade_to_2(db: sqlite3.Connection) -> None:
+    """Version 1 (SPEC Part 1's table) gains AUTOINCREMENT ids and the word index."""
+    # When a later version changes these tables, freeze their version-2 text here.
+    db.execute("ALTER TABLE memories RENAME TO memories_v1")
+    db.execute(_CREATE_MEMORIES)
+    db.execute(
+        "INSERT INTO memories (id, user_id, task_id, text, source, created_at)"
+        " SELECT id, user_id, task_id, text, source, created_at FROM memories_v1 ORDER BY id"
+    )
+    # Dropping the old table drops its index too, whatever a version-1 writer named it.
+    db.execute("DROP TABLE memories_v1")
+    db.execute(_CREATE_SCOPE_INDEX)
+    db.execute(_CREATE_WORDS)
+    rows = db.execute("SELECT id, user_id, task_id, text FROM memories ORDER BY id")
+    _index_words(db, rows, append=False)
+
+
+# (version a file is at after the step, the step); a file at version v runs every
+# step whose target is above v, in order, all in one transaction with the version bump.
+MIGRATIONS: list[tuple[int, Callable[[sqlite3.Connection], None]]] = [
+    (2, _upgrade_to_2),
+]
+
+
+def _layout(db: sqlite3.Connection, path: str) -> int:
+    """The file's schema version, or SchemaError if this code cannot read it."""
+    try:
+        version, objects = db.execute(_SQL_LAYOUT).fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise SchemaError(f"{path} is not a memory store: {exc}") from exc
+    if version == 0 and objects:
+        raise SchemaError(f"{path} holds tables but no schema version: not a memory store")
+    if not 0 <= version <= SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path} has database schema version {version};"
+            f" this code reads versions 1 to {SCHEMA_VERSION}"
+        )
+    return int(version)
+
+
+def _prepare(db: sqlite3.Connection, path: str) -> None:
+    """Create or upgrade the file's schema; refuse a file this code cannot read."""
+    if _layout(db, path) == SCHEMA_VERSION:
+        return
+    with _transaction(db):
+        # Read again under the write lock: another process may have done it meanwhile.
+        version = _layout(db, path)
+        if version == 0:
+            _execute_script(db, SCHEMA)
+        for target, step in MIGRATIONS:
+            if 0 < version < target:
+                step(db)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
+    if version == 0:
+        log.info("created schema version %d", SCHEMA_VERSION)
+    elif version < SCHEMA_VERSION:
+        log.info("upgraded schema from version %d to %d", version, SCHEMA_VERSION)
+
+
 class MemoryStore:
     """Memories of many users in one SQLite file, each operation confined to a scope."""
 
@@ -158,42 +337,19 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = self._connect()
 
-    # -- opening -------------------------------------------------------------------
-
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_SECONDS)
         try:
-            self._prepare(db)
+            db.execute(f"PRAGMA cache_size = -{_CACHE_KIB:d}")
+            _prepare(db, self.path)
+            # Only once the file is known to be ours: WAL changes the file's header.
+            # WAL lets readers go on while one process writes; FULL syncs each commit.
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = FULL")
         except BaseException:
             db.close()
             raise
         return db
-
-    def _prepare(self, db: sqlite3.Connection) -> None:
-        try:
-            version, objects = db.execute(_SQL_LAYOUT).fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise SchemaError(f"{self.path} is not a memory store: {exc}") from exc
-        if version == SCHEMA_VERSION:
-            return
-        if version != 0:
-            raise SchemaError(
-                f"{self.path} has database schema version {version};"
-                f" this code reads version {SCHEMA_VERSION}"
-            )
-        if objects:
-            raise SchemaError(f"{self.path} holds tables but no schema version: not a memory store")
-        db.execute("BEGIN")
-        try:
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        log.info("created memory store schema version %d", SCHEMA_VERSION)
 
     # -- the object ----------------------------------------------------------------
 
@@ -228,45 +384,56 @@ class MemoryStore:
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
-        with self._reading() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+        with self._reading() as db, _transaction(db):
+            yield db
 
     # -- memories ------------------------------------------------------------------
 
     def remember(self, scope: Scope, level: str, text: str, source: str) -> int:
         """Keep `text` at `level` for the scope's user; return its new id."""
-        _check_scope(scope)
-        task_id = scope.task if _check_level(level) == "task" else None
-        row = (
-            scope.user,
-            task_id,
-            _check_text("text", text, MAX_TEXT),
-            _check_text("source", source, MAX_TEXT),
-        )
-        with self._writing() as db:
-            memory_id = db.execute(_SQL_INSERT, (*row, self.clock())).lastrowid
-        assert memory_id is not None
-        log.debug("remembered id=%d level=%s", memory_id, level)
+        (memory_id,) = self._insert([_new_row(scope, level, text, source)])
         return memory_id
+
+    def remember_many(self, items: Iterable[tuple[Scope, str, str, str]]) -> list[int]:
+        """Keep many (scope, level, text, source) items in one transaction; all or none."""
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            kind = type(items).__name__
+            raise MemoryInputError(f"items must be an iterable of tuples, got {kind}")
+        rows = []
+        for position, item in enumerate(items):
+            try:
+                rows.append(_new_row(*item))
+            except (MemoryInputError, TypeError) as exc:
+                raise MemoryInputError(f"item {position}: {exc}") from None
+        return self._insert(rows)
+
+    def _insert(self, rows: list[tuple[str, str | None, str, str]]) -> list[int]:
+        with self._writing() as db:
+            (last_id,) = db.execute(_SQL_LAST_ID).fetchone()
+            ids = list(range(last_id + 1, last_id + 1 + len(rows)))
+            numbered = list(zip(ids, rows, strict=True))
+            db.executemany(_SQL_INSERT, [(i, *row, self.clock()) for i, row in numbered])
+            new = ((memory_id, *row[:3]) for memory_id, row in numbered)
+            _index_words(db, new, append=len(rows) <= _APPEND_UP_TO)
+        log.debug("remembered %d memories, ids %s", len(ids), _id_span(ids))
+        return ids
 
     def recall(self, scope: Scope, query: str, limit: int = 3) -> list[dict[str, Any]]:
         """The memories visible in the scope that share most words with `query`."""
         _check_scope(scope)
         _check_limit(limit)
         wanted = words(_check_text("query", query, MAX_QUERY, blank=True))
-        with self._reading() as db:
-            rows = db.execute(_SQL_VISIBLE, (scope.user, scope.task)).fetchall()
-        scored = [(len(wanted & words(row[2])), row) for row in rows]
-        scored = [(score, row) for score, row in scored if score]
-        scored.sort(key=lambda pair: (pair[0], pair[1][0]), reverse=True)
-        return [_memory(row, score=score) for score, row in scored[:limit]]
+        if not wanted:
+            return []
+        scoped = (scope.user, scope.task)
+        with self._reading() as db, _transaction(db, "BEGIN"):
+            # An id sits in one row per word, so its count is the number of shared words.
+            postings = db.execute(_SQL_POSTINGS, (*scoped, json.dumps(sorted(wanted))))
+            shared = collections.Counter(_unpack(b"".join(map(operator.itemgetter(0), postings))))
+            best = heapq.nlargest(limit, zip(shared.values(), shared.keys(), strict=True))
+            found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
+            rows = {row[0]: row for row in found}
+        return [_memory(rows[i], score=score) for score, i in best if i in rows]
 
     def count(self, scope: Scope) -> int:
         """How many memories are visible in the scope."""
@@ -274,6 +441,21 @@ class MemoryStore:
         with self._reading() as db:
             (visible,) = db.execute(_SQL_COUNT, (scope.user, scope.task)).fetchone()
         return int(visible)
+
+
+def _new_row(scope: Scope, level: str, text: str, source: str) -> tuple[str, str | None, str, str]:
+    """Validate one memory to write: (user_id, task_id, text, source)."""
+    _check_scope(scope)
+    return (
+        scope.user,
+        scope.task if _check_level(level) == "task" else None,
+        _check_text("text", text, MAX_TEXT),
+        _check_text("source", source, MAX_TEXT),
+    )
+
+
+def _id_span(ids: list[int]) -> str:
+    return f"{ids[0]}..{ids[-1]}" if ids else "none"
 
 
 def _memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:

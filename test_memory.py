@@ -33,6 +33,9 @@ ALICE_TRIP = Scope("alice", "trip-planning")
 ALICE_CONF = Scope("alice", "conference-trip")
 BOB = Scope("bob", "onboarding")
 INJECTION = "Robert'); DROP TABLE memories;--"
+# A statement that reads, counts, changes or deletes memories or their index rows;
+# an INSERT ... VALUES reads nothing, and sqlite_sequence holds no memory data.
+TOUCHES_MEMORY_DATA = re.compile(r"\b(FROM|UPDATE|JOIN)\s+(memories|memory_words)\b", re.I)
 
 
 def tables(path: pathlib.Path) -> list[str]:
@@ -169,16 +172,18 @@ class TestScopeRule(StoreTestCase):
         self.store.db.set_trace_callback(statements.append)
         self.store.remember(ALICE_TRIP, "user", "Alice is vegetarian.", "s")
         self.store.remember(ALICE_TRIP, "task", "Book the hotel.", "s")
-        self.store.remember(BOB, "user", "Bob reads with a screen reader.", "s")
+        self.store.remember(ALICE_TRIP, "task", "Hotel is vegetarian friendly.", "s")
+        self.store.remember_many([(BOB, "user", "Bob reads with a screen reader.", "s"),
+                                  (ALICE_CONF, "task", "Conference hotel.", "s")] * 10)
         self.store.recall(ALICE_CONF, "vegetarian hotel reader")
+        self.store.recall(ALICE_TRIP, "vegetarian hotel reader", limit=20)
         self.store.count(ALICE_TRIP)
         self.store.db.set_trace_callback(None)
-        touching = [s for s in statements if re.search(r"\bmemor", s) and
-                    re.match(r"\s*(WITH|SELECT|DELETE|UPDATE)\b", s, re.I)]
-        self.assertGreaterEqual(len(touching), 2, statements)
+        touching = [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
+        self.assertGreaterEqual(len(touching), 5, statements)
         for statement in touching:
             self.assertIn("WHERE user_id = ", statement)
-            self.assertRegex(statement, r"WHERE user_id = .*task_id IS NULL OR task_id = ")
+            self.assertRegex(statement, r"WHERE user_id = .*\btask_id (IS|=) ")
 
     def test_sql_in_text_is_stored_as_text(self) -> None:
         memory_id = self.store.remember(ALICE_TRIP, "user", INJECTION, "turn'--")

@@ -104,6 +104,17 @@ class StoreMatchesModel(RuleBasedStateMachine):
                                           scope.task if level == "task" else None,
                                           text, source, self.created()))
 
+    @rule(items=st.lists(st.tuples(SCOPES, st.sampled_from(["user", "task"]), TEXTS, SOURCES),
+                         max_size=20))
+    def remember_many(self, items: list[tuple[Scope, str, str, str]]) -> None:
+        ids = self.store.remember_many(items)
+        assert len(ids) == len(items)
+        for memory_id, (scope, level, text, source) in zip(ids, items, strict=True):
+            assert all(memory_id > m.id for m in self.model.memories)
+            self.model.memories.append(Memory(memory_id, scope.user,
+                                              scope.task if level == "task" else None,
+                                              text, source, self.created()))
+
     @precondition(lambda self: self.model.memories)
     @rule(scope=SCOPES, data=st.data(), limit=LIMITS)
     def recall_a_stored_text(self, scope: Scope, data: st.DataObject, limit: int) -> None:

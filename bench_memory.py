@@ -1,0 +1,167 @@
+"""Benchmarks for memory.py: prints a table; never run as a test.
+
+    python3 bench_memory.py            # 1k, 10k and 100k memories for one user
+    python3 bench_memory.py --million  # and 1M
+
+Each size builds a fresh file where one user holds N memories and other users hold N
+more, then measures, in the same run on the same rows, the indexed store against the
+full scan of SPEC Part 1 (fetch every visible row, score it in Python). Texts are 5 to 15
+words drawn from a 5,000-word vocabulary; queries are made the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sqlite3
+import statistics
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import memory
+from memory import MemoryStore, Scope, words
+
+VOCABULARY_SIZE = 5000
+OTHER_USERS = 10
+QUERIES = 200
+SINGLE_WRITES = 200
+SEED = 20261020
+
+# SPEC Part 1's recall, as it was: every visible row is fetched and scored in Python.
+_FULL_SCAN_SQL = ("SELECT id, task_id, text, source, created_at FROM memories"
+                  " WHERE user_id = ? AND (task_id IS NULL OR task_id = ?) ORDER BY id")
+
+
+def full_scan_recall(db: sqlite3.Connection, scope: Scope, query: str,
+                     limit: int = 3) -> list[dict[str, Any]]:
+    wanted = words(query)
+    rows = db.execute(_FULL_SCAN_SQL, (scope.user, scope.task)).fetchall()
+    scored = [(len(wanted & words(row[2])), row) for row in rows]
+    ranked = sorted((p for p in scored if p[0]), key=lambda p: (p[0], p[1][0]), reverse=True)
+    return [{"id": row[0], "level": "user" if row[1] is None else "task", "text": row[2],
+             "source": row[3], "created_at": row[4], "score": score}
+            for score, row in ranked[:limit]]
+
+
+def vocabulary(rng: random.Random) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    found: set[str] = set()
+    while len(found) < VOCABULARY_SIZE:
+        word = "".join(rng.choice(letters) for _ in range(rng.randint(4, 9)))
+        if word not in memory.STOPWORDS:
+            found.add(word)
+    return sorted(found)
+
+
+def sentence(rng: random.Random, vocab: list[str]) -> str:
+    return " ".join(rng.choice(vocab) for _ in range(rng.randint(5, 15))).capitalize() + "."
+
+
+def timed(call: Callable[[], object], repeat: int) -> list[float]:
+    """Milliseconds of each of `repeat` calls."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def peak_kib(call: Callable[[], object]) -> float:
+    tracemalloc.start()
+    call()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 1024
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def fill(store: MemoryStore, rng: random.Random, vocab: list[str], scope: Scope,
+         count: int) -> float:
+    """Write `count` memories in batches; return memories per second."""
+    elapsed = 0.0
+    for start in range(0, count, 10_000):
+        batch = [(scope, rng.choice(["user", "task"]), sentence(rng, vocab), f"turn-{n}")
+                 for n in range(start, min(count, start + 10_000))]
+        began = time.perf_counter()
+        store.remember_many(batch)
+        elapsed += time.perf_counter() - began
+    return count / elapsed
+
+
+def measure(size: int, folder: Path) -> dict[str, float]:
+    rng = random.Random(SEED + size)
+    vocab = vocabulary(rng)
+    me = Scope("bench-user", "task-1")
+    row: dict[str, float] = {"size": size}
+    with MemoryStore(folder / f"bench-{size}.db") as store:
+        for other in range(OTHER_USERS):
+            fill(store, rng, vocab, Scope(f"other-{other}", "task-1"), size // OTHER_USERS)
+        row["remember_many/s"] = fill(store, rng, vocab, me, size)
+        single = timed(lambda: store.remember(me, "user", sentence(rng, vocab), "single"),
+                       SINGLE_WRITES)
+        row["remember/s"] = 1000 / statistics.mean(single)
+
+        queries = [sentence(rng, vocab) for _ in range(QUERIES)]
+        it = iter(queries * 2)
+        recall = timed(lambda: store.recall(me, next(it)), QUERIES)
+        row["recall p50 ms"] = statistics.median(recall)
+        row["recall p99 ms"] = percentile(recall, 0.99)
+        row["recall peak KiB"] = peak_kib(lambda: store.recall(me, queries[0]))
+
+        scans = max(3, min(QUERIES, 200_000 // size))
+        for query in queries[:scans]:  # the two designs agree on every measured query
+            assert store.recall(me, query) == full_scan_recall(store.db, me, query)
+        it = iter(queries)
+        scan = timed(lambda: full_scan_recall(store.db, me, next(it)), scans)
+        row["scan p50 ms"] = statistics.median(scan)
+        row["scan peak KiB"] = peak_kib(lambda: full_scan_recall(store.db, me, queries[0]))
+        row["recall speed-up"] = row["scan p50 ms"] / row["recall p50 ms"]
+
+        count = timed(lambda: store.count(me), 50)
+        fetch = timed(lambda: len(store.db.execute(_FULL_SCAN_SQL, (me.user, me.task))
+                                  .fetchall()), max(3, min(50, 100_000 // size)))
+        row["count ms"] = statistics.median(count)
+        row["fetch rows ms"] = statistics.median(fetch)
+        row["count speed-up"] = row["fetch rows ms"] / row["count ms"]
+    return row
+
+
+def format_table(rows: list[dict[str, float]]) -> str:
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [f"{row[c]:,.0f}" if row[c] >= 100 else f"{row[c]:.3g}" for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--million", action="store_true", help="also measure 1M memories")
+    parser.add_argument("--sizes", type=int, nargs="*", help="sizes to measure instead")
+    parser.add_argument("--json", action="store_true", help="print rows as JSON too")
+    args = parser.parse_args()
+    sizes = args.sizes or [1_000, 10_000, 100_000] + ([1_000_000] if args.million else [])
+    print(f"memory.py {memory.__version__}, Python {platform.python_version()}, SQLite "
+          f"{sqlite3.sqlite_version}, {platform.machine()}, {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory() as name:
+        rows = [measure(size, Path(name)) for size in sizes]
+    print(format_table(rows))
+    if args.json:
+        print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""The word index: upgrading version-1 files, bulk writes, and recall held to the model."""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import memory
+from memory import MemoryInputError, MemoryStore, SchemaError, Scope, fixed_clock
+from test_properties import QUERIES, SCOPES, SOURCES, TEXTS, Memory, Model
+
+# SPEC Part 1's layout, frozen: what a version-1 file holds. Its index name is not part
+# of the contract, so the fixture names it differently from ours.
+VERSION_1 = """
+CREATE TABLE memories (
+    id INTEGER PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    task_id TEXT,
+    text TEXT NOT NULL,
+    source TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX idx_memories_user_task ON memories (user_id, task_id);
+PRAGMA user_version = 1;
+"""
+
+ALICE = Scope("alice", "trip")
+
+
+def write_version_1(path: pathlib.Path, memories: list[Memory]) -> None:
+    db = sqlite3.connect(path)
+    db.executescript(VERSION_1)
+    db.executemany("INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?)",
+                   [(m.id, m.user, m.task, m.text, m.source, m.created_at) for m in memories])
+    db.commit()
+    db.close()
+
+
+def digest(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def layout(path: pathlib.Path) -> list[tuple[str, str, str]]:
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL"
+                          " ORDER BY name").fetchall()
+        return [(kind, name, " ".join(sql.split())) for kind, name, sql in rows]
+    finally:
+        db.close()
+
+
+@pytest.fixture
+def folder() -> Iterator[pathlib.Path]:
+    with tempfile.TemporaryDirectory() as name:
+        yield pathlib.Path(name)
+
+
+def sample(count: int = 6) -> list[Memory]:
+    clock = fixed_clock()
+    texts = ["Alice is vegetarian.", "Book the Lisbon hotel.", "Aisle seats on flights.",
+             "Bob's hotel is near the office.", "Hotel breakfast is vegetarian.",
+             "Ünïcode \u212aey"]
+    owners: list[tuple[str, str | None]] = [("alice", None), ("alice", "trip"), ("alice", None),
+                                            ("bob", "onboarding"), ("alice", "work"), ("bob", None)]
+    # Gaps in the ids, as a version-1 file could have them.
+    return [Memory(3 * n + 1, user, task, texts[n], f"turn-{n}", clock())
+            for n, (user, task) in enumerate(owners[:count])]
+
+
+def test_version_1_file_is_upgraded_in_place(folder: pathlib.Path) -> None:
+    path = folder / "old.db"
+    old = sample()
+    write_version_1(path, old)
+    model = Model()
+    model.memories = list(old)
+    with MemoryStore(path) as store:
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == memory.SCHEMA_VERSION
+        rows = store.db.execute("SELECT id, user_id, task_id, text, source, created_at"
+                                " FROM memories ORDER BY id").fetchall()
+        assert rows == [(m.id, m.user, m.task, m.text, m.source, m.created_at) for m in old]
+        for scope in [ALICE, Scope("alice", "work"), Scope("bob", "onboarding"), Scope("x", "y")]:
+            for query in ["hotel vegetarian", "seats flights", "key", "office hotel"]:
+                assert store.recall(scope, query, 20) == model.recall(scope, query, 20)
+            assert store.count(scope) == model.count(scope)
+        new_id = store.remember(ALICE, "user", "After the upgrade.", "s")
+        assert new_id > max(m.id for m in old)
+    fresh = folder / "fresh.db"
+    MemoryStore(fresh).close()
+    assert layout(path) == layout(fresh)
+
+
+def test_empty_version_1_file_is_upgraded(folder: pathlib.Path) -> None:
+    path = folder / "old.db"
+    write_version_1(path, [])
+    with MemoryStore(path) as store:
+        assert store.count(ALICE) == 0
+        assert store.remember(ALICE, "user", "first", "s") == 1
+
+
+def test_failed_upgrade_leaves_the_file_exactly_as_it_was(folder: pathlib.Path) -> None:
+    path = folder / "old.db"
+    write_version_1(path, sample())
+    before = digest(path)
+    ((target, step),) = memory.MIGRATIONS
+
+    def broken_step(db: sqlite3.Connection) -> None:
+        step(db)  # every statement of the real step runs, then the step fails
+        raise sqlite3.OperationalError("disk I/O error (simulated)")
+
+    with mock.patch.object(memory, "MIGRATIONS", [(target, broken_step)]):
+        with pytest.raises(sqlite3.OperationalError, match="simulated"):
+            MemoryStore(path)
+    assert digest(path) == before
+    assert not pathlib.Path(f"{path}-journal").exists()
+    with MemoryStore(path) as store:
+        assert store.count(ALICE) == 3
+
+
+def test_code_knowing_only_version_1_would_refuse_the_new_file(folder: pathlib.Path) -> None:
+    assert memory.SCHEMA_VERSION > 1
+    assert [target for target, _ in memory.MIGRATIONS] == list(range(2, memory.SCHEMA_VERSION + 1))
+    MemoryStore(folder / "new.db").close()
+    db = sqlite3.connect(folder / "new.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == memory.SCHEMA_VERSION
+    db.close()
+
+
+def test_newer_versions_are_still_refused(folder: pathlib.Path) -> None:
+    path = folder / "new.db"
+    MemoryStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {memory.SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(SchemaError, match=f"database schema version {memory.SCHEMA_VERSION + 1}"):
+        MemoryStore(path)
+
+
+@given(st.lists(st.tuples(SCOPES, st.sampled_from(["user", "task"]), TEXTS, SOURCES),
+                max_size=12),
+       st.lists(st.tuples(SCOPES, QUERIES), min_size=1, max_size=6))
+def test_upgraded_file_recalls_like_the_model(
+        items: list[tuple[Scope, str, str, str]], asks: list[tuple[Scope, str]]) -> None:
+    clock = fixed_clock()
+    model = Model()
+    model.memories = [Memory(n + 1, scope.user, scope.task if level == "task" else None,
+                             text, source, clock()) for n, (scope, level, text, source)
+                      in enumerate(items)]
+    with tempfile.TemporaryDirectory() as name:
+        path = pathlib.Path(name) / "old.db"
+        write_version_1(path, model.memories)
+        with MemoryStore(path) as store:
+            for scope, query in asks:
+                assert store.recall(scope, query, 20) == model.recall(scope, query, 20)
+                assert store.count(scope) == model.count(scope)
+
+
+def test_remember_many_writes_all_in_order(folder: pathlib.Path) -> None:
+    with MemoryStore(folder / "m.db", clock=fixed_clock()) as store:
+        first = store.remember(ALICE, "user", "before", "s")
+        ids = store.remember_many([(ALICE, "user", "Alice is vegetarian.", "import"),
+                                   (ALICE, "task", "Hotel in Lisbon.", "import"),
+                                   (Scope("bob", "x"), "user", "Bob likes hotels.", "import")])
+        assert ids == [first + 1, first + 2, first + 3]
+        assert [r["id"] for r in store.recall(ALICE, "vegetarian hotel lisbon", 20)] == ids[1::-1]
+        assert store.remember_many([]) == []
+        assert store.count(ALICE) == 3
+
+
+def test_remember_many_is_one_transaction(folder: pathlib.Path) -> None:
+    with MemoryStore(folder / "m.db") as store:
+        statements: list[str] = []
+        store.db.set_trace_callback(statements.append)
+        store.remember_many([(ALICE, "user", f"note {n}", "s") for n in range(5)])
+        store.db.set_trace_callback(None)
+    assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT")] == ["BEGIN IMMEDIATE",
+                                                                              "COMMIT"]
+
+
+@pytest.mark.parametrize("bad, position", [
+    ((ALICE, "global", "text", "s"), 2),
+    ((ALICE, "user", "   ", "s"), 2),
+    ((ALICE, "user", "text"), 2),
+    ("not a tuple", 2),
+    (None, 2),
+    (("alice/trip", "user", "text", "s"), 2),
+])
+def test_one_bad_item_rejects_the_whole_call(folder: pathlib.Path, bad: Any,
+                                             position: int) -> None:
+    with MemoryStore(folder / "m.db") as store:
+        items = [(ALICE, "user", "good one", "s"), (ALICE, "task", "good two", "s"), bad,
+                 (ALICE, "user", "good three", "s")]
+        with pytest.raises(MemoryInputError, match=f"item {position}"):
+            store.remember_many(items)
+        assert store.count(ALICE) == 0
+        assert store.db.execute("SELECT count(*) FROM memory_words").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("items", [None, 5, "abc", b"abc"])
+def test_remember_many_needs_an_iterable_of_items(folder: pathlib.Path, items: Any) -> None:
+    with MemoryStore(folder / "m.db") as store:
+        with pytest.raises(MemoryInputError):
+            store.remember_many(items)
+
+
+def test_count_is_one_counting_query(folder: pathlib.Path) -> None:
+    with MemoryStore(folder / "m.db") as store:
+        store.remember_many([(ALICE, "user", f"note {n}", "s") for n in range(50)])
+        statements: list[str] = []
+        store.db.set_trace_callback(statements.append)
+        assert store.count(ALICE) == 50
+        store.db.set_trace_callback(None)
+    assert len(statements) == 1 and statements[0].lower().startswith("select count(*)")
+
+
+def plan(store: MemoryStore, sql: str, arguments: tuple[Any, ...]) -> str:
+    rows = store.db.execute("EXPLAIN QUERY PLAN " + sql, arguments).fetchall()
+    return " | ".join(row[3] for row in rows)
+
+
+def test_recall_reads_only_postings_of_the_query_words(folder: pathlib.Path) -> None:
+    with MemoryStore(folder / "m.db") as store:
+        store.remember_many([(ALICE, "user", f"filler{n} words here", "s") for n in range(300)])
+        target = store.remember(ALICE, "user", "needle in the haystack", "s")
+        assert [r["id"] for r in store.recall(ALICE, "needle")] == [target]
+        postings = plan(store, memory._SQL_POSTINGS, ("alice", "trip", '["needle"]'))
+        rows = plan(store, memory._SQL_RECALLED, ("alice", "trip", f"[{target}]"))
+    assert "SEARCH memory_words USING PRIMARY KEY (user_id=? AND word=?)" in postings
+    assert "SEARCH memories USING INTEGER PRIMARY KEY (rowid=?)" in rows
+    assert "SCAN memor" not in postings + rows
+
+
+def test_single_writes_share_posting_rows(folder: pathlib.Path) -> None:
+    with MemoryStore(folder / "m.db") as store:
+        for n in range(2 * memory.POSTINGS_PER_ROW + 1):
+            store.remember(ALICE, "user", f"hotel note{n}", "s")
+        store.remember(ALICE, "task", "hotel in the task", "s")
+        sizes = store.db.execute("SELECT task_id, length(ids) / 8 FROM memory_words"
+                                 " WHERE word = 'hotel' ORDER BY first_id").fetchall()
+    per_row = memory.POSTINGS_PER_ROW
+    assert sizes == [(None, per_row), (None, per_row), (None, 1), ("trip", 1)]
