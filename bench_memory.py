@@ -19,6 +19,7 @@ import random
 import sqlite3
 import statistics
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -129,6 +130,8 @@ def measure(size: int, folder: Path) -> dict[str, float]:
         row["scan peak KiB"] = peak_kib(lambda: full_scan_recall(store.db, me, queries[0]))
         row["recall speed-up"] = row["scan p50 ms"] / row["recall p50 ms"]
 
+        row["recall p50 ms, 8 threads"] = threaded_recall_p50(store, me, queries)
+
         count = timed(lambda: store.count(me), 50)
         fetch = timed(lambda: len(store.db.execute(_FULL_SCAN_SQL, (me.user, me.task))
                                   .fetchall()), max(3, min(50, 100_000 // size)))
@@ -138,11 +141,50 @@ def measure(size: int, folder: Path) -> dict[str, float]:
     return row
 
 
-def format_table(rows: list[dict[str, float]]) -> str:
+def threaded_recall_p50(store: MemoryStore, scope: Scope, queries: list[str]) -> float:
+    """Median recall latency while 8 threads recall on the one shared store at once."""
+    times: list[float] = []
+    start = threading.Barrier(8)
+
+    def reader(offset: int) -> None:
+        start.wait(timeout=60)
+        mine = queries[offset::8]
+        it = iter(mine)
+        times.extend(timed(lambda: store.recall(scope, next(it)), len(mine)))
+
+    threads = [threading.Thread(target=reader, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    return statistics.median(times)
+
+
+def durability(folder: Path) -> list[dict[str, float]]:
+    """Single remember/s on a small file in each journal mode, measured back to back."""
+    rng = random.Random(SEED)
+    vocab = vocabulary(rng)
+    me = Scope("bench-user", "task-1")
+    modes = [("WAL, synchronous=FULL (default)", {}, None),
+             ("WAL, synchronous=NORMAL (durable=False)", {"durable": False}, None),
+             ("rollback journal, FULL (SPEC Part 1)", {}, "DELETE")]
+    rows = []
+    for name, options, journal in modes:
+        with MemoryStore(folder / f"durable-{len(rows)}.db", **options) as store:
+            if journal:
+                store.db.execute(f"PRAGMA journal_mode = {journal}")
+            single = timed(lambda: store.remember(me, "user", sentence(rng, vocab), "s"),
+                           SINGLE_WRITES)
+        rows.append({"mode": name, "remember/s": 1000 / statistics.mean(single)})
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
     columns = list(rows[0])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
-        cells = [f"{row[c]:,.0f}" if row[c] >= 100 else f"{row[c]:.3g}" for c in columns]
+        cells = [value if isinstance(value, str) else f"{value:,.0f}" if value >= 100
+                 else f"{value:.3g}" for value in (row[c] for c in columns)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -158,9 +200,12 @@ def main() -> None:
           f"{sqlite3.sqlite_version}, {platform.machine()}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as name:
         rows = [measure(size, Path(name)) for size in sizes]
+        durable = durability(Path(name))
     print(format_table(rows))
+    print()
+    print(format_table(durable))
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps({"sizes": rows, "durability": durable}))
 
 
 if __name__ == "__main__":

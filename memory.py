@@ -17,10 +17,12 @@ import json
 import logging
 import operator
 import os
+import pathlib
 import re
 import sqlite3
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -115,12 +117,20 @@ class MemoryInputError(ValueError):
     """An invalid scope, level, text, source or limit; nothing was written."""
 
 
-class SchemaError(RuntimeError):
-    """The file is not a memory store this code can read."""
-
-
 class StoreError(RuntimeError):
-    """The store could not carry out the operation (closed, read-only, full, damaged)."""
+    """The store could not carry out the operation: closed, read-only, full or locked."""
+
+
+class SchemaError(StoreError):
+    """The file is not a memory store this code can read: foreign, newer or damaged."""
+
+
+def _store_error(exc: sqlite3.Error, path: str) -> StoreError:
+    """The module's error for a sqlite3 one: damage is a SchemaError, the rest StoreError."""
+    damaged = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+    if getattr(exc, "sqlite_errorcode", 0) & 0xFF in damaged:
+        return SchemaError(f"{path} is not a readable memory store: {exc}")
+    return StoreError(f"{path}: {exc}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +186,15 @@ def _check_text(name: str, value: object, longest: int, blank: bool = False) -> 
     except UnicodeEncodeError as exc:
         raise MemoryInputError(f"{name} is not valid Unicode: {exc.reason}") from None
     return value
+
+
+def _check_path(path: object) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise MemoryInputError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    checked = os.fspath(path)
+    if not isinstance(checked, str) or not checked or "\x00" in checked:
+        raise MemoryInputError(f"path must be a nonempty str path without NUL, got {checked!r:.80}")
+    return checked
 
 
 def _check_level(level: object) -> str:
@@ -297,8 +316,8 @@ def _layout(db: sqlite3.Connection, path: str) -> int:
     """The file's schema version, or SchemaError if this code cannot read it."""
     try:
         version, objects = db.execute(_SQL_LAYOUT).fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise SchemaError(f"{path} is not a memory store: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise _store_error(exc, path) from exc
     if version == 0 and objects:
         raise SchemaError(f"{path} holds tables but no schema version: not a memory store")
     if not 0 <= version <= SCHEMA_VERSION:
@@ -309,10 +328,13 @@ def _layout(db: sqlite3.Connection, path: str) -> int:
     return int(version)
 
 
-def _prepare(db: sqlite3.Connection, path: str) -> None:
+def _prepare(db: sqlite3.Connection, path: str, writable: bool) -> None:
     """Create or upgrade the file's schema; refuse a file this code cannot read."""
-    if _layout(db, path) == SCHEMA_VERSION:
+    version = _layout(db, path)
+    if version == SCHEMA_VERSION:
         return
+    if not writable:
+        raise SchemaError(f"{path} is at schema version {version} and opened read-only")
     with _transaction(db):
         # Read again under the write lock: another process may have done it meanwhile.
         version = _layout(db, path)
@@ -328,44 +350,130 @@ def _prepare(db: sqlite3.Connection, path: str) -> None:
         log.info("upgraded schema from version %d to %d", version, SCHEMA_VERSION)
 
 
-class MemoryStore:
-    """Memories of many users in one SQLite file, each operation confined to a scope."""
+def _create_private(path: str) -> None:
+    """Create the file empty and readable by its owner alone, unless it exists."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot create {path}: {exc.strerror}") from exc
+    try:
+        os.fchmod(fd, 0o600)  # the umask may have taken the owner's bits away
+    finally:
+        os.close(fd)
 
-    def __init__(self, path: str | os.PathLike[str], clock: Callable[[], str] = system_clock):
-        self.path = os.fspath(path)
+
+# Open stores, so that a forked child can give each a lock of its own: the parent's
+# may have been held by a thread that does not exist in the child.
+_OPEN_STORES: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
+# Connections a forked child inherited. SQLite forbids using them in the child, and
+# closing one there could disturb the parent's locks, so the child only keeps them.
+_INHERITED: list[sqlite3.Connection] = []
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_OPEN_STORES):
+        store._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class MemoryStore:
+    """Memories of many users in one SQLite file, each operation confined to a scope.
+
+    One store may be shared by threads; processes each open their own on the same file.
+    `read_only` opens an existing store without writing to it. `durable=False` trades the
+    last commits before a power loss (never before a process crash) for faster writes.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        clock: Callable[[], str] = system_clock,
+        *,
+        read_only: bool = False,
+        durable: bool = True,
+    ) -> None:
+        self.path = _check_path(path)
+        if not callable(clock):
+            raise MemoryInputError(f"clock must be callable, got {type(clock).__name__}")
         self.clock = clock
+        self.read_only = bool(read_only)
+        self.durable = bool(durable)
         self._lock = threading.RLock()
+        self._pid = os.getpid()
         self._db: sqlite3.Connection | None = self._connect()
+        _OPEN_STORES.add(self)
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_SECONDS)
+        if os.path.isdir(self.path):
+            raise SchemaError(f"{self.path} is a directory, not a memory store")
+        memory_only = self.path == ":memory:"
+        if self.read_only:
+            uri = f"{pathlib.Path(self.path).absolute().as_uri()}?mode=ro"
+            target, is_uri = uri, True
+        else:
+            if not memory_only:
+                _create_private(self.path)
+            target, is_uri = self.path, False
         try:
-            db.execute(f"PRAGMA cache_size = -{_CACHE_KIB:d}")
-            _prepare(db, self.path)
-            # Only once the file is known to be ours: WAL changes the file's header.
-            # WAL lets readers go on while one process writes; FULL syncs each commit.
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = FULL")
+            db = sqlite3.connect(
+                target,
+                isolation_level=None,
+                timeout=BUSY_TIMEOUT_SECONDS,
+                check_same_thread=False,
+                uri=is_uri,
+            )
+        except sqlite3.Error as exc:
+            raise _store_error(exc, self.path) from exc
+        try:
+            # A failure to create or upgrade re-raises sqlite3's own error (SPEC Part 1).
+            _prepare(db, self.path, writable=not self.read_only)
+            self._configure(db, memory_only)
         except BaseException:
             db.close()
             raise
+        log.info("opened %s read_only=%s", self.path, self.read_only)
         return db
+
+    def _configure(self, db: sqlite3.Connection, memory_only: bool) -> None:
+        # Only once the file is known to be ours: WAL changes the file's header. WAL lets
+        # readers go on while one process writes; FULL syncs every commit to the disk.
+        try:
+            db.execute(f"PRAGMA cache_size = -{_CACHE_KIB:d}")
+            (journal,) = db.execute("PRAGMA journal_mode").fetchone()
+            if journal != "wal" and not self.read_only and not memory_only:
+                db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
+        except sqlite3.Error as exc:
+            raise _store_error(exc, self.path) from exc
 
     # -- the object ----------------------------------------------------------------
 
     @property
     def db(self) -> sqlite3.Connection:
-        """The open connection (tests trace it)."""
-        if self._db is None:
-            raise StoreError("MemoryStore is closed")
-        return self._db
+        """The open connection (tests trace it); a forked child gets one of its own."""
+        with self._lock:
+            if self._db is None:
+                raise StoreError("MemoryStore is closed")
+            if self._pid != os.getpid():
+                _INHERITED.append(self._db)
+                self._db, self._pid = None, os.getpid()
+                self._db = self._connect()
+            return self._db
 
     def close(self) -> None:
         """Close the file; closing again does nothing."""
         with self._lock:
-            if self._db is not None:
+            if self._db is not None and self._pid != os.getpid():
+                _INHERITED.append(self._db)
+            elif self._db is not None:
                 self._db.close()
-                self._db = None
+            self._db = None
+            _OPEN_STORES.discard(self)
 
     def __enter__(self) -> MemoryStore:
         return self
@@ -380,7 +488,7 @@ class MemoryStore:
             try:
                 yield db
             except sqlite3.Error as exc:
-                raise StoreError(f"memory store {self.path}: {exc}") from exc
+                raise _store_error(exc, self.path) from exc
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
@@ -412,11 +520,17 @@ class MemoryStore:
             (last_id,) = db.execute(_SQL_LAST_ID).fetchone()
             ids = list(range(last_id + 1, last_id + 1 + len(rows)))
             numbered = list(zip(ids, rows, strict=True))
-            db.executemany(_SQL_INSERT, [(i, *row, self.clock()) for i, row in numbered])
+            db.executemany(_SQL_INSERT, [(i, *row, self._now()) for i, row in numbered])
             new = ((memory_id, *row[:3]) for memory_id, row in numbered)
             _index_words(db, new, append=len(rows) <= _APPEND_UP_TO)
         log.debug("remembered %d memories, ids %s", len(ids), _id_span(ids))
         return ids
+
+    def _now(self) -> str:
+        reading = self.clock()
+        if not isinstance(reading, str):
+            raise MemoryInputError(f"clock must return a str, got {type(reading).__name__}")
+        return reading
 
     def recall(self, scope: Scope, query: str, limit: int = 3) -> list[dict[str, Any]]:
         """The memories visible in the scope that share most words with `query`."""
