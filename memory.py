@@ -50,6 +50,7 @@ _APPEND_UP_TO = 16
 # Each connection's page cache: the word index of a large store is written in key order
 # per word, i.e. all over the file.
 _CACHE_KIB = 64 * 1024
+_MAX_ID = 2**63 - 1
 
 # AUTOINCREMENT: an id is never handed out twice, even after the newest is forgotten.
 _CREATE_MEMORIES = """CREATE TABLE memories (
@@ -109,6 +110,31 @@ _SQL_APPEND_POSTINGS = (
 _SQL_INSERT_POSTINGS = (
     "INSERT INTO memory_words (user_id, word, first_id, task_id, ids) VALUES (?, ?, ?, ?, ?)"
 )
+_MEMORY_COLUMNS = "id, task_id, text, source, created_at"
+_SQL_VISIBLE = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER BY id"
+_SQL_VISIBLE_ID = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?"
+_SQL_VISIBLE_SOURCE = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND source = ?"
+_SQL_OWNED = f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? ORDER BY id"
+_SQL_FORGET = (
+    f"DELETE FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))"
+)
+_SQL_ERASE = "DELETE FROM memories WHERE user_id = ?"
+_SQL_ERASE_POSTINGS = "DELETE FROM memory_words WHERE user_id = ?"
+# The rows of one (user, word, task) that may hold ids from lo up to hi: from the row
+# holding lo (the greatest first_id at or below it) on.
+_SQL_POSTINGS_SPAN = (
+    "SELECT first_id, ids FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ?"
+    " AND first_id BETWEEN coalesce((SELECT max(first_id) FROM memory_words WHERE user_id = ?"
+    " AND task_id IS ? AND word = ? AND first_id <= ?), ?) AND ?"
+)
+_SQL_REWRITE_POSTINGS = (
+    "UPDATE memory_words SET first_id = ?, ids = ?"
+    " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
+)
+_SQL_DROP_POSTINGS = (
+    "DELETE FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
+)
+_SQL_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
 
 log = logging.getLogger("memory")
 
@@ -444,6 +470,7 @@ class MemoryStore:
         # readers go on while one process writes; FULL syncs every commit to the disk.
         try:
             db.execute(f"PRAGMA cache_size = -{_CACHE_KIB:d}")
+            db.execute("PRAGMA secure_delete = ON")
             (journal,) = db.execute("PRAGMA journal_mode").fetchone()
             if journal != "wal" and not self.read_only and not memory_only:
                 db.execute("PRAGMA journal_mode = WAL")
@@ -555,6 +582,94 @@ class MemoryStore:
         with self._reading() as db:
             (visible,) = db.execute(_SQL_COUNT, (scope.user, scope.task)).fetchone()
         return int(visible)
+
+
+    # -- seeing and forgetting -------------------------------------------------------
+
+    def memories(self, scope: Scope) -> list[dict[str, Any]]:
+        """Every memory visible in the scope, oldest first."""
+        _check_scope(scope)
+        with self._reading() as db:
+            rows = db.execute(_SQL_VISIBLE, (scope.user, scope.task)).fetchall()
+        return [_memory(row) for row in rows]
+
+    def forget(self, scope: Scope, memory_id: int) -> bool:
+        """Delete the memory if the scope can see it. False for any id it cannot see,
+        whether unknown, another task's or another user's: all answer alike."""
+        _check_scope(scope)
+        arguments = (scope.user, scope.task, _check_id(memory_id))
+        return bool(self._forget(scope, _SQL_VISIBLE_ID, arguments))
+
+    def forget_source(self, scope: Scope, source: str) -> int:
+        """Delete every memory visible in the scope that came from `source`."""
+        _check_scope(scope)
+        arguments = (scope.user, scope.task, _check_text("source", source, MAX_TEXT))
+        return self._forget(scope, _SQL_VISIBLE_SOURCE, arguments)
+
+    def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...]) -> int:
+        with self._writing() as db:
+            rows = db.execute(select, arguments).fetchall()
+            _unindex(db, scope.user, rows)
+            ids = json.dumps([row[0] for row in rows])
+            deleted = db.execute(_SQL_FORGET, (scope.user, scope.task, ids)).rowcount
+        self._scrub()
+        log.info("forgot %d memories of one user", deleted)
+        return int(deleted)
+
+    def erase_user(self, user: str) -> int:
+        """Delete every memory the user owns, at every level and in every task."""
+        user = _check_identifier("user", user)
+        with self._writing() as db:
+            db.execute(_SQL_ERASE_POSTINGS, (user,))
+            erased = db.execute(_SQL_ERASE, (user,)).rowcount
+        self._scrub()
+        log.info("erased %d memories of one user", erased)
+        return int(erased)
+
+    def export_user(self, user: str) -> list[dict[str, Any]]:
+        """Every memory the user owns, oldest first, each with its task (None: user level)."""
+        user = _check_identifier("user", user)
+        with self._reading() as db:
+            rows = db.execute(_SQL_OWNED, (user,)).fetchall()
+        return [{"id": row[0], "task": row[1], **_memory(row)} for row in rows]
+
+    def _scrub(self) -> None:
+        # secure_delete zeroed the deleted cells in the new page images; checkpointing
+        # copies them over the old ones and truncating the WAL drops its older frames.
+        with self._reading() as db:
+            busy, _, _ = db.execute(_SQL_CHECKPOINT).fetchone()
+        if busy:
+            log.warning("checkpoint blocked by a reader; deleted text stays in the WAL until"
+                        " the next checkpoint")
+
+
+def _check_id(memory_id: object) -> int:
+    if isinstance(memory_id, bool) or not isinstance(memory_id, int):
+        raise MemoryInputError(f"memory_id must be an int, got {type(memory_id).__name__}")
+    if not 1 <= memory_id <= _MAX_ID:
+        raise MemoryInputError(f"memory_id must be from 1 to {_MAX_ID}, got {memory_id}")
+    return memory_id
+
+
+def _unindex(db: sqlite3.Connection, user_id: str, rows: list[tuple[Any, ...]]) -> None:
+    """Remove the postings of the user's memories `rows` (id, task_id, text, ...)."""
+    groups: dict[tuple[str | None, str], set[int]] = collections.defaultdict(set)
+    for memory_id, task_id, text, *_ in rows:
+        for word in words(text):
+            groups[task_id, word].add(memory_id)
+    for (task_id, word), gone in groups.items():
+        lo, hi = min(gone), max(gone)
+        key = (user_id, task_id, word)
+        span = db.execute(_SQL_POSTINGS_SPAN, (*key, *key, lo, lo, hi)).fetchall()
+        for first_id, blob in span:
+            ids = _unpack(blob)
+            kept = [i for i in ids if i not in gone]
+            if len(kept) == len(ids):
+                continue
+            if kept:
+                db.execute(_SQL_REWRITE_POSTINGS, (kept[0], _pack(kept), *key, first_id))
+            else:
+                db.execute(_SQL_DROP_POSTINGS, (*key, first_id))
 
 
 def _new_row(scope: Scope, level: str, text: str, source: str) -> tuple[str, str | None, str, str]:

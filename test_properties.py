@@ -91,6 +91,7 @@ class StoreMatchesModel(RuleBasedStateMachine):
         self.store = MemoryStore(self.folder / "memory.db", clock=self.clock)
         self.model = Model()
         self.created = fixed_clock()
+        self.highest_id = 0
 
     def teardown(self) -> None:
         self.store.close()
@@ -99,7 +100,8 @@ class StoreMatchesModel(RuleBasedStateMachine):
     @rule(scope=SCOPES, level=st.sampled_from(["user", "task"]), text=TEXTS, source=SOURCES)
     def remember(self, scope: Scope, level: str, text: str, source: str) -> None:
         memory_id = self.store.remember(scope, level, text, source)
-        assert all(memory_id > m.id for m in self.model.memories)
+        assert memory_id > self.highest_id
+        self.highest_id = memory_id
         self.model.memories.append(Memory(memory_id, scope.user,
                                           scope.task if level == "task" else None,
                                           text, source, self.created()))
@@ -110,7 +112,8 @@ class StoreMatchesModel(RuleBasedStateMachine):
         ids = self.store.remember_many(items)
         assert len(ids) == len(items)
         for memory_id, (scope, level, text, source) in zip(ids, items, strict=True):
-            assert all(memory_id > m.id for m in self.model.memories)
+            assert memory_id > self.highest_id  # never an id handed out before
+            self.highest_id = memory_id
             self.model.memories.append(Memory(memory_id, scope.user,
                                               scope.task if level == "task" else None,
                                               text, source, self.created()))
@@ -124,6 +127,40 @@ class StoreMatchesModel(RuleBasedStateMachine):
     @rule(scope=SCOPES, query=QUERIES, limit=LIMITS)
     def recall(self, scope: Scope, query: str, limit: int) -> None:
         assert self.store.recall(scope, query, limit) == self.model.recall(scope, query, limit)
+
+    @rule(scope=SCOPES, data=st.data())
+    def forget(self, scope: Scope, data: st.DataObject) -> None:
+        known = [m.id for m in self.model.memories]
+        memory_id = data.draw(st.sampled_from(known) if known and data.draw(st.booleans())
+                              else st.integers(min_value=1, max_value=10**6))
+        visible = [m for m in self.model.visible(scope) if m.id == memory_id]
+        assert self.store.forget(scope, memory_id) is bool(visible)
+        self.model.memories = [m for m in self.model.memories if m not in visible]
+
+    @rule(scope=SCOPES, source=SOURCES)
+    def forget_source(self, scope: Scope, source: str) -> None:
+        gone = [m for m in self.model.visible(scope) if m.source == source]
+        assert self.store.forget_source(scope, source) == len(gone)
+        self.model.memories = [m for m in self.model.memories if m not in gone]
+
+    @rule(user=USERS)
+    def erase_user(self, user: str) -> None:
+        gone = [m for m in self.model.memories if m.user == user]
+        assert self.store.erase_user(user) == len(gone)
+        self.model.memories = [m for m in self.model.memories if m.user != user]
+
+    @rule(scope=SCOPES)
+    def memories(self, scope: Scope) -> None:
+        expected = [{k: v for k, v in m.as_result(0).items() if k != "score"}
+                    for m in self.model.visible(scope)]
+        assert self.store.memories(scope) == expected
+
+    @rule(user=USERS)
+    def export_user(self, user: str) -> None:
+        expected = [{"id": m.id, "task": m.task, **{k: v for k, v in m.as_result(0).items()
+                                                     if k not in ("id", "score")}}
+                    for m in self.model.memories if m.user == user]
+        assert self.store.export_user(user) == expected
 
     @rule()
     def reopen(self) -> None:

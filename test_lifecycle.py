@@ -1,0 +1,273 @@
+"""Seeing, forgetting and erasing: scoped, all-or-nothing, and leaving no trace."""
+
+from __future__ import annotations
+
+import pathlib
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import memory
+from memory import MemoryInputError, MemoryStore, Scope, StoreError, fixed_clock
+from test_index import write_version_1
+from test_properties import Memory
+
+ALICE_TRIP = Scope("alice", "trip")
+ALICE_WORK = Scope("alice", "work")
+BOB_TRIP = Scope("bob", "trip")
+
+
+@pytest.fixture
+def folder() -> Iterator[pathlib.Path]:
+    with tempfile.TemporaryDirectory() as name:
+        yield pathlib.Path(name)
+
+
+@pytest.fixture
+def store(folder: pathlib.Path) -> Iterator[MemoryStore]:
+    with MemoryStore(folder / "memory.db", clock=fixed_clock()) as opened:
+        yield opened
+
+
+def seed(store: MemoryStore) -> dict[str, int]:
+    ids = {}
+    ids["a-user"] = store.remember(ALICE_TRIP, "user", "Alice is vegetarian.", "trip/turn-1")
+    ids["a-trip"] = store.remember(ALICE_TRIP, "task", "Book the Lisbon hotel.", "trip/turn-1")
+    ids["a-work"] = store.remember(ALICE_WORK, "task", "Quarterly report hotel.", "trip/turn-1")
+    ids["a-other"] = store.remember(ALICE_TRIP, "user", "Alice likes jazz.", "trip/turn-2")
+    ids["b-user"] = store.remember(BOB_TRIP, "user", "Bob is vegetarian.", "trip/turn-1")
+    ids["b-trip"] = store.remember(BOB_TRIP, "task", "Bob's Lisbon hotel.", "trip/turn-1")
+    return ids
+
+
+def snapshot(store: MemoryStore) -> list[tuple[Any, ...]]:
+    memories = store.db.execute("SELECT * FROM memories ORDER BY id").fetchall()
+    postings = store.db.execute("SELECT * FROM memory_words ORDER BY 1, 2, 3").fetchall()
+    return memories + postings
+
+
+def test_memories_lists_the_scope_oldest_first(store: MemoryStore) -> None:
+    ids = seed(store)
+    listed = store.memories(ALICE_TRIP)
+    assert [m["id"] for m in listed] == [ids["a-user"], ids["a-trip"], ids["a-other"]]
+    assert listed[1] == {"id": ids["a-trip"], "level": "task", "text": "Book the Lisbon hotel.",
+                         "source": "trip/turn-1", "created_at": "2026-10-20T09:01:00+00:00"}
+    assert [m["id"] for m in store.memories(ALICE_WORK)] == [ids["a-user"], ids["a-work"],
+                                                              ids["a-other"]]
+    assert store.memories(Scope("carol", "trip")) == []
+
+
+def test_forget_own_memory(store: MemoryStore) -> None:
+    ids = seed(store)
+    assert store.forget(ALICE_TRIP, ids["a-trip"]) is True
+    assert store.recall(ALICE_TRIP, "lisbon hotel") == []
+    assert [m["id"] for m in store.recall(BOB_TRIP, "lisbon hotel")] == [ids["b-trip"]]
+    assert store.forget(ALICE_TRIP, ids["a-trip"]) is False
+    assert store.count(ALICE_TRIP) == 2
+
+
+def test_forget_answers_alike_for_everything_out_of_scope(store: MemoryStore) -> None:
+    ids = seed(store)
+    before = snapshot(store)
+    for memory_id in (ids["b-user"], ids["b-trip"], ids["a-work"], 999, 2**63 - 1):
+        assert store.forget(ALICE_TRIP, memory_id) is False
+    assert snapshot(store) == before
+
+
+@pytest.mark.parametrize("bad", [None, "1", 1.0, True, 0, -1, 2**63, 2**200, [1]])
+def test_forget_rejects_what_is_not_an_id(store: MemoryStore, bad: Any) -> None:
+    seed(store)
+    before = snapshot(store)
+    with pytest.raises(MemoryInputError):
+        store.forget(ALICE_TRIP, bad)
+    assert snapshot(store) == before
+
+
+def test_forget_source_stays_in_scope(store: MemoryStore) -> None:
+    ids = seed(store)
+    assert store.forget_source(ALICE_TRIP, "trip/turn-1") == 2
+    assert [m["id"] for m in store.memories(ALICE_TRIP)] == [ids["a-other"]]
+    assert [m["id"] for m in store.memories(ALICE_WORK)] == [ids["a-work"], ids["a-other"]]
+    assert store.count(BOB_TRIP) == 2
+    assert store.recall(ALICE_WORK, "vegetarian") == []
+    assert store.forget_source(ALICE_TRIP, "trip/turn-1") == 0
+    assert store.forget_source(ALICE_TRIP, "no such source") == 0
+    with pytest.raises(MemoryInputError):
+        store.forget_source(ALICE_TRIP, " ")
+
+
+def test_erase_user_removes_every_level_and_task(store: MemoryStore) -> None:
+    seed(store)
+    assert store.erase_user("alice") == 4
+    for scope in (ALICE_TRIP, ALICE_WORK, Scope("alice", "new")):
+        assert store.count(scope) == 0
+        assert store.recall(scope, "vegetarian lisbon hotel jazz report") == []
+    assert store.export_user("alice") == []
+    assert store.count(BOB_TRIP) == 2
+    assert store.db.execute("SELECT count(*) FROM memory_words WHERE user_id = 'alice'"
+                            ).fetchone()[0] == 0
+    assert store.erase_user("alice") == 0
+    for bad in ("", "Alice", None, 7):
+        with pytest.raises(MemoryInputError):
+            store.erase_user(bad)  # type: ignore[arg-type]
+
+
+def test_export_user_has_every_task(store: MemoryStore) -> None:
+    ids = seed(store)
+    exported = store.export_user("alice")
+    assert [(m["id"], m["task"], m["level"]) for m in exported] == [
+        (ids["a-user"], None, "user"), (ids["a-trip"], "trip", "task"),
+        (ids["a-work"], "work", "task"), (ids["a-other"], None, "user")]
+    assert set(exported[0]) == {"id", "task", "level", "text", "source", "created_at"}
+    assert [m["text"] for m in store.export_user("bob")] == ["Bob is vegetarian.",
+                                                            "Bob's Lisbon hotel."]
+
+
+def test_ids_are_never_reused(folder: pathlib.Path) -> None:
+    path = folder / "memory.db"
+    with MemoryStore(path) as store:
+        first = store.remember(ALICE_TRIP, "user", "one", "s")
+        newest = store.remember(ALICE_TRIP, "user", "two", "s")
+        assert store.forget(ALICE_TRIP, newest)
+        third = store.remember(ALICE_TRIP, "user", "three", "s")
+        assert third > newest > first
+        store.erase_user("alice")
+    with MemoryStore(path) as store:
+        assert store.remember(ALICE_TRIP, "user", "four", "s") > third
+        assert store.remember_many([(ALICE_TRIP, "user", "five", "s")])[0] > third + 1
+
+
+def test_upgraded_file_never_reuses_ids(folder: pathlib.Path) -> None:
+    path = folder / "old.db"
+    write_version_1(path, [Memory(n, "alice", None, f"old {n}", "s", "t") for n in (1, 2, 7)])
+    with MemoryStore(path) as store:
+        assert store.forget(ALICE_TRIP, 7)
+        assert store.remember(ALICE_TRIP, "user", "new", "s") == 8
+
+
+def deny_deleting_memories(action: int, table: str | None, *_: Any) -> int:
+    if action == sqlite3.SQLITE_DELETE and table == "memories":
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+@pytest.mark.parametrize("delete", [
+    lambda s, ids: s.forget(ALICE_TRIP, ids["a-trip"]),
+    lambda s, ids: s.forget_source(ALICE_TRIP, "trip/turn-1"),
+    lambda s, ids: s.erase_user("alice"),
+])
+def test_a_deletion_failing_part_way_changes_nothing(store: MemoryStore, delete: Any) -> None:
+    ids = seed(store)
+    before = snapshot(store)
+    # The postings are changed first; the memories' own DELETE is refused after them.
+    store.db.set_authorizer(deny_deleting_memories)
+    with pytest.raises(StoreError):
+        delete(store, ids)
+    store.db.set_authorizer(None)
+    assert snapshot(store) == before
+    assert len(store.recall(ALICE_TRIP, "lisbon hotel vegetarian jazz", limit=20)) == 3
+
+
+# -- leaving no trace ---------------------------------------------------------------------
+
+SECRET = "Alice's passport number is XK-4471-zebra-quokka."
+SECRET_SOURCE = "secret/turn-9"
+
+
+def file_bytes(path: pathlib.Path) -> bytes:
+    wal = pathlib.Path(f"{path}-wal")
+    return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
+def filled_with_secret(path: pathlib.Path) -> MemoryStore:
+    store = MemoryStore(path)
+    store.remember_many([(ALICE_TRIP, "user", f"filler memory number {n} about hotels", "s")
+                         for n in range(400)])
+    store.remember(ALICE_TRIP, "task", SECRET, SECRET_SOURCE)
+    store.remember(ALICE_TRIP, "user", "Alice keeps this one about hotels.", "keep")
+    store.remember_many([(ALICE_TRIP, "user", f"later memory {n}", "s") for n in range(50)])
+    return store
+
+
+@pytest.mark.parametrize("forget", [
+    lambda s: s.forget(ALICE_TRIP, s.recall(ALICE_TRIP, "passport")[0]["id"]),
+    lambda s: s.forget_source(ALICE_TRIP, SECRET_SOURCE),
+    lambda s: s.erase_user("alice"),
+])
+def test_forgotten_text_is_gone_from_the_file_and_wal(folder: pathlib.Path, forget: Any) -> None:
+    path = folder / "memory.db"
+    store = filled_with_secret(path)
+    try:
+        assert SECRET.encode() in file_bytes(path)  # the search can find it while kept
+        assert forget(store)
+        assert SECRET.encode() not in file_bytes(path)
+        assert b"XK-4471" not in file_bytes(path)
+        if store.count(ALICE_TRIP):
+            assert store.recall(ALICE_TRIP, "keeps") != []
+    finally:
+        store.close()
+    assert SECRET.encode() not in file_bytes(path)
+
+
+def test_secure_delete_is_what_scrubs_the_file(folder: pathlib.Path) -> None:
+    path = folder / "memory.db"
+    store = filled_with_secret(path)
+    try:
+        assert store.db.execute("PRAGMA secure_delete").fetchone()[0] == 1
+        # The control: with it off, the same forget leaves the text in the file's bytes.
+        store.db.execute("PRAGMA secure_delete = OFF")
+        assert store.forget_source(ALICE_TRIP, SECRET_SOURCE) == 1
+        assert SECRET.encode() in file_bytes(path)
+    finally:
+        store.close()
+
+
+def test_everything_not_forgotten_recalls_as_before(store: MemoryStore) -> None:
+    ids = seed(store)
+    asks = [(scope, query) for scope in (ALICE_TRIP, ALICE_WORK, BOB_TRIP)
+            for query in ("vegetarian", "lisbon hotel", "jazz report hotel")]
+    before = {(s, q): store.recall(s, q, 20) for s, q in asks}
+    store.forget(ALICE_TRIP, ids["a-other"])
+    for (scope, query), results in before.items():
+        kept = [r for r in results if r["id"] != ids["a-other"]]
+        assert store.recall(scope, query, 20) == kept
+
+
+def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
+    ids = seed(store)
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+    store.memories(ALICE_TRIP)
+    store.forget(ALICE_TRIP, ids["a-trip"])
+    store.forget(ALICE_TRIP, ids["b-user"])
+    store.forget_source(ALICE_WORK, "trip/turn-1")
+    scoped = len(statements)
+    store.export_user("bob")
+    store.erase_user("bob")
+    store.db.set_trace_callback(None)
+    touching = memory_statements(statements)
+    assert len(touching) >= 8
+    for statement in touching:
+        assert "WHERE user_id = " in statement
+    for statement in memory_statements(statements[:scoped]):
+        assert "task_id IS NULL OR task_id = " in statement or "task_id IS " in statement
+
+
+def memory_statements(statements: list[str]) -> list[str]:
+    from test_memory import TOUCHES_MEMORY_DATA
+
+    return [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
+
+
+def test_forget_in_a_read_only_store_is_refused(folder: pathlib.Path) -> None:
+    path = folder / "memory.db"
+    with MemoryStore(path) as store:
+        kept = store.remember(ALICE_TRIP, "user", "kept", "s")
+    with MemoryStore(path, read_only=True) as store:
+        with pytest.raises(StoreError):
+            store.forget(ALICE_TRIP, kept)
+        assert store.count(ALICE_TRIP) == 1
+    assert memory.SCHEMA_VERSION >= 2
