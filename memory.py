@@ -7,6 +7,7 @@ user's memories to another.
 
 from __future__ import annotations
 
+import argparse
 import array
 import collections
 import contextlib
@@ -25,7 +26,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 __version__ = "0.1.0"
 
@@ -135,12 +136,21 @@ _SQL_DROP_POSTINGS = (
     "DELETE FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
 )
 _SQL_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
+# The operator's aggregate: counts only, across users by design, so it is the one read
+# without the scope predicate. No call made for a user uses it.
+_SQL_STATS = "SELECT count(*), count(task_id), count(DISTINCT user_id) FROM memories"
 
 log = logging.getLogger("memory")
+_Row = TypeVar("_Row")
 
 
 class MemoryInputError(ValueError):
     """An invalid scope, level, text, source or limit; nothing was written."""
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        super().__init__(message)
+        #: In a bulk call, the 0-based position of the first bad item.
+        self.position = position
 
 
 class StoreError(RuntimeError):
@@ -439,6 +449,8 @@ class MemoryStore:
             raise SchemaError(f"{self.path} is a directory, not a memory store")
         memory_only = self.path == ":memory:"
         if self.read_only:
+            if not os.path.isfile(self.path):
+                raise StoreError(f"{self.path}: no such memory store")
             uri = f"{pathlib.Path(self.path).absolute().as_uri()}?mode=ro"
             target, is_uri = uri, True
         else:
@@ -526,31 +538,31 @@ class MemoryStore:
 
     def remember(self, scope: Scope, level: str, text: str, source: str) -> int:
         """Keep `text` at `level` for the scope's user; return its new id."""
-        (memory_id,) = self._insert([_new_row(scope, level, text, source)])
+        (memory_id,) = self._insert([(*_new_row(scope, level, text, source), None)])
         return memory_id
 
     def remember_many(self, items: Iterable[tuple[Scope, str, str, str]]) -> list[int]:
         """Keep many (scope, level, text, source) items in one transaction; all or none."""
-        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-            kind = type(items).__name__
-            raise MemoryInputError(f"items must be an iterable of tuples, got {kind}")
-        rows = []
-        for position, item in enumerate(items):
-            try:
-                rows.append(_new_row(*item))
-            except (MemoryInputError, TypeError) as exc:
-                raise MemoryInputError(f"item {position}: {exc}") from None
-        return self._insert(rows)
+        return self._insert(_each_valid(items, lambda item: (*_new_row(*item), None), "item"))
 
-    def _insert(self, rows: list[tuple[str, str | None, str, str]]) -> list[int]:
+    def import_memories(self, records: Iterable[dict[str, Any]]) -> list[int]:
+        """Keep exported records (user, task, level, text, source, created_at), each with
+        its own created_at, in one transaction; all or none."""
+        return self._insert(_each_valid(records, _record_row, "record"))
+
+    def _insert(self, rows: list[tuple[str, str | None, str, str, str | None]]) -> list[int]:
+        """Write validated (user_id, task_id, text, source, created_at or None) rows."""
         with self._writing() as db:
             (last_id,) = db.execute(_SQL_LAST_ID).fetchone()
             ids = list(range(last_id + 1, last_id + 1 + len(rows)))
             numbered = list(zip(ids, rows, strict=True))
-            db.executemany(_SQL_INSERT, [(i, *row, self._now()) for i, row in numbered])
+            db.executemany(_SQL_INSERT, [(i, *row[:4], row[4] or self._now())
+                                         for i, row in numbered])
             new = ((memory_id, *row[:3]) for memory_id, row in numbered)
             _index_words(db, new, append=len(rows) <= _APPEND_UP_TO)
-        log.debug("remembered %d memories, ids %s", len(ids), _id_span(ids))
+        task_level = sum(row[1] is not None for row in rows)
+        log.info("remembered %d memories (%d user level, %d task level), ids %s",
+                 len(ids), len(ids) - task_level, task_level, _id_span(ids))
         return ids
 
     def _now(self) -> str:
@@ -610,10 +622,10 @@ class MemoryStore:
         with self._writing() as db:
             rows = db.execute(select, arguments).fetchall()
             _unindex(db, scope.user, rows)
-            ids = json.dumps([row[0] for row in rows])
-            deleted = db.execute(_SQL_FORGET, (scope.user, scope.task, ids)).rowcount
+            ids = [row[0] for row in rows]
+            deleted = db.execute(_SQL_FORGET, (scope.user, scope.task, json.dumps(ids))).rowcount
         self._scrub()
-        log.info("forgot %d memories of one user", deleted)
+        log.info("forgot %d memories of user %s, ids %s", deleted, scope.user, ids)
         return int(deleted)
 
     def erase_user(self, user: str) -> int:
@@ -623,7 +635,7 @@ class MemoryStore:
             db.execute(_SQL_ERASE_POSTINGS, (user,))
             erased = db.execute(_SQL_ERASE, (user,)).rowcount
         self._scrub()
-        log.info("erased %d memories of one user", erased)
+        log.info("erased %d memories of user %s", erased, user)
         return int(erased)
 
     def export_user(self, user: str) -> list[dict[str, Any]]:
@@ -641,6 +653,49 @@ class MemoryStore:
         if busy:
             log.warning("checkpoint blocked by a reader; deleted text stays in the WAL until"
                         " the next checkpoint")
+
+
+    # -- operating -------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counts by level and users, schema version and bytes on disk; never text."""
+        with self._reading() as db, _transaction(db, "BEGIN"):
+            total, task_level, users = db.execute(_SQL_STATS).fetchone()
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+        files = [self.path, f"{self.path}-wal"]
+        return {
+            "schema_version": version,
+            "memories": total,
+            "user_level": total - task_level,
+            "task_level": task_level,
+            "users": users,
+            "file_bytes": sum(os.path.getsize(f) for f in files if os.path.isfile(f)),
+        }
+
+    def check(self) -> dict[str, Any]:
+        """SQLite's integrity check of the whole file, and its schema version."""
+        with self._reading() as db:
+            problems = [row[0] for row in db.execute("PRAGMA integrity_check")]
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+        return {"ok": problems == ["ok"], "integrity": problems, "schema_version": version}
+
+    def backup(self, destination: str | os.PathLike[str]) -> None:
+        """Copy the store, as one consistent snapshot, to a new file readable by its owner
+        alone; other processes may go on writing meanwhile."""
+        target_path = _check_path(destination)
+        if os.path.exists(target_path) and os.path.getsize(target_path):
+            raise StoreError(f"{target_path} exists; a backup never overwrites a file")
+        _create_private(target_path)
+        try:
+            target = sqlite3.connect(target_path)
+        except sqlite3.Error as exc:
+            raise _store_error(exc, target_path) from exc
+        try:
+            with self._reading() as db:
+                db.backup(target)  # all pages in one step: one read snapshot
+        finally:
+            target.close()
+        log.info("backed up %s to %s", self.path, target_path)
 
 
 def _check_id(memory_id: object) -> int:
@@ -683,6 +738,40 @@ def _new_row(scope: Scope, level: str, text: str, source: str) -> tuple[str, str
     )
 
 
+def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[_Row]:
+    """Every item checked, or MemoryInputError naming the position of the first bad one."""
+    if isinstance(items, (str, bytes, dict)) or not isinstance(items, Iterable):
+        raise MemoryInputError(f"{noun}s must be an iterable, got {type(items).__name__}")
+    rows = []
+    for position, item in enumerate(items):
+        try:
+            rows.append(check(item))
+        except (MemoryInputError, TypeError) as exc:
+            raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
+    return rows
+
+
+_RECORD_KEYS = frozenset({"user", "task", "level", "text", "source", "created_at"})
+
+
+def _record_row(record: object) -> tuple[str, str | None, str, str, str | None]:
+    """Validate one exported record as a row to write, keeping its created_at."""
+    if not isinstance(record, dict) or set(record) != _RECORD_KEYS:
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise MemoryInputError(f"a record has exactly the keys {sorted(_RECORD_KEYS)}, not {keys}")
+    level = _check_level(record["level"])
+    task = record["task"]
+    if level == "user" and task is not None:
+        raise MemoryInputError("a user-level record has task null")
+    scope = Scope(record["user"], "user-level" if task is None else task)
+    created_at = _check_text("created_at", record["created_at"], 64)
+    try:
+        datetime.fromisoformat(created_at)
+    except ValueError:
+        raise MemoryInputError(f"created_at is not ISO-8601: {created_at!r}") from None
+    return (*_new_row(scope, level, record["text"], record["source"]), created_at)
+
+
 def _id_span(ids: list[int]) -> str:
     return f"{ids[0]}..{ids[-1]}" if ids else "none"
 
@@ -697,3 +786,193 @@ def _memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
         "created_at": created_at,
         **extra,
     }
+
+
+# -- the command line ----------------------------------------------------------------
+
+
+def _identifier(value: str) -> str:
+    if IDENTIFIER.fullmatch(value) is None:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an id ({IDENTIFIER.pattern})")
+    return value
+
+
+def _bounded_int(low: int, high: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{number} is not from {low} to {high}")
+        return number
+
+    return parse
+
+
+def _emit(value: object) -> None:
+    print(json.dumps(value, ensure_ascii=False))
+
+
+def _exported(memory: dict[str, Any], user: str) -> dict[str, Any]:
+    return {"user": user, **{key: memory[key] for key in ("task", "level", "text", "source",
+                                                           "created_at")}}
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    with MemoryStore(args.path, read_only=True) as store:
+        print(json.dumps(store.stats(), indent=2))
+    return 0
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    with MemoryStore(args.path, read_only=True) as store:
+        for memory in store.memories(Scope(args.user, args.task)):
+            _emit(memory)
+    return 0
+
+
+def _run_recall(args: argparse.Namespace) -> int:
+    with MemoryStore(args.path, read_only=True) as store:
+        for memory in store.recall(Scope(args.user, args.task), args.query, args.limit):
+            _emit(memory)
+    return 0
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    with MemoryStore(args.path, read_only=True) as store:
+        for memory in store.export_user(args.user):
+            _emit(_exported(memory, args.user))
+    return 0
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    records, line_of = [], []
+    opened = open(args.file, encoding="utf-8") if args.file != "-" else contextlib.nullcontext(
+        sys.stdin
+    )
+    with opened as source:
+        for number, line in enumerate(source, start=1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise MemoryInputError(f"line {number}: not JSON: {exc.msg}") from None
+                line_of.append(number)
+    try:
+        rows = _each_valid(records, _record_row, "record")
+    except MemoryInputError as exc:
+        assert exc.position is not None
+        reason = str(exc).partition(": ")[2]
+        raise MemoryInputError(f"line {line_of[exc.position]}: {reason}") from None
+    # Validated before the store is opened, so bad input does not even create the file.
+    with MemoryStore(args.path) as store:
+        ids = store._insert(rows)
+    print(f"imported {len(ids)} memories")
+    return 0
+
+
+def _existing(path: str) -> MemoryStore:
+    """A writable store on a file that must already exist: no command creates one by typo."""
+    if not os.path.isfile(path):
+        raise StoreError(f"{path}: no such memory store")
+    return MemoryStore(path)
+
+
+def _run_forget(args: argparse.Namespace) -> int:
+    with _existing(args.path) as store:
+        if not store.forget(Scope(args.user, args.task), args.id):
+            raise StoreError(f"no memory {args.id} in scope {args.user}/{args.task}")
+    print(f"forgot memory {args.id}")
+    return 0
+
+
+def _run_erase_user(args: argparse.Namespace) -> int:
+    with _existing(args.path) as store:
+        erased = store.erase_user(args.user)
+    print(f"erased {erased} memories of {args.user}")
+    return 0
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    with MemoryStore(args.path, read_only=True) as store:
+        report = store.check()
+    print(json.dumps(report, indent=2))
+    return 0 if report["ok"] else 1
+
+
+def _run_backup(args: argparse.Namespace) -> int:
+    with MemoryStore(args.path, read_only=True) as store:
+        store.backup(args.destination)
+    print(f"backed up {args.path} to {args.destination}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memory",
+        description="Inspect, export, import, back up and erase a memory.py store.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log what the store does (ids, levels, counts) on stderr")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Callable[[argparse.Namespace], int], summary: str,
+                user: bool = False, task: bool = False) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=summary, description=summary)
+        sub.add_argument("path", metavar="PATH", help="the store's SQLite file")
+        if user:
+            sub.add_argument("--user", required=True, type=_identifier, help="the user id")
+        if task:
+            sub.add_argument("--task", required=True, type=_identifier, help="the task id")
+        sub.set_defaults(run=run)
+        return sub
+
+    command("stats", _run_stats, "counts by level and users, schema version, file size")
+    command("list", _run_list, "every memory the scope sees, oldest first, as JSON Lines",
+            user=True, task=True)
+    recall = command("recall", _run_recall, "the memories that best match QUERY, as JSON Lines",
+                     user=True, task=True)
+    recall.add_argument("query", metavar="QUERY")
+    recall.add_argument("--limit", type=_bounded_int(1, MAX_LIMIT), default=3,
+                        help=f"at most this many (1 to {MAX_LIMIT}, default 3)")
+    command("export", _run_export, "every memory of the user, as JSON Lines on stdout",
+            user=True)
+    importing = command("import", _run_import,
+                        "add JSON Lines records (as export writes them), all or none;"
+                        " creates the store if it does not exist")
+    importing.add_argument("file", metavar="FILE", help="a JSON Lines file, or - for stdin")
+    forget = command("forget", _run_forget, "forget one memory the scope sees",
+                     user=True, task=True)
+    forget.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
+    erase = command("erase-user", _run_erase_user,
+                    "forget every memory of the user, in every task", user=True)
+    erase.add_argument("--yes", action="store_true", help="confirm the erasure")
+    command("check", _run_check, "integrity check and schema version; exit 1 unless ok")
+    backup = command("backup", _run_backup,
+                     "copy the store, consistently, while others may write to it")
+    backup.add_argument("destination", metavar="DEST", help="a file that does not exist yet")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `memory` command: 0 on success, 2 on a usage error, 1 on a store error."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "erase-user" and not args.yes:
+        parser.error("erase-user removes every memory of the user; add --yes to confirm")
+    if args.verbose:
+        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(levelname)s: %(message)s")
+    try:
+        return int(args.run(args))
+    except BrokenPipeError:  # e.g. `memory export ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (StoreError, MemoryInputError, OSError) as exc:
+        print(f"memory: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

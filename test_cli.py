@@ -1,0 +1,337 @@
+"""The operator's command line, driven in subprocesses, and what the logs may carry."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pathlib
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import memory
+from memory import MemoryStore, Scope, fixed_clock
+from test_concurrency import WRITER
+from test_index import write_version_1
+from test_properties import Memory
+
+HERE = pathlib.Path(__file__).resolve().parent
+COMMANDS = ["stats", "list", "recall", "export", "import", "forget", "erase-user", "check",
+            "backup"]
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memory", *args], cwd=HERE, text=True,
+                          input=stdin, capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def folder() -> Iterator[pathlib.Path]:
+    with tempfile.TemporaryDirectory() as name:
+        yield pathlib.Path(name)
+
+
+@pytest.fixture
+def store_path(folder: pathlib.Path) -> pathlib.Path:
+    path = folder / "memory.db"
+    with MemoryStore(path, clock=fixed_clock()) as store:
+        store.remember(Scope("alice", "trip"), "user", "Alice is vegetarian.", "trip/turn-3")
+        store.remember(Scope("alice", "trip"), "task", "Book the Lisbon hotel.", "trip/turn-5")
+        store.remember(Scope("alice", "work"), "task", "Report due Friday.", "work/turn-1")
+        store.remember(Scope("bob", "trip"), "user", "Bob uses a screen reader.", "on/turn-2")
+    return path
+
+
+def lines(output: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in output.splitlines()]
+
+
+def assert_clean_failure(done: subprocess.CompletedProcess[str], code: int) -> None:
+    assert done.returncode == code, done
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 2  # usage line + error for argparse
+    assert done.stderr.strip().splitlines()[-1].startswith(("memory: error:", "memory ",
+                                                             "usage:"))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str) -> None:
+    done = cli(command, "--help")
+    assert done.returncode == 0
+    assert done.stdout.startswith(f"usage: memory {command}")
+
+
+def test_console_script_is_declared() -> None:
+    text = (HERE / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'memory = "memory:main"' in text
+    with pytest.raises(SystemExit) as done:
+        memory.main(["--version"])
+    assert done.value.code == 0
+    script = pathlib.Path(sys.executable).with_name("memory")
+    if not script.exists():
+        pytest.skip("the package is not installed here (pip install -e .)")
+    installed = subprocess.run([str(script), "--version"], capture_output=True, text=True,
+                               timeout=60)
+    assert installed.returncode == 0
+    assert installed.stdout.strip() == f"memory {memory.__version__}"
+
+
+def test_stats_counts_and_never_shows_text(store_path: pathlib.Path) -> None:
+    done = cli("stats", str(store_path))
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)
+    assert {k: stats[k] for k in ("schema_version", "memories", "user_level", "task_level",
+                                  "users")} == {"schema_version": memory.SCHEMA_VERSION,
+                                                "memories": 4, "user_level": 2,
+                                                "task_level": 2, "users": 2}
+    assert stats["file_bytes"] > 0
+    for word in ("vegetarian", "Lisbon", "reader", "turn"):
+        assert word not in done.stdout
+
+
+def test_list_and_recall_are_scoped(store_path: pathlib.Path) -> None:
+    listed = lines(cli("list", str(store_path), "--user", "alice", "--task", "work").stdout)
+    assert [m["text"] for m in listed] == ["Alice is vegetarian.", "Report due Friday."]
+    done = cli("recall", str(store_path), "--user", "bob", "--task", "trip",
+               "vegetarian hotel reader", "--limit", "5")
+    assert done.returncode == 0
+    assert [m["text"] for m in lines(done.stdout)] == ["Bob uses a screen reader."]
+
+
+def test_export_then_import_round_trips_every_field_but_the_id(store_path: pathlib.Path,
+                                                               folder: pathlib.Path) -> None:
+    exported = cli("export", str(store_path), "--user", "alice")
+    assert exported.returncode == 0
+    records = lines(exported.stdout)
+    assert len(records) == 3
+    assert set(records[0]) == {"user", "task", "level", "text", "source", "created_at"}
+    dump = folder / "alice.jsonl"
+    dump.write_text(exported.stdout, encoding="utf-8")
+    fresh = folder / "fresh.db"
+    done = cli("import", str(fresh), str(dump))
+    assert done.returncode == 0, done.stderr
+    assert lines(cli("export", str(fresh), "--user", "alice").stdout) == records
+    with MemoryStore(fresh) as store:
+        assert store.recall(Scope("alice", "trip"), "lisbon")[0]["created_at"] == \
+            "2026-10-20T09:01:00+00:00"
+    again = cli("import", str(fresh), "-", stdin=exported.stdout)
+    assert again.returncode == 0
+    assert len(lines(cli("export", str(fresh), "--user", "alice").stdout)) == 6
+
+
+@pytest.mark.parametrize("bad_line, reason", [
+    ('{"user": "alice", "task": null, "level": "user", "text": "  ", "source": "s",'
+     ' "created_at": "2026-10-20T09:00:00+00:00"}', "blank"),
+    ('{"user": "Alice", "task": null, "level": "user", "text": "x", "source": "s",'
+     ' "created_at": "2026-10-20T09:00:00+00:00"}', "user"),
+    ('{"user": "alice", "task": "trip", "level": "user", "text": "x", "source": "s",'
+     ' "created_at": "2026-10-20T09:00:00+00:00"}', "task null"),
+    ('{"user": "alice", "task": null, "level": "user", "text": "x", "source": "s",'
+     ' "created_at": "yesterday"}', "ISO-8601"),
+    ('{"user": "alice", "task": null, "level": "user", "text": "x", "source": "s"}', "keys"),
+    ('["not", "an", "object"]', "keys"),
+    ('{"user": "alice", oops}', "not JSON"),
+])
+def test_import_is_all_or_nothing_and_names_the_line(folder: pathlib.Path, bad_line: str,
+                                                     reason: str) -> None:
+    good = json.dumps({"user": "alice", "task": None, "level": "user", "text": "Fine.",
+                       "source": "s", "created_at": "2026-10-20T09:00:00+00:00"})
+    dump = folder / "in.jsonl"
+    dump.write_text("\n".join([good, "", good, bad_line, good]) + "\n", encoding="utf-8")
+    target = folder / "target.db"
+    done = cli("import", str(target), str(dump))
+    assert_clean_failure(done, 1)
+    assert "line 4" in done.stderr and reason in done.stderr
+    assert not target.exists()
+    with MemoryStore(target) as store:
+        store.remember(Scope("alice", "x"), "user", "already here", "s")
+    assert cli("import", str(target), str(dump)).returncode == 1
+    with MemoryStore(target) as store:
+        assert store.count(Scope("alice", "x")) == 1
+
+
+def test_forget_and_erase_user(store_path: pathlib.Path) -> None:
+    assert_clean_failure(cli("forget", str(store_path), "--user", "bob", "--task", "trip", "2"),
+                         1)
+    done = cli("forget", str(store_path), "--user", "alice", "--task", "trip", "2")
+    assert done.returncode == 0, done.stderr
+    refused = cli("erase-user", str(store_path), "--user", "alice")
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert len(lines(cli("export", str(store_path), "--user", "alice").stdout)) == 2
+    done = cli("erase-user", str(store_path), "--user", "alice", "--yes")
+    assert done.returncode == 0 and "erased 2" in done.stdout
+    assert cli("export", str(store_path), "--user", "alice").stdout == ""
+    assert len(lines(cli("export", str(store_path), "--user", "bob").stdout)) == 1
+
+
+def test_commands_never_create_a_store_by_typo(folder: pathlib.Path) -> None:
+    missing = folder / "typo.db"
+    for args in (["stats"], ["list", "--user", "a", "--task", "b"], ["check"],
+                 ["forget", "--user", "a", "--task", "b", "1"],
+                 ["erase-user", "--user", "a", "--yes"], ["export", "--user", "a"]):
+        done = cli(args[0], str(missing), *args[1:])
+        assert_clean_failure(done, 1)
+        assert "no such memory store" in done.stderr
+    assert not missing.exists()
+
+
+def test_check(store_path: pathlib.Path, folder: pathlib.Path) -> None:
+    done = cli("check", str(store_path))
+    assert done.returncode == 0
+    assert json.loads(done.stdout) == {"ok": True, "integrity": ["ok"],
+                                       "schema_version": memory.SCHEMA_VERSION}
+    garbage = folder / "garbage.db"
+    garbage.write_bytes(b"\x13" * 8192)
+    assert_clean_failure(cli("check", str(garbage)), 1)
+
+
+def test_check_finds_damage_inside_a_readable_file(folder: pathlib.Path) -> None:
+    path = folder / "damaged.db"
+    with MemoryStore(path) as store:
+        store.remember_many([(Scope("alice", "t"), "user", f"note {n} " + "pad " * 50, "s")
+                             for n in range(400)])
+    data = bytearray(path.read_bytes())
+    page = 4096
+    middle = (len(data) // page // 2) * page
+    data[middle + 8: middle + page] = b"\xff" * (page - 8)
+    path.write_bytes(bytes(data))
+    done = cli("check", str(path))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    if done.stdout:  # the file opened: the report names the damage
+        assert json.loads(done.stdout)["ok"] is False
+
+
+@pytest.mark.parametrize("args", [
+    [], ["nonsense"], ["recall"], ["recall", "x.db", "--user", "a", "--task", "b"],
+    ["recall", "x.db", "--user", "a", "--task", "b", "q", "--limit", "21"],
+    ["forget", "x.db", "--user", "a", "--task", "b", "zero"],
+    ["list", "x.db", "--user", "a b", "--task", "t"],
+])
+def test_usage_errors_exit_2_without_traceback(args: list[str]) -> None:
+    done = cli(*args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "usage:" in done.stderr
+
+
+def test_store_errors_exit_1_with_one_line(folder: pathlib.Path) -> None:
+    newer = folder / "newer.db"
+    MemoryStore(newer).close()
+    db = sqlite3.connect(newer)
+    db.execute(f"PRAGMA user_version = {memory.SCHEMA_VERSION + 5}")
+    db.close()
+    done = cli("stats", str(newer))
+    assert_clean_failure(done, 1)
+    assert "database schema version" in done.stderr
+    (folder / "exists.db").write_bytes(b"")
+    done = cli("import", str(folder / "new.db"), str(folder / "no-such-file.jsonl"))
+    assert_clean_failure(done, 1)
+
+
+def test_backup_is_consistent_while_another_process_writes(store_path: pathlib.Path,
+                                                           folder: pathlib.Path) -> None:
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(store_path), "writer", "3000"],
+                              cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        copies = []
+        for n in range(3):
+            time.sleep(0.2)
+            destination = folder / f"copy-{n}.db"
+            done = cli("backup", str(store_path), str(destination))
+            assert done.returncode == 0, done.stderr
+            copies.append(destination)
+        out, err = writer.communicate(timeout=120)
+        assert writer.returncode == 0, err
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait(timeout=10)
+    counts = []
+    for copy in copies:
+        assert json.loads(cli("check", str(copy)).stdout)["ok"] is True
+        assert copy.stat().st_mode & 0o777 == 0o600
+        with MemoryStore(copy, read_only=True) as store:
+            scope = Scope("writer", "work")
+            listed = store.memories(scope)
+            counts.append(len(listed))
+            assert store.count(scope) == len(listed)
+            for found in listed[-3:]:  # the newest rows of the snapshot have their postings
+                number = found["text"].split()[1]
+                hits = store.recall(scope, f"note {number} from writer", limit=20)
+                assert found["id"] in [hit["id"] for hit in hits]
+    assert counts == sorted(counts)
+    assert 0 < counts[-1]
+
+
+def test_backup_refuses_to_overwrite(store_path: pathlib.Path, folder: pathlib.Path) -> None:
+    taken = folder / "taken.db"
+    taken.write_bytes(b"precious")
+    assert_clean_failure(cli("backup", str(store_path), str(taken)), 1)
+    assert taken.read_bytes() == b"precious"
+
+
+# -- logs ---------------------------------------------------------------------------------
+
+class Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_logs_carry_ids_levels_and_counts_never_text(folder: pathlib.Path) -> None:
+    texts = ["Alice is vegetarian zucchini.", "Book the Lisbon hotel quokka.",
+             "Old version one memory walrus.", "Imported memory narwhal.",
+             "Bulk memory platypus."]
+    queries = ["vegetarian zucchini please", "lisbon quokka?", "walrus narwhal platypus"]
+    capture = Capture()
+    logger = logging.getLogger("memory")
+    logger.addHandler(capture)
+    previous = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        old = folder / "old.db"
+        write_version_1(old, [Memory(1, "alice", None, texts[2], "old/turn-1", "2026-01-01")])
+        with MemoryStore(old) as store:
+            alice = Scope("alice", "trip")
+            store.remember(alice, "user", texts[0], "trip/turn-3")
+            store.remember(alice, "task", texts[1], "trip/turn-5")
+            store.remember_many([(alice, "user", texts[4], "bulk/turn-1")])
+            store.import_memories([{"user": "alice", "task": None, "level": "user",
+                                    "text": texts[3], "source": "import/turn-1",
+                                    "created_at": "2026-01-02T00:00:00+00:00"}])
+            for query in queries:
+                store.recall(alice, query)
+            store.count(alice)
+            store.memories(alice)
+            store.export_user("alice")
+            store.stats()
+            store.check()
+            store.backup(folder / "copy.db")
+            store.forget(alice, 2)
+            store.forget_source(alice, "trip/turn-5")
+            store.erase_user("alice")
+    finally:
+        logger.removeHandler(capture)
+        logger.setLevel(previous)
+    messages = [record.getMessage() for record in capture.records]
+    assert any("upgraded" in m for m in messages)
+    assert any("remembered" in m for m in messages)
+    assert any("forgot" in m for m in messages)
+    assert any("erased" in m for m in messages)
+    assert any("opened" in m for m in messages)
+    markers = ["vegetarian", "zucchini", "lisbon", "quokka", "walrus", "narwhal", "platypus",
+               "please"]
+    for record, message in zip(capture.records, messages, strict=True):
+        for text in texts + queries + markers:
+            assert text.lower() not in message.lower(), (text, message)
+            assert text not in repr(record.args)
