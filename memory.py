@@ -91,13 +91,14 @@ _SQL_INSERT = (
     "INSERT INTO memories (id, user_id, task_id, text, source, created_at)"
     " VALUES (?, ?, ?, ?, ?, ?)"
 )
+_MEMORY_COLUMNS = "id, task_id, text, source, created_at"
 _SQL_COUNT = f"SELECT count(*) FROM memories {_IN_SCOPE}"
 _SQL_POSTINGS = (
     f"SELECT ids FROM memory_words {_IN_SCOPE} AND word IN (SELECT value FROM json_each(?))"
 )
 # NOT INDEXED: look the few ids up by primary key rather than walk the user's index range.
 _SQL_RECALLED = (
-    f"SELECT id, task_id, text, source, created_at FROM memories NOT INDEXED {_IN_SCOPE}"
+    f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"
     " AND id IN (SELECT value FROM json_each(?))"
 )
 _SQL_NEWEST_POSTINGS = (
@@ -111,7 +112,6 @@ _SQL_APPEND_POSTINGS = (
 _SQL_INSERT_POSTINGS = (
     "INSERT INTO memory_words (user_id, word, first_id, task_id, ids) VALUES (?, ?, ?, ?, ?)"
 )
-_MEMORY_COLUMNS = "id, task_id, text, source, created_at"
 _SQL_VISIBLE = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER BY id"
 _SQL_VISIBLE_ID = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?"
 _SQL_VISIBLE_SOURCE = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND source = ?"
@@ -144,6 +144,8 @@ log = logging.getLogger("memory")
 _Row = TypeVar("_Row")
 
 
+# -- errors ----------------------------------------------------------------------------
+
 class MemoryInputError(ValueError):
     """An invalid scope, level, text, source or limit; nothing was written."""
 
@@ -169,6 +171,8 @@ def _store_error(exc: sqlite3.Error, path: str) -> StoreError:
     return StoreError(f"{path}: {exc}")
 
 
+# -- scope and validation --------------------------------------------------------------
+
 @dataclasses.dataclass(frozen=True)
 class Scope:
     """The authenticated user and the task of one request."""
@@ -187,25 +191,6 @@ def _check_identifier(name: str, value: object) -> str:
             f"{name} must be a str matching {IDENTIFIER.pattern!r}, got {value!r:.80}"
         )
     return value
-
-
-def fixed_clock(
-    start: str = "2026-10-20T09:00:00+00:00", step_seconds: float = 60
-) -> Callable[[], str]:
-    """Return a clock whose first reading is `start`, each later one a step later."""
-    origin = datetime.fromisoformat(start)
-    ticks = itertools.count()
-    return lambda: (origin + timedelta(seconds=step_seconds * next(ticks))).isoformat()
-
-
-def system_clock() -> str:
-    """The current UTC time, to the second."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def words(text: str) -> set[str]:
-    """The words of `text` that count for matching: lower-cased, stopwords removed."""
-    return set(WORD.findall(text.lower())) - STOPWORDS
 
 
 def _check_text(name: str, value: object, longest: int, blank: bool = False) -> str:
@@ -251,36 +236,81 @@ def _check_scope(scope: object) -> Scope:
     return scope
 
 
-def _level_of(task_id: str | None) -> str:
-    return "user" if task_id is None else "task"
+def _check_id(memory_id: object) -> int:
+    if isinstance(memory_id, bool) or not isinstance(memory_id, int):
+        raise MemoryInputError(f"memory_id must be an int, got {type(memory_id).__name__}")
+    if not 1 <= memory_id <= _MAX_ID:
+        raise MemoryInputError(f"memory_id must be from 1 to {_MAX_ID}, got {memory_id}")
+    return memory_id
 
 
-# -- migrations ----------------------------------------------------------------------
+def _new_row(scope: Scope, level: str, text: str, source: str) -> tuple[str, str | None, str, str]:
+    """Validate one memory to write: (user_id, task_id, text, source)."""
+    _check_scope(scope)
+    return (
+        scope.user,
+        scope.task if _check_level(level) == "task" else None,
+        _check_text("text", text, MAX_TEXT),
+        _check_text("source", source, MAX_TEXT),
+    )
 
 
-@contextlib.contextmanager
-def _transaction(
-    db: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE"
-) -> Iterator[sqlite3.Connection]:
-    """Run the block in one transaction: a write one taking the write lock up front, or
-    with `begin="BEGIN"` a read one that sees a single snapshot."""
-    db.execute(begin)
+def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[_Row]:
+    """Every item checked, or MemoryInputError naming the position of the first bad one."""
+    if isinstance(items, (str, bytes, dict)) or not isinstance(items, Iterable):
+        raise MemoryInputError(f"{noun}s must be an iterable, got {type(items).__name__}")
+    rows = []
+    for position, item in enumerate(items):
+        try:
+            rows.append(check(item))
+        except (MemoryInputError, TypeError) as exc:
+            raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
+    return rows
+
+
+_RECORD_KEYS = frozenset({"user", "task", "level", "text", "source", "created_at"})
+
+
+def _record_row(record: object) -> tuple[str, str | None, str, str, str | None]:
+    """Validate one exported record as a row to write, keeping its created_at."""
+    if not isinstance(record, dict) or set(record) != _RECORD_KEYS:
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise MemoryInputError(f"a record has exactly the keys {sorted(_RECORD_KEYS)}, not {keys}")
+    level = _check_level(record["level"])
+    task = record["task"]
+    if level == "user" and task is not None:
+        raise MemoryInputError("a user-level record has task null")
+    scope = Scope(record["user"], "user-level" if task is None else task)
+    created_at = _check_text("created_at", record["created_at"], 64)
     try:
-        yield db
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-        raise
+        datetime.fromisoformat(created_at)
+    except ValueError:
+        raise MemoryInputError(f"created_at is not ISO-8601: {created_at!r}") from None
+    return (*_new_row(scope, level, record["text"], record["source"]), created_at)
 
 
-def _execute_script(db: sqlite3.Connection, script: str) -> None:
-    # executescript() would commit on its own, outside the caller's transaction.
-    for statement in script.split(";"):
-        if statement.strip():
-            db.execute(statement)
+# -- clocks and words ------------------------------------------------------------------
 
+def fixed_clock(
+    start: str = "2026-10-20T09:00:00+00:00", step_seconds: float = 60
+) -> Callable[[], str]:
+    """Return a clock whose first reading is `start`, each later one a step later."""
+    origin = datetime.fromisoformat(start)
+    ticks = itertools.count()
+    return lambda: (origin + timedelta(seconds=step_seconds * next(ticks))).isoformat()
+
+
+def system_clock() -> str:
+    """The current UTC time, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def words(text: str) -> set[str]:
+    """The words of `text` that count for matching: lower-cased, stopwords removed."""
+    return set(WORD.findall(text.lower())) - STOPWORDS
+
+
+# -- the word index --------------------------------------------------------------------
 
 def _pack(ids: Iterable[int]) -> bytes:
     packed = array.array("q", ids)
@@ -322,6 +352,53 @@ def _index_words(
             run = ids[start : start + POSTINGS_PER_ROW]
             new_rows.append((user_id, word, run[0], task_id, _pack(run)))
     db.executemany(_SQL_INSERT_POSTINGS, sorted(new_rows))
+
+
+def _unindex(db: sqlite3.Connection, user_id: str, rows: list[tuple[Any, ...]]) -> None:
+    """Remove the postings of the user's memories `rows` (id, task_id, text, ...)."""
+    groups: dict[tuple[str | None, str], set[int]] = collections.defaultdict(set)
+    for memory_id, task_id, text, *_ in rows:
+        for word in words(text):
+            groups[task_id, word].add(memory_id)
+    for (task_id, word), gone in groups.items():
+        lo, hi = min(gone), max(gone)
+        key = (user_id, task_id, word)
+        span = db.execute(_SQL_POSTINGS_SPAN, (*key, *key, lo, lo, hi)).fetchall()
+        for first_id, blob in span:
+            ids = _unpack(blob)
+            kept = [i for i in ids if i not in gone]
+            if len(kept) == len(ids):
+                continue
+            if kept:
+                db.execute(_SQL_REWRITE_POSTINGS, (kept[0], _pack(kept), *key, first_id))
+            else:
+                db.execute(_SQL_DROP_POSTINGS, (*key, first_id))
+
+
+# -- transactions and migrations -------------------------------------------------------
+
+@contextlib.contextmanager
+def _transaction(
+    db: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE"
+) -> Iterator[sqlite3.Connection]:
+    """Run the block in one transaction: a write one taking the write lock up front, or
+    with `begin="BEGIN"` a read one that sees a single snapshot."""
+    db.execute(begin)
+    try:
+        yield db
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+        raise
+
+
+def _execute_script(db: sqlite3.Connection, script: str) -> None:
+    # executescript() would commit on its own, outside the caller's transaction.
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
 
 
 def _upgrade_to_2(db: sqlite3.Connection) -> None:
@@ -386,6 +463,8 @@ def _prepare(db: sqlite3.Connection, path: str, writable: bool) -> None:
         log.info("upgraded schema from version %d to %d", version, SCHEMA_VERSION)
 
 
+# -- the store -------------------------------------------------------------------------
+
 def _create_private(path: str) -> None:
     """Create the file empty and readable by its owner alone, unless it exists."""
     try:
@@ -403,6 +482,8 @@ def _create_private(path: str) -> None:
 # Open stores, so that a forked child can give each a lock of its own: the parent's
 # may have been held by a thread that does not exist in the child.
 _OPEN_STORES: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
+
+
 # Connections a forked child inherited. SQLite forbids using them in the child, and
 # closing one there could disturb the parent's locks, so the child only keeps them.
 _INHERITED: list[sqlite3.Connection] = []
@@ -415,6 +496,26 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _level_of(task_id: str | None) -> str:
+    return "user" if task_id is None else "task"
+
+
+def _memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
+    memory_id, task_id, text, source, created_at = row
+    return {
+        "id": memory_id,
+        "level": _level_of(task_id),
+        "text": text,
+        "source": source,
+        "created_at": created_at,
+        **extra,
+    }
+
+
+def _id_span(ids: list[int]) -> str:
+    return f"{ids[0]}..{ids[-1]}" if ids else "none"
 
 
 class MemoryStore:
@@ -698,98 +799,7 @@ class MemoryStore:
         log.info("backed up %s to %s", self.path, target_path)
 
 
-def _check_id(memory_id: object) -> int:
-    if isinstance(memory_id, bool) or not isinstance(memory_id, int):
-        raise MemoryInputError(f"memory_id must be an int, got {type(memory_id).__name__}")
-    if not 1 <= memory_id <= _MAX_ID:
-        raise MemoryInputError(f"memory_id must be from 1 to {_MAX_ID}, got {memory_id}")
-    return memory_id
-
-
-def _unindex(db: sqlite3.Connection, user_id: str, rows: list[tuple[Any, ...]]) -> None:
-    """Remove the postings of the user's memories `rows` (id, task_id, text, ...)."""
-    groups: dict[tuple[str | None, str], set[int]] = collections.defaultdict(set)
-    for memory_id, task_id, text, *_ in rows:
-        for word in words(text):
-            groups[task_id, word].add(memory_id)
-    for (task_id, word), gone in groups.items():
-        lo, hi = min(gone), max(gone)
-        key = (user_id, task_id, word)
-        span = db.execute(_SQL_POSTINGS_SPAN, (*key, *key, lo, lo, hi)).fetchall()
-        for first_id, blob in span:
-            ids = _unpack(blob)
-            kept = [i for i in ids if i not in gone]
-            if len(kept) == len(ids):
-                continue
-            if kept:
-                db.execute(_SQL_REWRITE_POSTINGS, (kept[0], _pack(kept), *key, first_id))
-            else:
-                db.execute(_SQL_DROP_POSTINGS, (*key, first_id))
-
-
-def _new_row(scope: Scope, level: str, text: str, source: str) -> tuple[str, str | None, str, str]:
-    """Validate one memory to write: (user_id, task_id, text, source)."""
-    _check_scope(scope)
-    return (
-        scope.user,
-        scope.task if _check_level(level) == "task" else None,
-        _check_text("text", text, MAX_TEXT),
-        _check_text("source", source, MAX_TEXT),
-    )
-
-
-def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[_Row]:
-    """Every item checked, or MemoryInputError naming the position of the first bad one."""
-    if isinstance(items, (str, bytes, dict)) or not isinstance(items, Iterable):
-        raise MemoryInputError(f"{noun}s must be an iterable, got {type(items).__name__}")
-    rows = []
-    for position, item in enumerate(items):
-        try:
-            rows.append(check(item))
-        except (MemoryInputError, TypeError) as exc:
-            raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
-    return rows
-
-
-_RECORD_KEYS = frozenset({"user", "task", "level", "text", "source", "created_at"})
-
-
-def _record_row(record: object) -> tuple[str, str | None, str, str, str | None]:
-    """Validate one exported record as a row to write, keeping its created_at."""
-    if not isinstance(record, dict) or set(record) != _RECORD_KEYS:
-        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-        raise MemoryInputError(f"a record has exactly the keys {sorted(_RECORD_KEYS)}, not {keys}")
-    level = _check_level(record["level"])
-    task = record["task"]
-    if level == "user" and task is not None:
-        raise MemoryInputError("a user-level record has task null")
-    scope = Scope(record["user"], "user-level" if task is None else task)
-    created_at = _check_text("created_at", record["created_at"], 64)
-    try:
-        datetime.fromisoformat(created_at)
-    except ValueError:
-        raise MemoryInputError(f"created_at is not ISO-8601: {created_at!r}") from None
-    return (*_new_row(scope, level, record["text"], record["source"]), created_at)
-
-
-def _id_span(ids: list[int]) -> str:
-    return f"{ids[0]}..{ids[-1]}" if ids else "none"
-
-
-def _memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
-    memory_id, task_id, text, source, created_at = row
-    return {
-        "id": memory_id,
-        "level": _level_of(task_id),
-        "text": text,
-        "source": source,
-        "created_at": created_at,
-        **extra,
-    }
-
-
 # -- the command line ----------------------------------------------------------------
-
 
 def _identifier(value: str) -> str:
     if IDENTIFIER.fullmatch(value) is None:

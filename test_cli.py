@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import pathlib
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ import memory
 from memory import MemoryStore, Scope, fixed_clock
 from test_concurrency import WRITER
 from test_index import write_version_1
+from test_memory import stamp_version
 from test_properties import Memory
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -223,9 +223,7 @@ def test_usage_errors_exit_2_without_traceback(args: list[str]) -> None:
 def test_store_errors_exit_1_with_one_line(folder: pathlib.Path) -> None:
     newer = folder / "newer.db"
     MemoryStore(newer).close()
-    db = sqlite3.connect(newer)
-    db.execute(f"PRAGMA user_version = {memory.SCHEMA_VERSION + 5}")
-    db.close()
+    stamp_version(newer, memory.SCHEMA_VERSION + 5)
     done = cli("stats", str(newer))
     assert_clean_failure(done, 1)
     assert "database schema version" in done.stderr

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from memory import MemoryStore, Scope
+from test_memory import scalar
 
 HERE = pathlib.Path(__file__).resolve().parent
 JOIN_SECONDS = 60
@@ -33,11 +34,7 @@ def path() -> Iterator[pathlib.Path]:
 
 
 def integrity(path: pathlib.Path) -> str:
-    db = sqlite3.connect(path)
-    try:
-        return str(db.execute("PRAGMA integrity_check").fetchone()[0])
-    finally:
-        db.close()
+    return str(scalar(path, "PRAGMA integrity_check"))
 
 
 def run_children(code: str, arguments: list[list[str]]) -> list[subprocess.CompletedProcess[str]]:

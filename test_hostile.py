@@ -29,6 +29,7 @@ from memory import (
     Scope,
     StoreError,
 )
+from test_memory import row_count, stamp_version
 
 ALICE = Scope("alice", "trip")
 
@@ -104,9 +105,7 @@ def test_foreign_database(folder: pathlib.Path) -> None:
 
 def test_newer_version(folder: pathlib.Path) -> None:
     path = filled(folder / "memory.db", 3)
-    db = sqlite3.connect(path)
-    db.execute(f"PRAGMA user_version = {memory.SCHEMA_VERSION + 1}")
-    db.close()
+    stamp_version(path, memory.SCHEMA_VERSION + 1)
     assert_refused(path)
 
 
@@ -206,12 +205,7 @@ BAD_IDENTIFIERS = st.one_of(
 )
 
 
-def rows_in(path: pathlib.Path) -> int:
-    db = sqlite3.connect(path)
-    try:
-        return int(db.execute("SELECT count(*) FROM memories").fetchone()[0])
-    finally:
-        db.close()
+rows_in = row_count
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import memory
 from memory import MemoryInputError, MemoryStore, SchemaError, Scope, fixed_clock
+from test_memory import stamp_version
 from test_properties import QUERIES, SCOPES, SOURCES, TEXTS, Memory, Model
 
 # SPEC Part 1's layout, frozen: what a version-1 file holds. Its index name is not part
@@ -138,9 +139,7 @@ def test_code_knowing_only_version_1_would_refuse_the_new_file(folder: pathlib.P
 def test_newer_versions_are_still_refused(folder: pathlib.Path) -> None:
     path = folder / "new.db"
     MemoryStore(path).close()
-    db = sqlite3.connect(path)
-    db.execute(f"PRAGMA user_version = {memory.SCHEMA_VERSION + 1}")
-    db.close()
+    stamp_version(path, memory.SCHEMA_VERSION + 1)
     with pytest.raises(SchemaError, match=f"database schema version {memory.SCHEMA_VERSION + 1}"):
         MemoryStore(path)
 

@@ -46,20 +46,29 @@ def tables(path: pathlib.Path) -> list[str]:
     return names
 
 
-def user_version(path: pathlib.Path) -> int:
+def scalar(path: pathlib.Path, sql: str) -> Any:
+    """The first value `sql` reads through a plain connection of the test's own."""
     db = sqlite3.connect(path)
     try:
-        return int(db.execute("PRAGMA user_version").fetchone()[0])
+        return db.execute(sql).fetchone()[0]
     finally:
         db.close()
+
+
+def stamp_version(path: pathlib.Path, version: int) -> None:
+    db = sqlite3.connect(path)
+    try:
+        db.execute(f"PRAGMA user_version = {version:d}")
+    finally:
+        db.close()
+
+
+def user_version(path: pathlib.Path) -> int:
+    return int(scalar(path, "PRAGMA user_version"))
 
 
 def row_count(path: pathlib.Path) -> int:
-    db = sqlite3.connect(path)
-    try:
-        return int(db.execute("SELECT count(*) FROM memories").fetchone()[0])
-    finally:
-        db.close()
+    return int(scalar(path, "SELECT count(*) FROM memories"))
 
 
 class StoreTestCase(unittest.TestCase):
@@ -346,9 +355,7 @@ class TestOpening(unittest.TestCase):
         MemoryStore(self.path).close()
         for version in (memory.SCHEMA_VERSION + 1, 99, -1):
             with self.subTest(version=version):
-                with sqlite3.connect(self.path) as db:
-                    db.execute(f"PRAGMA user_version = {version}")
-                db.close()
+                stamp_version(self.path, version)
                 with self.assertRaisesRegex(SchemaError, f"database schema version {version}"):
                     MemoryStore(self.path)
 
