@@ -280,6 +280,7 @@ def _record_row(record: object) -> tuple[str, str | None, str, str, str | None]:
     task = record["task"]
     if level == "user" and task is not None:
         raise MemoryInputError("a user-level record has task null")
+    # A Scope needs a task; a user-level memory keeps none, so any valid name serves.
     scope = Scope(record["user"], "user-level" if task is None else task)
     created_at = _check_text("created_at", record["created_at"], 64)
     try:
@@ -696,7 +697,6 @@ class MemoryStore:
             (visible,) = db.execute(_SQL_COUNT, (scope.user, scope.task)).fetchone()
         return int(visible)
 
-
     # -- seeing and forgetting -------------------------------------------------------
 
     def memories(self, scope: Scope) -> list[dict[str, Any]]:
@@ -754,7 +754,6 @@ class MemoryStore:
         if busy:
             log.warning("checkpoint blocked by a reader; deleted text stays in the WAL until"
                         " the next checkpoint")
-
 
     # -- operating -------------------------------------------------------------------
 
@@ -936,7 +935,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--user", required=True, type=_identifier, help="the user id")
         if task:
             sub.add_argument("--task", required=True, type=_identifier, help="the task id")
-        sub.set_defaults(run=run)
+        sub.set_defaults(run=run, usage=sub)
         return sub
 
     command("stats", _run_stats, "counts by level and users, schema version, file size")
@@ -971,7 +970,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "erase-user" and not args.yes:
-        parser.error("erase-user removes every memory of the user; add --yes to confirm")
+        args.usage.error("erase-user removes every memory of the user; add --yes to confirm")
     if args.verbose:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(levelname)s: %(message)s")
     try:

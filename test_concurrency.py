@@ -158,6 +158,8 @@ def test_sigkill_never_loses_a_returned_memory(path: pathlib.Path) -> None:
         child = subprocess.Popen([sys.executable, "-c", CRASHER, str(path), str(round_ * 10**6)],
                                  cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
+        watchdog = threading.Timer(JOIN_SECONDS, child.kill)  # readline has no timeout
+        watchdog.start()
         try:
             assert child.stdout is not None
             first = child.stdout.readline()  # the store is open and has written once
@@ -166,6 +168,7 @@ def test_sigkill_never_loses_a_returned_memory(path: pathlib.Path) -> None:
             child.send_signal(signal.SIGKILL)
             out, _ = child.communicate(timeout=JOIN_SECONDS)
         finally:
+            watchdog.cancel()
             if child.poll() is None:
                 child.kill()
                 child.wait(timeout=10)

@@ -13,7 +13,7 @@ import pytest
 import memory
 from memory import MemoryInputError, MemoryStore, Scope, StoreError, fixed_clock
 from test_index import write_version_1
-from test_properties import Memory
+from test_properties import Memory, index_problems
 
 ALICE_TRIP = Scope("alice", "trip")
 ALICE_WORK = Scope("alice", "work")
@@ -30,6 +30,8 @@ def folder() -> Iterator[pathlib.Path]:
 def store(folder: pathlib.Path) -> Iterator[MemoryStore]:
     with MemoryStore(folder / "memory.db", clock=fixed_clock()) as opened:
         yield opened
+        # Whatever the test did, the word index still holds exactly the memories' words.
+        assert index_problems(opened.db) == []
 
 
 def seed(store: MemoryStore) -> dict[str, int]:
@@ -63,6 +65,7 @@ def test_memories_lists_the_scope_oldest_first(store: MemoryStore) -> None:
 def test_forget_own_memory(store: MemoryStore) -> None:
     ids = seed(store)
     assert store.forget(ALICE_TRIP, ids["a-trip"]) is True
+    assert index_problems(store.db) == []
     assert store.recall(ALICE_TRIP, "lisbon hotel") == []
     assert [m["id"] for m in store.recall(BOB_TRIP, "lisbon hotel")] == [ids["b-trip"]]
     assert store.forget(ALICE_TRIP, ids["a-trip"]) is False
@@ -89,6 +92,7 @@ def test_forget_rejects_what_is_not_an_id(store: MemoryStore, bad: Any) -> None:
 def test_forget_source_stays_in_scope(store: MemoryStore) -> None:
     ids = seed(store)
     assert store.forget_source(ALICE_TRIP, "trip/turn-1") == 2
+    assert index_problems(store.db) == []
     assert [m["id"] for m in store.memories(ALICE_TRIP)] == [ids["a-other"]]
     assert [m["id"] for m in store.memories(ALICE_WORK)] == [ids["a-work"], ids["a-other"]]
     assert store.count(BOB_TRIP) == 2

@@ -6,9 +6,11 @@ memory the slow, obvious way, with its own copy of the word rule.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import re
 import shutil
+import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,26 @@ class Model:
 
     def count(self, scope: Scope) -> int:
         return len(self.visible(scope))
+
+
+def index_problems(db: sqlite3.Connection) -> list[str]:
+    """How the word index differs from the words of the memories it indexes: every
+    (user, word, task, id) once, nothing for a memory that is gone."""
+    expected = {(user, word, task, memory_id)
+                for memory_id, user, task, text in db.execute(
+                    "SELECT id, user_id, task_id, text FROM memories")
+                for word in model_words(text)}
+    found: list[tuple[str, str, str | None, int]] = []
+    for user, word, task, first_id, blob in db.execute(
+            "SELECT user_id, word, task_id, first_id, ids FROM memory_words"):
+        ids = array.array("q", blob)
+        if not ids or ids[0] != first_id or list(ids) != sorted(set(ids)):
+            return [f"malformed row {user}/{word}/{first_id}: {list(ids)}"]
+        found += [(user, word, task, memory_id) for memory_id in ids]
+    problems = [f"posting twice: {p}" for p in set(found) if found.count(p) > 1]
+    problems += [f"stale posting: {p}" for p in set(found) - expected]
+    problems += [f"missing posting: {p}" for p in expected - set(found)]
+    return problems
 
 
 USERS = st.sampled_from(["alice", "bob", "carol-2"])
@@ -166,6 +188,10 @@ class StoreMatchesModel(RuleBasedStateMachine):
     def reopen(self) -> None:
         self.store.close()
         self.store = MemoryStore(self.folder / "memory.db", clock=self.clock)
+
+    @invariant()
+    def index_matches_the_memories(self) -> None:
+        assert index_problems(self.store.db) == []
 
     @invariant()
     def counts_agree(self) -> None:
