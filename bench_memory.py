@@ -110,6 +110,10 @@ def measure(size: int, folder: Path) -> dict[str, float]:
         for other in range(OTHER_USERS):
             fill(store, rng, vocab, Scope(f"other-{other}", "task-1"), size // OTHER_USERS)
         row["remember_many/s"] = fill(store, rng, vocab, me, size)
+        # Ten memories hold a word no other memory has: their recall should cost the same
+        # at every size, since its cost follows the matching memories, not the total.
+        store.remember_many([(me, "user", f"{sentence(rng, vocab)} zzneedle", "needle")
+                             for _ in range(10)])
         single = timed(lambda: store.remember(me, "user", sentence(rng, vocab), "single"),
                        SINGLE_WRITES)
         row["remember/s"] = 1000 / statistics.mean(single)
@@ -120,6 +124,10 @@ def measure(size: int, folder: Path) -> dict[str, float]:
         row["recall p50 ms"] = statistics.median(recall)
         row["recall p99 ms"] = percentile(recall, 0.99)
         row["recall peak KiB"] = peak_kib(lambda: store.recall(me, queries[0]))
+        row["postings read"] = matching_postings(store, me, queries[0])
+        needle = timed(lambda: store.recall(me, "zzneedle", limit=20), QUERIES)
+        row["needle recall ms"] = statistics.median(needle)
+        row["needle peak KiB"] = peak_kib(lambda: store.recall(me, "zzneedle", limit=20))
 
         scans = max(3, min(QUERIES, 200_000 // size))
         for query in queries[:scans]:  # the two designs agree on every measured query
@@ -139,6 +147,14 @@ def measure(size: int, folder: Path) -> dict[str, float]:
         row["fetch rows ms"] = statistics.median(fetch)
         row["count speed-up"] = row["fetch rows ms"] / row["count ms"]
     return row
+
+
+def matching_postings(store: MemoryStore, scope: Scope, query: str) -> int:
+    """How many (word, memory) postings recall reads for `query`."""
+    (total,) = store.db.execute(
+        memory._SQL_POSTINGS.replace("SELECT ids", "SELECT coalesce(sum(length(ids)), 0) / 8"),
+        (scope.user, scope.task, json.dumps(sorted(words(query))))).fetchone()
+    return int(total)
 
 
 def threaded_recall_p50(store: MemoryStore, scope: Scope, queries: list[str]) -> float:
@@ -179,8 +195,8 @@ def durability(folder: Path) -> list[dict[str, float]]:
     return rows
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
-    columns = list(rows[0])
+def format_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    columns = columns or list(rows[0])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         cells = [value if isinstance(value, str) else f"{value:,.0f}" if value >= 100
@@ -201,7 +217,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         rows = [measure(size, Path(name)) for size in sizes]
         durable = durability(Path(name))
-    print(format_table(rows))
+    print(format_table(rows, ["size", "recall p50 ms", "recall p99 ms", "scan p50 ms",
+                              "recall speed-up", "recall peak KiB", "postings read",
+                              "scan peak KiB", "needle recall ms", "needle peak KiB",
+                              "recall p50 ms, 8 threads"]))
+    print()
+    print(format_table(rows, ["size", "remember/s", "remember_many/s", "count ms",
+                              "fetch rows ms", "count speed-up"]))
     print()
     print(format_table(durable))
     if args.json:

@@ -84,9 +84,10 @@ SCHEMA = ";\n".join([_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS])
 _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
 
 _SQL_LAYOUT = "SELECT (SELECT user_version FROM pragma_user_version), count(*) FROM sqlite_master"
-# Under the write lock the next ids are known, so a batch is one executemany; AUTOINCREMENT
-# keeps sqlite_sequence at the largest id ever written, forgotten ones included.
-_SQL_LAST_ID = "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'memories'"
+# Under the write lock the next ids are known, so a batch is one executemany. AUTOINCREMENT
+# keeps sqlite_sequence at the largest id ever written, forgotten ones included; memories
+# is the only table that can have a row there (memory_words has no rowid).
+_SQL_LAST_ID = "SELECT coalesce(max(seq), 0) FROM sqlite_sequence"
 _SQL_INSERT = (
     "INSERT INTO memories (id, user_id, task_id, text, source, created_at)"
     " VALUES (?, ?, ?, ?, ?, ?)"

@@ -51,12 +51,11 @@ def lines(output: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in output.splitlines()]
 
 
-def assert_clean_failure(done: subprocess.CompletedProcess[str], code: int) -> None:
-    assert done.returncode == code, done
-    assert "Traceback" not in done.stderr
-    assert len(done.stderr.strip().splitlines()) <= 2  # usage line + error for argparse
-    assert done.stderr.strip().splitlines()[-1].startswith(("memory: error:", "memory ",
-                                                             "usage:"))
+def assert_clean_failure(done: subprocess.CompletedProcess[str]) -> None:
+    """A store error: exit 1 and exactly one line on stderr, no traceback."""
+    assert done.returncode == 1, done
+    assert done.stderr.startswith("memory: error: "), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -145,7 +144,7 @@ def test_import_is_all_or_nothing_and_names_the_line(folder: pathlib.Path, bad_l
     dump.write_text("\n".join([good, "", good, bad_line, good]) + "\n", encoding="utf-8")
     target = folder / "target.db"
     done = cli("import", str(target), str(dump))
-    assert_clean_failure(done, 1)
+    assert_clean_failure(done)
     assert "line 4" in done.stderr and reason in done.stderr
     assert not target.exists()
     with MemoryStore(target) as store:
@@ -156,8 +155,7 @@ def test_import_is_all_or_nothing_and_names_the_line(folder: pathlib.Path, bad_l
 
 
 def test_forget_and_erase_user(store_path: pathlib.Path) -> None:
-    assert_clean_failure(cli("forget", str(store_path), "--user", "bob", "--task", "trip", "2"),
-                         1)
+    assert_clean_failure(cli("forget", str(store_path), "--user", "bob", "--task", "trip", "2"))
     done = cli("forget", str(store_path), "--user", "alice", "--task", "trip", "2")
     assert done.returncode == 0, done.stderr
     refused = cli("erase-user", str(store_path), "--user", "alice")
@@ -175,7 +173,7 @@ def test_commands_never_create_a_store_by_typo(folder: pathlib.Path) -> None:
                  ["forget", "--user", "a", "--task", "b", "1"],
                  ["erase-user", "--user", "a", "--yes"], ["export", "--user", "a"]):
         done = cli(args[0], str(missing), *args[1:])
-        assert_clean_failure(done, 1)
+        assert_clean_failure(done)
         assert "no such memory store" in done.stderr
     assert not missing.exists()
 
@@ -187,7 +185,7 @@ def test_check(store_path: pathlib.Path, folder: pathlib.Path) -> None:
                                        "schema_version": memory.SCHEMA_VERSION}
     garbage = folder / "garbage.db"
     garbage.write_bytes(b"\x13" * 8192)
-    assert_clean_failure(cli("check", str(garbage)), 1)
+    assert_clean_failure(cli("check", str(garbage)))
 
 
 def test_check_finds_damage_inside_a_readable_file(folder: pathlib.Path) -> None:
@@ -225,11 +223,10 @@ def test_store_errors_exit_1_with_one_line(folder: pathlib.Path) -> None:
     MemoryStore(newer).close()
     stamp_version(newer, memory.SCHEMA_VERSION + 5)
     done = cli("stats", str(newer))
-    assert_clean_failure(done, 1)
+    assert_clean_failure(done)
     assert "database schema version" in done.stderr
-    (folder / "exists.db").write_bytes(b"")
     done = cli("import", str(folder / "new.db"), str(folder / "no-such-file.jsonl"))
-    assert_clean_failure(done, 1)
+    assert_clean_failure(done)
 
 
 def test_backup_is_consistent_while_another_process_writes(store_path: pathlib.Path,
@@ -271,7 +268,7 @@ def test_backup_is_consistent_while_another_process_writes(store_path: pathlib.P
 def test_backup_refuses_to_overwrite(store_path: pathlib.Path, folder: pathlib.Path) -> None:
     taken = folder / "taken.db"
     taken.write_bytes(b"precious")
-    assert_clean_failure(cli("backup", str(store_path), str(taken)), 1)
+    assert_clean_failure(cli("backup", str(store_path), str(taken)))
     assert taken.read_bytes() == b"precious"
 
 

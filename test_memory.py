@@ -221,10 +221,20 @@ class TestScopeRule(StoreTestCase):
         with mock.patch.object(memory.sqlite3, "connect", connect):
             store = self.open(self.folder / "recorded.db")
         marker = "zqxmarker"
-        store.remember(Scope("userzqx", "taskzqx"), "task", f"text {marker}", f"source{marker}")
-        store.recall(Scope("userzqx", "taskzqx"), f"query {marker}")
-        store.count(Scope("userzqx", "taskzqx"))
-        self.assertTrue(executed)
+        scope = Scope("userzqx", "taskzqx")
+        first = store.remember(scope, "task", f"text {marker}", f"source{marker}")
+        store.remember_many([(scope, "user", f"more {marker}", f"source{marker}")] * 3)
+        store.import_memories([{"user": "userzqx", "task": None, "level": "user",
+                                "text": f"imported {marker}", "source": f"import{marker}",
+                                "created_at": "2026-10-20T09:00:00+00:00"}])
+        store.recall(scope, f"query {marker}")
+        store.count(scope)
+        store.memories(scope)
+        store.export_user("userzqx")
+        store.forget(scope, first)
+        store.forget_source(scope, f"source{marker}")
+        store.erase_user("userzqx")
+        self.assertGreater(len(executed), 10)
         for sql in executed:
             self.assertNotIn("zqx", sql)
 
