@@ -21,14 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memory
-from memory import (
-    MAX_TEXT,
-    MemoryInputError,
-    MemoryStore,
-    SchemaError,
-    Scope,
-    StoreError,
-)
+from memory import MAX_TEXT, MemoryInputError, MemoryStore, SchemaError, Scope, StoreError
 from test_memory import row_count, stamp_version
 
 ALICE = Scope("alice", "trip")

@@ -13,6 +13,7 @@ import pytest
 import memory
 from memory import MemoryInputError, MemoryStore, Scope, StoreError, fixed_clock
 from test_index import write_version_1
+from test_memory import TOUCHES_MEMORY_DATA
 from test_properties import Memory, index_problems
 
 ALICE_TRIP = Scope("alice", "trip")
@@ -261,8 +262,6 @@ def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
 
 
 def memory_statements(statements: list[str]) -> list[str]:
-    from test_memory import TOUCHES_MEMORY_DATA
-
     return [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
 
 
