@@ -84,6 +84,7 @@ SCHEMA = ";\n".join([_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS])
 _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
 
 _SQL_LAYOUT = "SELECT (SELECT user_version FROM pragma_user_version), count(*) FROM sqlite_master"
+_SQL_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 # Under the write lock the next ids are known, so a batch is one executemany. AUTOINCREMENT
 # keeps sqlite_sequence at the largest id ever written, forgotten ones included; memories
 # is the only table that can have a row there (memory_words has no rowid).
@@ -425,6 +426,8 @@ def _upgrade_to_2(db: sqlite3.Connection) -> None:
 MIGRATIONS: list[tuple[int, Callable[[sqlite3.Connection], None]]] = [
     (2, _upgrade_to_2),
 ]
+# The version each table first appears in: a file stamped with a version must have them.
+_TABLE_SINCE = {"memories": 1, "memory_words": 2}
 
 
 def _layout(db: sqlite3.Connection, path: str) -> int:
@@ -440,6 +443,10 @@ def _layout(db: sqlite3.Connection, path: str) -> int:
             f"{path} has database schema version {version};"
             f" this code reads versions 1 to {SCHEMA_VERSION}"
         )
+    tables = {name for (name,) in db.execute(_SQL_TABLES)}
+    missing = sorted(t for t, since in _TABLE_SINCE.items() if since <= version and t not in tables)
+    if missing:
+        raise SchemaError(f"{path} claims schema version {version} but has no table {missing[0]}")
     return int(version)
 
 

@@ -96,6 +96,19 @@ def test_foreign_database(folder: pathlib.Path) -> None:
     assert_refused(path)
 
 
+@pytest.mark.parametrize("version", [1, memory.SCHEMA_VERSION])
+def test_foreign_database_stamped_with_a_known_version(folder: pathlib.Path,
+                                                       version: int) -> None:
+    path = folder / "stamped.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (body TEXT)")
+    db.execute("INSERT INTO notes VALUES ('keep me')")
+    db.commit()
+    db.close()
+    stamp_version(path, version)
+    assert_refused(path)
+
+
 def test_newer_version(folder: pathlib.Path) -> None:
     path = filled(folder / "memory.db", 3)
     stamp_version(path, memory.SCHEMA_VERSION + 1)
