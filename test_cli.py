@@ -7,9 +7,7 @@ import logging
 import pathlib
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -31,14 +29,8 @@ def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str
 
 
 @pytest.fixture
-def folder() -> Iterator[pathlib.Path]:
-    with tempfile.TemporaryDirectory() as name:
-        yield pathlib.Path(name)
-
-
-@pytest.fixture
-def store_path(folder: pathlib.Path) -> pathlib.Path:
-    path = folder / "memory.db"
+def store_path(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "memory.db"
     with MemoryStore(path, clock=fixed_clock()) as store:
         store.remember(Scope("alice", "trip"), "user", "Alice is vegetarian.", "trip/turn-3")
         store.remember(Scope("alice", "trip"), "task", "Book the Lisbon hotel.", "trip/turn-5")
@@ -103,15 +95,15 @@ def test_list_and_recall_are_scoped(store_path: pathlib.Path) -> None:
 
 
 def test_export_then_import_round_trips_every_field_but_the_id(store_path: pathlib.Path,
-                                                               folder: pathlib.Path) -> None:
+                                                               tmp_path: pathlib.Path) -> None:
     exported = cli("export", str(store_path), "--user", "alice")
     assert exported.returncode == 0
     records = lines(exported.stdout)
     assert len(records) == 3
     assert set(records[0]) == {"user", "task", "level", "text", "source", "created_at"}
-    dump = folder / "alice.jsonl"
+    dump = tmp_path / "alice.jsonl"
     dump.write_text(exported.stdout, encoding="utf-8")
-    fresh = folder / "fresh.db"
+    fresh = tmp_path / "fresh.db"
     done = cli("import", str(fresh), str(dump))
     assert done.returncode == 0, done.stderr
     assert lines(cli("export", str(fresh), "--user", "alice").stdout) == records
@@ -136,13 +128,13 @@ def test_export_then_import_round_trips_every_field_but_the_id(store_path: pathl
     ('["not", "an", "object"]', "keys"),
     ('{"user": "alice", oops}', "not JSON"),
 ])
-def test_import_is_all_or_nothing_and_names_the_line(folder: pathlib.Path, bad_line: str,
+def test_import_is_all_or_nothing_and_names_the_line(tmp_path: pathlib.Path, bad_line: str,
                                                      reason: str) -> None:
     good = json.dumps({"user": "alice", "task": None, "level": "user", "text": "Fine.",
                        "source": "s", "created_at": "2026-10-20T09:00:00+00:00"})
-    dump = folder / "in.jsonl"
+    dump = tmp_path / "in.jsonl"
     dump.write_text("\n".join([good, "", good, bad_line, good]) + "\n", encoding="utf-8")
-    target = folder / "target.db"
+    target = tmp_path / "target.db"
     done = cli("import", str(target), str(dump))
     assert_clean_failure(done)
     assert "line 4" in done.stderr and reason in done.stderr
@@ -167,8 +159,8 @@ def test_forget_and_erase_user(store_path: pathlib.Path) -> None:
     assert len(lines(cli("export", str(store_path), "--user", "bob").stdout)) == 1
 
 
-def test_commands_never_create_a_store_by_typo(folder: pathlib.Path) -> None:
-    missing = folder / "typo.db"
+def test_commands_never_create_a_store_by_typo(tmp_path: pathlib.Path) -> None:
+    missing = tmp_path / "typo.db"
     for args in (["stats"], ["list", "--user", "a", "--task", "b"], ["check"],
                  ["forget", "--user", "a", "--task", "b", "1"],
                  ["erase-user", "--user", "a", "--yes"], ["export", "--user", "a"]):
@@ -178,18 +170,18 @@ def test_commands_never_create_a_store_by_typo(folder: pathlib.Path) -> None:
     assert not missing.exists()
 
 
-def test_check(store_path: pathlib.Path, folder: pathlib.Path) -> None:
+def test_check(store_path: pathlib.Path, tmp_path: pathlib.Path) -> None:
     done = cli("check", str(store_path))
     assert done.returncode == 0
     assert json.loads(done.stdout) == {"ok": True, "integrity": ["ok"],
                                        "schema_version": memory.SCHEMA_VERSION}
-    garbage = folder / "garbage.db"
+    garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"\x13" * 8192)
     assert_clean_failure(cli("check", str(garbage)))
 
 
-def test_check_finds_damage_inside_a_readable_file(folder: pathlib.Path) -> None:
-    path = folder / "damaged.db"
+def test_check_finds_damage_inside_a_readable_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "damaged.db"
     with MemoryStore(path) as store:
         store.remember_many([(Scope("alice", "t"), "user", f"note {n} " + "pad " * 50, "s")
                              for n in range(400)])
@@ -218,19 +210,19 @@ def test_usage_errors_exit_2_without_traceback(args: list[str]) -> None:
     assert "usage:" in done.stderr
 
 
-def test_store_errors_exit_1_with_one_line(folder: pathlib.Path) -> None:
-    newer = folder / "newer.db"
+def test_store_errors_exit_1_with_one_line(tmp_path: pathlib.Path) -> None:
+    newer = tmp_path / "newer.db"
     MemoryStore(newer).close()
     stamp_version(newer, memory.SCHEMA_VERSION + 5)
     done = cli("stats", str(newer))
     assert_clean_failure(done)
     assert "database schema version" in done.stderr
-    done = cli("import", str(folder / "new.db"), str(folder / "no-such-file.jsonl"))
+    done = cli("import", str(tmp_path / "new.db"), str(tmp_path / "no-such-file.jsonl"))
     assert_clean_failure(done)
 
 
 def test_backup_is_consistent_while_another_process_writes(store_path: pathlib.Path,
-                                                           folder: pathlib.Path) -> None:
+                                                           tmp_path: pathlib.Path) -> None:
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(store_path), "writer", "3000"],
                               cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
@@ -238,7 +230,7 @@ def test_backup_is_consistent_while_another_process_writes(store_path: pathlib.P
         copies = []
         for n in range(3):
             time.sleep(0.2)
-            destination = folder / f"copy-{n}.db"
+            destination = tmp_path / f"copy-{n}.db"
             done = cli("backup", str(store_path), str(destination))
             assert done.returncode == 0, done.stderr
             copies.append(destination)
@@ -265,8 +257,8 @@ def test_backup_is_consistent_while_another_process_writes(store_path: pathlib.P
     assert 0 < counts[-1]
 
 
-def test_backup_refuses_to_overwrite(store_path: pathlib.Path, folder: pathlib.Path) -> None:
-    taken = folder / "taken.db"
+def test_backup_refuses_to_overwrite(store_path: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    taken = tmp_path / "taken.db"
     taken.write_bytes(b"precious")
     assert_clean_failure(cli("backup", str(store_path), str(taken)))
     assert taken.read_bytes() == b"precious"
@@ -283,7 +275,7 @@ class Capture(logging.Handler):
         self.records.append(record)
 
 
-def test_logs_carry_ids_levels_and_counts_never_text(folder: pathlib.Path) -> None:
+def test_logs_carry_ids_levels_and_counts_never_text(tmp_path: pathlib.Path) -> None:
     texts = ["Alice is vegetarian zucchini.", "Book the Lisbon hotel quokka.",
              "Old version one memory walrus.", "Imported memory narwhal.",
              "Bulk memory platypus."]
@@ -294,7 +286,7 @@ def test_logs_carry_ids_levels_and_counts_never_text(folder: pathlib.Path) -> No
     previous = logger.level
     logger.setLevel(logging.DEBUG)
     try:
-        old = folder / "old.db"
+        old = tmp_path / "old.db"
         write_version_1(old, [Memory(1, "alice", None, texts[2], "old/turn-1", "2026-01-01")])
         with MemoryStore(old) as store:
             alice = Scope("alice", "trip")
@@ -311,7 +303,7 @@ def test_logs_carry_ids_levels_and_counts_never_text(folder: pathlib.Path) -> No
             store.export_user("alice")
             store.stats()
             store.check()
-            store.backup(folder / "copy.db")
+            store.backup(tmp_path / "copy.db")
             store.forget(alice, 2)
             store.forget_source(alice, "trip/turn-5")
             store.erase_user("alice")

@@ -12,11 +12,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -28,9 +26,8 @@ JOIN_SECONDS = 60
 
 
 @pytest.fixture
-def path() -> Iterator[pathlib.Path]:
-    with tempfile.TemporaryDirectory() as name:
-        yield pathlib.Path(name) / "memory.db"
+def path(tmp_path: pathlib.Path) -> pathlib.Path:
+    return tmp_path / "memory.db"
 
 
 def integrity(path: pathlib.Path) -> str:

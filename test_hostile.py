@@ -6,7 +6,6 @@ each bad value by MemoryInputError before anything is written.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pathlib
 import random
@@ -22,19 +21,10 @@ from hypothesis import strategies as st
 
 import memory
 from memory import MAX_TEXT, MemoryInputError, MemoryStore, SchemaError, Scope, StoreError
+from test_index import digest
 from test_memory import row_count, stamp_version
 
 ALICE = Scope("alice", "trip")
-
-
-@pytest.fixture
-def folder() -> Iterator[pathlib.Path]:
-    with tempfile.TemporaryDirectory() as name:
-        yield pathlib.Path(name)
-
-
-def digest(path: pathlib.Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def filled(path: pathlib.Path, count: int = 300) -> pathlib.Path:
@@ -57,38 +47,38 @@ def assert_refused(path: pathlib.Path) -> None:
     assert digest(path) == before
 
 
-def test_random_bytes(folder: pathlib.Path) -> None:
-    path = folder / "random.db"
+def test_random_bytes(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "random.db"
     path.write_bytes(random.Random(7).randbytes(16384))
     assert_refused(path)
 
 
-def test_truncated_database(folder: pathlib.Path) -> None:
-    path = filled(folder / "memory.db")
+def test_truncated_database(tmp_path: pathlib.Path) -> None:
+    path = filled(tmp_path / "memory.db")
     data = path.read_bytes()
     assert len(data) > 8 * 4096
     path.write_bytes(data[: len(data) // 2])
     assert_refused(path)
 
 
-def test_damaged_header(folder: pathlib.Path) -> None:
-    path = filled(folder / "memory.db")
+def test_damaged_header(tmp_path: pathlib.Path) -> None:
+    path = filled(tmp_path / "memory.db")
     data = bytearray(path.read_bytes())
     data[0:16] = b"NOT A DATABASE!\x00"
     path.write_bytes(bytes(data))
     assert_refused(path)
 
 
-def test_damaged_page_size(folder: pathlib.Path) -> None:
-    path = filled(folder / "memory.db")
+def test_damaged_page_size(tmp_path: pathlib.Path) -> None:
+    path = filled(tmp_path / "memory.db")
     data = bytearray(path.read_bytes())
     data[16:18] = b"\x00\x07"  # not a power of two
     path.write_bytes(bytes(data))
     assert_refused(path)
 
 
-def test_foreign_database(folder: pathlib.Path) -> None:
-    path = folder / "foreign.db"
+def test_foreign_database(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "foreign.db"
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE memories (body TEXT)")
     db.commit()
@@ -97,9 +87,9 @@ def test_foreign_database(folder: pathlib.Path) -> None:
 
 
 @pytest.mark.parametrize("version", [1, memory.SCHEMA_VERSION])
-def test_foreign_database_stamped_with_a_known_version(folder: pathlib.Path,
+def test_foreign_database_stamped_with_a_known_version(tmp_path: pathlib.Path,
                                                        version: int) -> None:
-    path = folder / "stamped.db"
+    path = tmp_path / "stamped.db"
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE notes (body TEXT)")
     db.execute("INSERT INTO notes VALUES ('keep me')")
@@ -109,24 +99,24 @@ def test_foreign_database_stamped_with_a_known_version(folder: pathlib.Path,
     assert_refused(path)
 
 
-def test_newer_version(folder: pathlib.Path) -> None:
-    path = filled(folder / "memory.db", 3)
+def test_newer_version(tmp_path: pathlib.Path) -> None:
+    path = filled(tmp_path / "memory.db", 3)
     stamp_version(path, memory.SCHEMA_VERSION + 1)
     assert_refused(path)
 
 
-def test_a_directory(folder: pathlib.Path) -> None:
+def test_a_directory(tmp_path: pathlib.Path) -> None:
     with pytest.raises(SchemaError, match="directory"):
-        MemoryStore(folder)
+        MemoryStore(tmp_path)
 
 
-def test_missing_folder(folder: pathlib.Path) -> None:
+def test_missing_folder(tmp_path: pathlib.Path) -> None:
     with pytest.raises(StoreError, match="cannot create"):
-        MemoryStore(folder / "no" / "such" / "memory.db")
+        MemoryStore(tmp_path / "no" / "such" / "memory.db")
 
 
-def test_read_only_store_reads_and_refuses_writes(folder: pathlib.Path) -> None:
-    path = filled(folder / "memory.db", 5)
+def test_read_only_store_reads_and_refuses_writes(tmp_path: pathlib.Path) -> None:
+    path = filled(tmp_path / "memory.db", 5)
     before = digest(path)
     with MemoryStore(path, read_only=True) as store:
         assert store.count(ALICE) == 5
@@ -138,15 +128,15 @@ def test_read_only_store_reads_and_refuses_writes(folder: pathlib.Path) -> None:
     assert digest(path) == before
 
 
-def test_read_only_open_of_a_missing_file(folder: pathlib.Path) -> None:
+def test_read_only_open_of_a_missing_file(tmp_path: pathlib.Path) -> None:
     with pytest.raises(StoreError):
-        MemoryStore(folder / "absent.db", read_only=True)
-    assert not (folder / "absent.db").exists()
+        MemoryStore(tmp_path / "absent.db", read_only=True)
+    assert not (tmp_path / "absent.db").exists()
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="file modes do not bind root")
-def test_file_without_write_permission(folder: pathlib.Path) -> None:
-    path = filled(folder / "memory.db", 5)
+def test_file_without_write_permission(tmp_path: pathlib.Path) -> None:
+    path = filled(tmp_path / "memory.db", 5)
     path.chmod(0o400)
     with MemoryStore(path) as store:
         assert store.count(ALICE) == 5
@@ -154,8 +144,8 @@ def test_file_without_write_permission(folder: pathlib.Path) -> None:
             store.remember(ALICE, "user", "not written", "s")
 
 
-def test_full_disk_then_room_again(folder: pathlib.Path) -> None:
-    path = folder / "memory.db"
+def test_full_disk_then_room_again(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "memory.db"
     with MemoryStore(path) as store:
         kept = store.remember(ALICE, "user", "kept before the disk filled", "s")
         (pages,) = store.db.execute("PRAGMA page_count").fetchone()
@@ -174,8 +164,8 @@ def test_full_disk_then_room_again(folder: pathlib.Path) -> None:
 
 
 @pytest.mark.parametrize("umask", [0o000, 0o022, 0o077, 0o277])
-def test_new_files_are_private_whatever_the_umask(folder: pathlib.Path, umask: int) -> None:
-    path = folder / "memory.db"
+def test_new_files_are_private_whatever_the_umask(tmp_path: pathlib.Path, umask: int) -> None:
+    path = tmp_path / "memory.db"
     previous = os.umask(umask)
     try:
         store = MemoryStore(path)
@@ -284,8 +274,8 @@ def test_fuzz_constructor(path: Any, clock: Any) -> None:
         assert not (pathlib.Path(name) / "m.db").exists()
 
 
-def test_a_clock_that_returns_no_string(folder: pathlib.Path) -> None:
-    with MemoryStore(folder / "m.db", clock=lambda: 12) as store:  # type: ignore[arg-type,return-value]
+def test_a_clock_that_returns_no_string(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "m.db", clock=lambda: 12) as store:  # type: ignore[arg-type,return-value]
         with pytest.raises(MemoryInputError, match="clock"):
             store.remember(ALICE, "user", "text", "s")
         assert store.count(ALICE) == 0

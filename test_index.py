@@ -6,7 +6,6 @@ import hashlib
 import pathlib
 import sqlite3
 import tempfile
-from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -60,12 +59,6 @@ def layout(path: pathlib.Path) -> list[tuple[str, str, str]]:
         db.close()
 
 
-@pytest.fixture
-def folder() -> Iterator[pathlib.Path]:
-    with tempfile.TemporaryDirectory() as name:
-        yield pathlib.Path(name)
-
-
 def sample(count: int = 6) -> list[Memory]:
     clock = fixed_clock()
     texts = ["Alice is vegetarian.", "Book the Lisbon hotel.", "Aisle seats on flights.",
@@ -78,8 +71,8 @@ def sample(count: int = 6) -> list[Memory]:
             for n, (user, task) in enumerate(owners[:count])]
 
 
-def test_version_1_file_is_upgraded_in_place(folder: pathlib.Path) -> None:
-    path = folder / "old.db"
+def test_version_1_file_is_upgraded_in_place(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "old.db"
     old = sample()
     write_version_1(path, old)
     model = Model()
@@ -95,21 +88,21 @@ def test_version_1_file_is_upgraded_in_place(folder: pathlib.Path) -> None:
             assert store.count(scope) == model.count(scope)
         new_id = store.remember(ALICE, "user", "After the upgrade.", "s")
         assert new_id > max(m.id for m in old)
-    fresh = folder / "fresh.db"
+    fresh = tmp_path / "fresh.db"
     MemoryStore(fresh).close()
     assert layout(path) == layout(fresh)
 
 
-def test_empty_version_1_file_is_upgraded(folder: pathlib.Path) -> None:
-    path = folder / "old.db"
+def test_empty_version_1_file_is_upgraded(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "old.db"
     write_version_1(path, [])
     with MemoryStore(path) as store:
         assert store.count(ALICE) == 0
         assert store.remember(ALICE, "user", "first", "s") == 1
 
 
-def test_failed_upgrade_leaves_the_file_exactly_as_it_was(folder: pathlib.Path) -> None:
-    path = folder / "old.db"
+def test_failed_upgrade_leaves_the_file_exactly_as_it_was(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "old.db"
     write_version_1(path, sample())
     before = digest(path)
     ((target, step),) = memory.MIGRATIONS
@@ -127,17 +120,17 @@ def test_failed_upgrade_leaves_the_file_exactly_as_it_was(folder: pathlib.Path) 
         assert store.count(ALICE) == 3
 
 
-def test_code_knowing_only_version_1_would_refuse_the_new_file(folder: pathlib.Path) -> None:
+def test_code_knowing_only_version_1_would_refuse_the_new_file(tmp_path: pathlib.Path) -> None:
     assert memory.SCHEMA_VERSION > 1
     assert [target for target, _ in memory.MIGRATIONS] == list(range(2, memory.SCHEMA_VERSION + 1))
-    MemoryStore(folder / "new.db").close()
-    db = sqlite3.connect(folder / "new.db")
+    MemoryStore(tmp_path / "new.db").close()
+    db = sqlite3.connect(tmp_path / "new.db")
     assert db.execute("PRAGMA user_version").fetchone()[0] == memory.SCHEMA_VERSION
     db.close()
 
 
-def test_newer_versions_are_still_refused(folder: pathlib.Path) -> None:
-    path = folder / "new.db"
+def test_newer_versions_are_still_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "new.db"
     MemoryStore(path).close()
     stamp_version(path, memory.SCHEMA_VERSION + 1)
     with pytest.raises(SchemaError, match=f"database schema version {memory.SCHEMA_VERSION + 1}"):
@@ -163,8 +156,8 @@ def test_upgraded_file_recalls_like_the_model(
                 assert store.count(scope) == model.count(scope)
 
 
-def test_remember_many_writes_all_in_order(folder: pathlib.Path) -> None:
-    with MemoryStore(folder / "m.db", clock=fixed_clock()) as store:
+def test_remember_many_writes_all_in_order(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "m.db", clock=fixed_clock()) as store:
         first = store.remember(ALICE, "user", "before", "s")
         ids = store.remember_many([(ALICE, "user", "Alice is vegetarian.", "import"),
                                    (ALICE, "task", "Hotel in Lisbon.", "import"),
@@ -175,8 +168,8 @@ def test_remember_many_writes_all_in_order(folder: pathlib.Path) -> None:
         assert store.count(ALICE) == 3
 
 
-def test_remember_many_is_one_transaction(folder: pathlib.Path) -> None:
-    with MemoryStore(folder / "m.db") as store:
+def test_remember_many_is_one_transaction(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "m.db") as store:
         statements: list[str] = []
         store.db.set_trace_callback(statements.append)
         store.remember_many([(ALICE, "user", f"note {n}", "s") for n in range(5)])
@@ -193,9 +186,9 @@ def test_remember_many_is_one_transaction(folder: pathlib.Path) -> None:
     (None, 2),
     (("alice/trip", "user", "text", "s"), 2),
 ])
-def test_one_bad_item_rejects_the_whole_call(folder: pathlib.Path, bad: Any,
+def test_one_bad_item_rejects_the_whole_call(tmp_path: pathlib.Path, bad: Any,
                                              position: int) -> None:
-    with MemoryStore(folder / "m.db") as store:
+    with MemoryStore(tmp_path / "m.db") as store:
         items = [(ALICE, "user", "good one", "s"), (ALICE, "task", "good two", "s"), bad,
                  (ALICE, "user", "good three", "s")]
         with pytest.raises(MemoryInputError, match=f"item {position}"):
@@ -205,14 +198,14 @@ def test_one_bad_item_rejects_the_whole_call(folder: pathlib.Path, bad: Any,
 
 
 @pytest.mark.parametrize("items", [None, 5, "abc", b"abc"])
-def test_remember_many_needs_an_iterable_of_items(folder: pathlib.Path, items: Any) -> None:
-    with MemoryStore(folder / "m.db") as store:
+def test_remember_many_needs_an_iterable_of_items(tmp_path: pathlib.Path, items: Any) -> None:
+    with MemoryStore(tmp_path / "m.db") as store:
         with pytest.raises(MemoryInputError):
             store.remember_many(items)
 
 
-def test_count_is_one_counting_query(folder: pathlib.Path) -> None:
-    with MemoryStore(folder / "m.db") as store:
+def test_count_is_one_counting_query(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "m.db") as store:
         store.remember_many([(ALICE, "user", f"note {n}", "s") for n in range(50)])
         statements: list[str] = []
         store.db.set_trace_callback(statements.append)
@@ -226,8 +219,8 @@ def plan(store: MemoryStore, sql: str, arguments: tuple[Any, ...]) -> str:
     return " | ".join(row[3] for row in rows)
 
 
-def test_recall_reads_only_postings_of_the_query_words(folder: pathlib.Path) -> None:
-    with MemoryStore(folder / "m.db") as store:
+def test_recall_reads_only_postings_of_the_query_words(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "m.db") as store:
         store.remember_many([(ALICE, "user", f"filler{n} words here", "s") for n in range(300)])
         target = store.remember(ALICE, "user", "needle in the haystack", "s")
         assert [r["id"] for r in store.recall(ALICE, "needle")] == [target]
@@ -238,8 +231,8 @@ def test_recall_reads_only_postings_of_the_query_words(folder: pathlib.Path) -> 
     assert "SCAN memor" not in postings + rows
 
 
-def test_single_writes_share_posting_rows(folder: pathlib.Path) -> None:
-    with MemoryStore(folder / "m.db") as store:
+def test_single_writes_share_posting_rows(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "m.db") as store:
         for n in range(2 * memory.POSTINGS_PER_ROW + 1):
             store.remember(ALICE, "user", f"hotel note{n}", "s")
         store.remember(ALICE, "task", "hotel in the task", "s")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pathlib
 import sqlite3
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,14 +21,8 @@ BOB_TRIP = Scope("bob", "trip")
 
 
 @pytest.fixture
-def folder() -> Iterator[pathlib.Path]:
-    with tempfile.TemporaryDirectory() as name:
-        yield pathlib.Path(name)
-
-
-@pytest.fixture
-def store(folder: pathlib.Path) -> Iterator[MemoryStore]:
-    with MemoryStore(folder / "memory.db", clock=fixed_clock()) as opened:
+def store(tmp_path: pathlib.Path) -> Iterator[MemoryStore]:
+    with MemoryStore(tmp_path / "memory.db", clock=fixed_clock()) as opened:
         yield opened
         # Whatever the test did, the word index still holds exactly the memories' words.
         assert index_problems(opened.db) == []
@@ -131,8 +124,8 @@ def test_export_user_has_every_task(store: MemoryStore) -> None:
                                                             "Bob's Lisbon hotel."]
 
 
-def test_ids_are_never_reused(folder: pathlib.Path) -> None:
-    path = folder / "memory.db"
+def test_ids_are_never_reused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "memory.db"
     with MemoryStore(path) as store:
         first = store.remember(ALICE_TRIP, "user", "one", "s")
         newest = store.remember(ALICE_TRIP, "user", "two", "s")
@@ -145,8 +138,8 @@ def test_ids_are_never_reused(folder: pathlib.Path) -> None:
         assert store.remember_many([(ALICE_TRIP, "user", "five", "s")])[0] > third + 1
 
 
-def test_upgraded_file_never_reuses_ids(folder: pathlib.Path) -> None:
-    path = folder / "old.db"
+def test_upgraded_file_never_reuses_ids(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "old.db"
     write_version_1(path, [Memory(n, "alice", None, f"old {n}", "s", "t") for n in (1, 2, 7)])
     with MemoryStore(path) as store:
         assert store.forget(ALICE_TRIP, 7)
@@ -202,8 +195,8 @@ def filled_with_secret(path: pathlib.Path) -> MemoryStore:
     lambda s: s.forget_source(ALICE_TRIP, SECRET_SOURCE),
     lambda s: s.erase_user("alice"),
 ])
-def test_forgotten_text_is_gone_from_the_file_and_wal(folder: pathlib.Path, forget: Any) -> None:
-    path = folder / "memory.db"
+def test_forgotten_text_is_gone_from_the_file_and_wal(tmp_path: pathlib.Path, forget: Any) -> None:
+    path = tmp_path / "memory.db"
     store = filled_with_secret(path)
     try:
         assert SECRET.encode() in file_bytes(path)  # the search can find it while kept
@@ -217,8 +210,8 @@ def test_forgotten_text_is_gone_from_the_file_and_wal(folder: pathlib.Path, forg
     assert SECRET.encode() not in file_bytes(path)
 
 
-def test_secure_delete_is_what_scrubs_the_file(folder: pathlib.Path) -> None:
-    path = folder / "memory.db"
+def test_secure_delete_is_what_scrubs_the_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "memory.db"
     store = filled_with_secret(path)
     try:
         assert store.db.execute("PRAGMA secure_delete").fetchone()[0] == 1
@@ -265,8 +258,8 @@ def memory_statements(statements: list[str]) -> list[str]:
     return [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
 
 
-def test_forget_in_a_read_only_store_is_refused(folder: pathlib.Path) -> None:
-    path = folder / "memory.db"
+def test_forget_in_a_read_only_store_is_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "memory.db"
     with MemoryStore(path) as store:
         kept = store.remember(ALICE_TRIP, "user", "kept", "s")
     with MemoryStore(path, read_only=True) as store:
