@@ -12,11 +12,12 @@ import array
 import collections
 import contextlib
 import dataclasses
+import functools
 import heapq
+import io
 import itertools
 import json
 import logging
-import operator
 import os
 import pathlib
 import re
@@ -78,13 +79,20 @@ _CREATE_WORDS = """CREATE TABLE memory_words (
     PRIMARY KEY (user_id, word, first_id)
 ) WITHOUT ROWID"""
 SCHEMA = ";\n".join([_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS])
+# A version-1 file (the core layout: one table and an index, named as its writer chose):
+# the table's columns as PRAGMA table_info gives them (name, declared type, pk).
+_VERSION_1_COLUMNS = [
+    ("id", "INTEGER", 1), ("user_id", "TEXT", 0), ("task_id", "TEXT", 0),
+    ("text", "TEXT", 0), ("source", "TEXT", 0), ("created_at", "TEXT", 0),
+]
 
 # The one scope predicate: user-level rows (task_id IS NULL) and this task's rows,
 # both under this user, so no branch can reach another user's row.
 _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
 
 _SQL_LAYOUT = "SELECT (SELECT user_version FROM pragma_user_version), count(*) FROM sqlite_master"
-_SQL_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+_SQL_OBJECTS = "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_master"
+_SQL_VERSION_1_COLUMNS = "SELECT name, upper(type), pk FROM pragma_table_info('memories')"
 # Under the write lock the next ids are known, so a batch is one executemany. AUTOINCREMENT
 # keeps sqlite_sequence at the largest id ever written, forgotten ones included; memories
 # is the only table that can have a row there (memory_words has no rowid).
@@ -165,15 +173,24 @@ class SchemaError(StoreError):
     """The file is not a memory store this code can read: foreign, newer or damaged."""
 
 
-def _store_error(exc: sqlite3.Error, path: str) -> StoreError:
-    """The module's error for a sqlite3 one: damage is a SchemaError, the rest StoreError."""
+def _store_error(exc: sqlite3.Error) -> StoreError:
+    """The module's error for a sqlite3 one: damage is a SchemaError, the rest StoreError.
+    SQLite's messages name its own objects, never a bound value, so they are kept."""
     damaged = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
     if getattr(exc, "sqlite_errorcode", 0) & 0xFF in damaged:
-        return SchemaError(f"{path} is not a readable memory store: {exc}")
-    return StoreError(f"{path}: {exc}")
+        return SchemaError(f"the file is not a readable memory store: {exc}")
+    return StoreError(f"the store could not do it: {exc}")
 
 
 # -- scope and validation --------------------------------------------------------------
+# Messages name the parameter, the rule and the value's type and length, never the value:
+# applications log exceptions, and a value in the wrong place may be a memory's text.
+
+def _described(value: object) -> str:
+    if isinstance(value, (str, bytes, bytearray)):
+        return f"a {type(value).__name__} of length {len(value)}"
+    return f"a value of type {type(value).__name__}"
+
 
 @dataclasses.dataclass(frozen=True)
 class Scope:
@@ -188,16 +205,17 @@ class Scope:
 
 
 def _check_identifier(name: str, value: object) -> str:
-    if not isinstance(value, str) or IDENTIFIER.fullmatch(value) is None:
+    # An exact str: a subclass could compare or hash unlike the text SQLite is given.
+    if type(value) is not str or IDENTIFIER.fullmatch(value) is None:
         raise MemoryInputError(
-            f"{name} must be a str matching {IDENTIFIER.pattern!r}, got {value!r:.80}"
+            f"{name} must be a str matching {IDENTIFIER.pattern!r}, got {_described(value)}"
         )
     return value
 
 
 def _check_text(name: str, value: object, longest: int, blank: bool = False) -> str:
     if not isinstance(value, str):
-        raise MemoryInputError(f"{name} must be a str, got {type(value).__name__}")
+        raise MemoryInputError(f"{name} must be a str, got {_described(value)}")
     if len(value) > longest:
         raise MemoryInputError(f"{name} is {len(value)} characters, longer than {longest}")
     if not blank and not value.strip():
@@ -206,52 +224,71 @@ def _check_text(name: str, value: object, longest: int, blank: bool = False) -> 
         raise MemoryInputError(f"{name} must not contain NUL characters")
     try:
         value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise MemoryInputError(f"{name} is not valid Unicode: {exc.reason}") from None
+    except UnicodeEncodeError:
+        raise MemoryInputError(f"{name} is not valid Unicode (a lone surrogate)") from None
+    return value
+
+
+def _check_timestamp(name: str, value: object) -> str:
+    """A clock reading or an imported created_at: what datetime.fromisoformat reads."""
+    _check_text(name, value, 64)
+    assert isinstance(value, str)
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        raise MemoryInputError(
+            f"{name} must be an ISO-8601 time, got {_described(value)} that is not one"
+        ) from None
     return value
 
 
 def _check_path(path: object) -> str:
     if not isinstance(path, (str, os.PathLike)):
-        raise MemoryInputError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        raise MemoryInputError(f"path must be a str or os.PathLike, got {_described(path)}")
     checked = os.fspath(path)
     if not isinstance(checked, str) or not checked or "\x00" in checked:
-        raise MemoryInputError(f"path must be a nonempty str path without NUL, got {checked!r:.80}")
+        raise MemoryInputError(
+            f"path must be a nonempty str path without NUL, got {_described(checked)}"
+        )
     return checked
 
 
 def _check_level(level: object) -> str:
     if not isinstance(level, str) or level not in LEVELS:
-        raise MemoryInputError(f"level must be 'user' or 'task', got {level!r:.80}")
+        raise MemoryInputError(f"level must be 'user' or 'task', got {_described(level)}")
     return level
 
 
 def _check_limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise MemoryInputError(f"limit must be an int from 1 to {MAX_LIMIT}, got {limit!r:.80}")
+        raise MemoryInputError(
+            f"limit must be an int from 1 to {MAX_LIMIT}, got {_described(limit)}"
+            + (" out of range" if type(limit) is int else "")
+        )
     return limit
 
 
 def _check_scope(scope: object) -> Scope:
+    """A Scope checked again, read once: a subclass or a mutated instance gets no say."""
     if not isinstance(scope, Scope):
-        raise MemoryInputError(f"scope must be a Scope, got {type(scope).__name__}")
-    return scope
+        raise MemoryInputError(f"scope must be a Scope, got {_described(scope)}")
+    return Scope(scope.user, scope.task)
 
 
-def _check_id(memory_id: object) -> int:
+def _check_id(memory_id: object, name: str = "memory_id") -> int:
     if isinstance(memory_id, bool) or not isinstance(memory_id, int):
-        raise MemoryInputError(f"memory_id must be an int, got {type(memory_id).__name__}")
+        raise MemoryInputError(f"{name} must be an int, got {_described(memory_id)}")
     if not 1 <= memory_id <= _MAX_ID:
-        raise MemoryInputError(f"memory_id must be from 1 to {_MAX_ID}, got {memory_id}")
+        raise MemoryInputError(f"{name} must be from 1 to {_MAX_ID}, got an int out of range")
     return memory_id
 
 
 def _new_row(scope: Scope, level: str, text: str, source: str) -> tuple[str, str | None, str, str]:
     """Validate one memory to write: (user_id, task_id, text, source)."""
-    _check_scope(scope)
+    checked = _check_scope(scope)
     return (
-        scope.user,
-        scope.task if _check_level(level) == "task" else None,
+        checked.user,
+        checked.task if _check_level(level) == "task" else None,
         _check_text("text", text, MAX_TEXT),
         _check_text("source", source, MAX_TEXT),
     )
@@ -260,35 +297,48 @@ def _new_row(scope: Scope, level: str, text: str, source: str) -> tuple[str, str
 def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[_Row]:
     """Every item checked, or MemoryInputError naming the position of the first bad one."""
     if isinstance(items, (str, bytes, dict)) or not isinstance(items, Iterable):
-        raise MemoryInputError(f"{noun}s must be an iterable, got {type(items).__name__}")
+        raise MemoryInputError(f"{noun}s must be an iterable, got {_described(items)}")
     rows = []
     for position, item in enumerate(items):
         try:
             rows.append(check(item))
-        except (MemoryInputError, TypeError) as exc:
+        except MemoryInputError as exc:
             raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
+        except TypeError:
+            raise MemoryInputError(
+                f"{noun} {position}: must be a tuple (scope, level, text, source),"
+                f" got {_described(item)}", position) from None
     return rows
 
 
-_RECORD_KEYS = frozenset({"user", "task", "level", "text", "source", "created_at"})
+# The one record shape: export_user writes it, import_memories reads it, and so does the
+# command line. `id` is written for the reader and ignored on import (ids are the store's).
+RECORD_KEYS = ("id", "user", "task", "level", "text", "source", "created_at")
+_REQUIRED_KEYS = frozenset(RECORD_KEYS) - {"id"}
 
 
 def _record_row(record: object) -> tuple[str, str | None, str, str, str | None]:
     """Validate one exported record as a row to write, keeping its created_at."""
-    if not isinstance(record, dict) or set(record) != _RECORD_KEYS:
-        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-        raise MemoryInputError(f"a record has exactly the keys {sorted(_RECORD_KEYS)}, not {keys}")
+    if not isinstance(record, dict):
+        raise MemoryInputError(f"a record must be a JSON object, got {_described(record)}")
+    missing = sorted(_REQUIRED_KEYS - set(record))
+    unknown = len(set(record) - set(RECORD_KEYS))
+    if missing or unknown:
+        raise MemoryInputError(
+            f"a record has the keys {', '.join(RECORD_KEYS)} (id optional);"
+            f" this one lacks {missing or 'none'} and has {unknown} unknown"
+        )
+    if "id" in record:
+        _check_id(record["id"], "id")
     level = _check_level(record["level"])
     task = record["task"]
     if level == "user" and task is not None:
         raise MemoryInputError("a user-level record has task null")
+    if level == "task" and task is None:
+        raise MemoryInputError("a task-level record needs a task")
     # A Scope needs a task; a user-level memory keeps none, so any valid name serves.
     scope = Scope(record["user"], "user-level" if task is None else task)
-    created_at = _check_text("created_at", record["created_at"], 64)
-    try:
-        datetime.fromisoformat(created_at)
-    except ValueError:
-        raise MemoryInputError(f"created_at is not ISO-8601: {created_at!r}") from None
+    created_at = _check_timestamp("created_at", record["created_at"])
     return (*_new_row(scope, level, record["text"], record["source"]), created_at)
 
 
@@ -322,7 +372,9 @@ def _pack(ids: Iterable[int]) -> bytes:
     return packed.tobytes()
 
 
-def _unpack(blob: bytes) -> array.array[int]:
+def _unpack(blob: object) -> array.array[int]:
+    if type(blob) is not bytes or len(blob) % 8:
+        raise SchemaError("the word index is damaged: a postings row is not a run of ids")
     ids = array.array("q")
     ids.frombytes(blob)
     if sys.byteorder == "big":
@@ -386,8 +438,10 @@ def _transaction(
 ) -> Iterator[sqlite3.Connection]:
     """Run the block in one transaction: a write one taking the write lock up front, or
     with `begin="BEGIN"` a read one that sees a single snapshot."""
-    db.execute(begin)
+    # BEGIN inside the try: a signal handler's exception (KeyboardInterrupt, a timeout)
+    # surfaces only once BEGIN returns, by then holding the lock, and must release it too.
     try:
+        db.execute(begin)
         yield db
         db.execute("COMMIT")
     except BaseException:
@@ -426,40 +480,74 @@ def _upgrade_to_2(db: sqlite3.Connection) -> None:
 MIGRATIONS: list[tuple[int, Callable[[sqlite3.Connection], None]]] = [
     (2, _upgrade_to_2),
 ]
-# The version each table first appears in: a file stamped with a version must have them.
-_TABLE_SINCE = {"memories": 1, "memory_words": 2}
+_Objects = frozenset[tuple[str, str, str, str]]
 
 
-def _layout(db: sqlite3.Connection, path: str) -> int:
-    """The file's schema version, or SchemaError if this code cannot read it."""
+def _objects(db: sqlite3.Connection) -> _Objects:
+    """Every schema object of the file: (type, name, table, SQL with whitespace collapsed)."""
+    return frozenset((kind, name, table, " ".join(sql.split()))
+                     for kind, name, table, sql in db.execute(_SQL_OBJECTS))
+
+
+@functools.cache
+def _current_objects() -> _Objects:
+    """The objects of a file at SCHEMA_VERSION: what the schema statements make."""
+    db = sqlite3.connect(":memory:")
     try:
-        version, objects = db.execute(_SQL_LAYOUT).fetchone()
-    except sqlite3.Error as exc:
-        raise _store_error(exc, path) from exc
-    if version == 0 and objects:
-        raise SchemaError(f"{path} holds tables but no schema version: not a memory store")
-    if not 0 <= version <= SCHEMA_VERSION:
-        raise SchemaError(
-            f"{path} has database schema version {version};"
-            f" this code reads versions 1 to {SCHEMA_VERSION}"
+        _execute_script(db, ";".join([_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS]))
+        return _objects(db)
+    finally:
+        db.close()
+
+
+def _is_version_1(db: sqlite3.Connection, objects: _Objects) -> bool:
+    """The core layout: the memories table and indexes on it, nothing else."""
+    columns = [tuple(column) for column in db.execute(_SQL_VERSION_1_COLUMNS)]
+    return columns == _VERSION_1_COLUMNS and all(
+        (kind == "table" and name in ("memories", "sqlite_sequence"))
+        or (kind == "index" and table == "memories")
+        for kind, name, table, _ in objects
+    )
+
+
+def _layout(db: sqlite3.Connection) -> int:
+    """The file's schema version, or SchemaError unless every object in it is exactly
+    what that version made: a planted trigger, view, table or index makes it foreign."""
+    try:
+        version, count = db.execute(_SQL_LAYOUT).fetchone()
+        if version == 0 and count:
+            raise SchemaError("the file holds tables but no schema version: not a memory store")
+        if not 0 <= version <= SCHEMA_VERSION:
+            raise SchemaError(
+                f"the file has database schema version {version};"
+                f" this code reads versions 1 to {SCHEMA_VERSION}"
+            )
+        objects = _objects(db)
+        known = (
+            version == 0
+            or (version == SCHEMA_VERSION and objects == _current_objects())
+            or (version == 1 and _is_version_1(db, objects))
         )
-    tables = {name for (name,) in db.execute(_SQL_TABLES)}
-    missing = sorted(t for t, since in _TABLE_SINCE.items() if since <= version and t not in tables)
-    if missing:
-        raise SchemaError(f"{path} claims schema version {version} but has no table {missing[0]}")
+    except sqlite3.Error as exc:
+        raise _store_error(exc) from exc
+    if not known:
+        raise SchemaError(
+            f"the file is stamped schema version {version} but its tables, indexes or"
+            " triggers are not exactly that version's: not a memory store this code trusts"
+        )
     return int(version)
 
 
-def _prepare(db: sqlite3.Connection, path: str, writable: bool) -> None:
+def _prepare(db: sqlite3.Connection, writable: bool) -> None:
     """Create or upgrade the file's schema; refuse a file this code cannot read."""
-    version = _layout(db, path)
+    version = _layout(db)
     if version == SCHEMA_VERSION:
         return
     if not writable:
-        raise SchemaError(f"{path} is at schema version {version} and opened read-only")
+        raise SchemaError(f"the file is at schema version {version} and opened read-only")
     with _transaction(db):
         # Read again under the write lock: another process may have done it meanwhile.
-        version = _layout(db, path)
+        version = _layout(db)
         if version == 0:
             _execute_script(db, SCHEMA)
         for target, step in MIGRATIONS:
@@ -474,33 +562,58 @@ def _prepare(db: sqlite3.Connection, path: str, writable: bool) -> None:
 
 # -- the store -------------------------------------------------------------------------
 
-def _create_private(path: str) -> None:
-    """Create the file empty and readable by its owner alone, unless it exists."""
+def _create_private(path: str, *, existing: bool) -> None:
+    """Create the file empty and readable by its owner alone. An existing file is used
+    (`existing`) or refused; an existing empty one is made private, since the store is
+    about to fill it. A symbolic link is followed only to a file that exists: through a
+    dangling one, the exclusive create fails while SQLite would create the target."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, flags, 0o600)
     except FileExistsError:
+        if not os.path.exists(path):
+            raise StoreError("path is a symbolic link to a file that does not exist;"
+                             " the store creates no file through a link") from None
+        if not existing:
+            raise StoreError("path exists; a backup never overwrites a file") from None
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            with contextlib.suppress(OSError):
+                os.chmod(path, 0o600)
         return
     except OSError as exc:
-        raise StoreError(f"cannot create {path}: {exc.strerror}") from exc
+        raise StoreError(f"cannot create the file at path: {exc.strerror}") from None
     try:
         os.fchmod(fd, 0o600)  # the umask may have taken the owner's bits away
     finally:
         os.close(fd)
 
 
-# Open stores, so that a forked child can give each a lock of its own: the parent's
-# may have been held by a thread that does not exist in the child.
+# Open stores, so that a forked child can give each a lock of its own (the parent's may
+# have been held by a thread that does not exist in the child) and learn their files.
 _OPEN_STORES: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
 
+# (device, inode) of every file a store had open when this process, or one of its
+# ancestors, forked. SQLite keeps one record of its locks on a file per process; fork()
+# copies that record but not the POSIX locks it describes, so any connection to such a
+# file in the child, new ones included, may write without a lock, and the parent's close
+# then deletes the WAL under it: acknowledged writes lost, ids handed out twice. Python
+# offers no way to reset that record, so the child refuses these files.
+_FORKED_FILES: set[tuple[int, int]] = set()
+_FORKED = (
+    "SQLite's locks do not survive fork(): open stores only after forking (close them"
+    " in the parent first, or use multiprocessing's 'spawn' or 'forkserver' method)"
+)
 
-# Connections a forked child inherited. SQLite forbids using them in the child, and
-# closing one there could disturb the parent's locks, so the child only keeps them.
+# Connections a forked child inherited: never used, and never closed by this module,
+# since closing one in the child could check the WAL point and delete it under the parent.
 _INHERITED: list[sqlite3.Connection] = []
 
 
 def _after_fork_in_child() -> None:
     for store in list(_OPEN_STORES):
         store._lock = threading.RLock()
+        if store._file is not None:
+            _FORKED_FILES.add(store._file)
 
 
 if hasattr(os, "register_at_fork"):
@@ -551,67 +664,87 @@ class MemoryStore:
         self.durable = bool(durable)
         self._lock = threading.RLock()
         self._pid = os.getpid()
+        self._file: tuple[int, int] | None = None
         self._db: sqlite3.Connection | None = self._connect()
         _OPEN_STORES.add(self)
 
-    def _connect(self) -> sqlite3.Connection:
+    def _target(self) -> str:
+        """The URI to open: the file, created first (privately) unless read-only."""
+        if self.path == ":memory:":
+            return "file::memory:"
         if os.path.isdir(self.path):
-            raise SchemaError(f"{self.path} is a directory, not a memory store")
-        memory_only = self.path == ":memory:"
-        if self.read_only:
-            if not os.path.isfile(self.path):
-                raise StoreError(f"{self.path}: no such memory store")
-            uri = f"{pathlib.Path(self.path).absolute().as_uri()}?mode=ro"
-            target, is_uri = uri, True
-        else:
-            if not memory_only:
-                _create_private(self.path)
-            target, is_uri = self.path, False
+            raise SchemaError("path is a directory, not a memory store")
+        uri = pathlib.Path(self.path).absolute().as_uri()
+        if not self.read_only:
+            _create_private(self.path, existing=True)
+            return f"{uri}?mode=rwc"
+        if not os.path.isfile(self.path):
+            raise StoreError("no such memory store at path")
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if os.access(self.path, os.R_OK | os.W_OK) and os.access(folder, os.W_OK):
+            # As any store: SQLite makes the -wal and -shm it needs and removes them when
+            # the last connection closes. query_only, and _writable, refuse every write.
+            return f"{uri}?mode=rw"
+        if os.path.exists(f"{self.path}-wal"):
+            return f"{uri}?mode=ro"
+        # Nothing can be made here, and no WAL means no connection has the file open: read
+        # it as unchanging, which needs no -shm (a writer that can create files here while
+        # this store is open breaks that; README says so).
+        return f"{uri}?mode=ro&immutable=1"
+
+    def _connect(self) -> sqlite3.Connection:
+        target = self._target()
+        if self.path != ":memory:":
+            stat = os.stat(self.path)
+            self._file = (stat.st_dev, stat.st_ino)
+            if self._file in _FORKED_FILES:
+                raise StoreError(f"a store had this file open when this process forked; {_FORKED}")
         try:
             db = sqlite3.connect(
                 target,
                 isolation_level=None,
                 timeout=BUSY_TIMEOUT_SECONDS,
                 check_same_thread=False,
-                uri=is_uri,
+                uri=True,
             )
+            # Before creating or upgrading: a build whose default is off would leave the
+            # text of a table the upgrade drops in the file's free pages.
+            db.execute("PRAGMA secure_delete = ON")
         except sqlite3.Error as exc:
-            raise _store_error(exc, self.path) from exc
+            raise _store_error(exc) from exc
         try:
             # A failure to create or upgrade re-raises sqlite3's own error (SPEC Part 1).
-            _prepare(db, self.path, writable=not self.read_only)
-            self._configure(db, memory_only)
+            _prepare(db, writable=not self.read_only)
+            self._configure(db)
         except BaseException:
             db.close()
             raise
-        log.info("opened %s read_only=%s", self.path, self.read_only)
+        log.info("opened a store read_only=%s", self.read_only)
         return db
 
-    def _configure(self, db: sqlite3.Connection, memory_only: bool) -> None:
+    def _configure(self, db: sqlite3.Connection) -> None:
         # Only once the file is known to be ours: WAL changes the file's header. WAL lets
         # readers go on while one process writes; FULL syncs every commit to the disk.
         try:
             db.execute(f"PRAGMA cache_size = -{_CACHE_KIB:d}")
-            db.execute("PRAGMA secure_delete = ON")
-            (journal,) = db.execute("PRAGMA journal_mode").fetchone()
-            if journal != "wal" and not self.read_only and not memory_only:
+            if self.read_only:
+                db.execute("PRAGMA query_only = ON")
+            elif self.path != ":memory:":
                 db.execute("PRAGMA journal_mode = WAL")
             db.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
         except sqlite3.Error as exc:
-            raise _store_error(exc, self.path) from exc
+            raise _store_error(exc) from exc
 
     # -- the object ----------------------------------------------------------------
 
     @property
     def db(self) -> sqlite3.Connection:
-        """The open connection (tests trace it); a forked child gets one of its own."""
+        """The open connection (tests trace it)."""
         with self._lock:
             if self._db is None:
                 raise StoreError("MemoryStore is closed")
             if self._pid != os.getpid():
-                _INHERITED.append(self._db)
-                self._db, self._pid = None, os.getpid()
-                self._db = self._connect()
+                raise StoreError(f"this store was opened before this process forked; {_FORKED}")
             return self._db
 
     def close(self) -> None:
@@ -637,12 +770,18 @@ class MemoryStore:
             try:
                 yield db
             except sqlite3.Error as exc:
-                raise _store_error(exc, self.path) from exc
+                raise _store_error(exc) from exc
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
+        self._writable()
         with self._reading() as db, _transaction(db):
             yield db
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StoreError("the store was opened with read_only=True and does not write;"
+                             " open it without read_only to change it")
 
     # -- memories ------------------------------------------------------------------
 
@@ -656,14 +795,16 @@ class MemoryStore:
         return self._insert(_each_valid(items, lambda item: (*_new_row(*item), None), "item"))
 
     def import_memories(self, records: Iterable[dict[str, Any]]) -> list[int]:
-        """Keep exported records (user, task, level, text, source, created_at), each with
-        its own created_at, in one transaction; all or none."""
+        """Keep records as export_user writes them, each with its own created_at, in one
+        transaction; all or none. Their ids are not kept: the store gives new ones."""
         return self._insert(_each_valid(records, _record_row, "record"))
 
     def _insert(self, rows: list[tuple[str, str | None, str, str, str | None]]) -> list[int]:
         """Write validated (user_id, task_id, text, source, created_at or None) rows."""
         with self._writing() as db:
             (last_id,) = db.execute(_SQL_LAST_ID).fetchone()
+            if last_id > _MAX_ID - len(rows):
+                raise StoreError(f"the store has used up its ids (the largest is {_MAX_ID})")
             ids = list(range(last_id + 1, last_id + 1 + len(rows)))
             numbered = list(zip(ids, rows, strict=True))
             db.executemany(_SQL_INSERT, [(i, *row[:4], row[4] or self._now())
@@ -676,14 +817,13 @@ class MemoryStore:
         return ids
 
     def _now(self) -> str:
-        reading = self.clock()
-        if not isinstance(reading, str):
-            raise MemoryInputError(f"clock must return a str, got {type(reading).__name__}")
-        return reading
+        # A bad reading is the caller's input, like a bad text: MemoryInputError, and the
+        # transaction it was read in rolls back, so nothing is written.
+        return _check_timestamp("clock reading", self.clock())
 
     def recall(self, scope: Scope, query: str, limit: int = 3) -> list[dict[str, Any]]:
         """The memories visible in the scope that share most words with `query`."""
-        _check_scope(scope)
+        scope = _check_scope(scope)
         _check_limit(limit)
         wanted = words(_check_text("query", query, MAX_QUERY, blank=True))
         if not wanted:
@@ -692,7 +832,8 @@ class MemoryStore:
         with self._reading() as db, _transaction(db, "BEGIN"):
             # An id sits in one row per word, so its count is the number of shared words.
             postings = db.execute(_SQL_POSTINGS, (*scoped, json.dumps(sorted(wanted))))
-            shared = collections.Counter(_unpack(b"".join(map(operator.itemgetter(0), postings))))
+            shared = collections.Counter(itertools.chain.from_iterable(
+                _unpack(blob) for (blob,) in postings))
             best = heapq.nlargest(limit, zip(shared.values(), shared.keys(), strict=True))
             found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
@@ -700,7 +841,7 @@ class MemoryStore:
 
     def count(self, scope: Scope) -> int:
         """How many memories are visible in the scope."""
-        _check_scope(scope)
+        scope = _check_scope(scope)
         with self._reading() as db:
             (visible,) = db.execute(_SQL_COUNT, (scope.user, scope.task)).fetchone()
         return int(visible)
@@ -709,7 +850,7 @@ class MemoryStore:
 
     def memories(self, scope: Scope) -> list[dict[str, Any]]:
         """Every memory visible in the scope, oldest first."""
-        _check_scope(scope)
+        scope = _check_scope(scope)
         with self._reading() as db:
             rows = db.execute(_SQL_VISIBLE, (scope.user, scope.task)).fetchall()
         return [_memory(row) for row in rows]
@@ -717,13 +858,13 @@ class MemoryStore:
     def forget(self, scope: Scope, memory_id: int) -> bool:
         """Delete the memory if the scope can see it. False for any id it cannot see,
         whether unknown, another task's or another user's: all answer alike."""
-        _check_scope(scope)
+        scope = _check_scope(scope)
         arguments = (scope.user, scope.task, _check_id(memory_id))
         return bool(self._forget(scope, _SQL_VISIBLE_ID, arguments))
 
     def forget_source(self, scope: Scope, source: str) -> int:
         """Delete every memory visible in the scope that came from `source`."""
-        _check_scope(scope)
+        scope = _check_scope(scope)
         arguments = (scope.user, scope.task, _check_text("source", source, MAX_TEXT))
         return self._forget(scope, _SQL_VISIBLE_SOURCE, arguments)
 
@@ -748,11 +889,26 @@ class MemoryStore:
         return int(erased)
 
     def export_user(self, user: str) -> list[dict[str, Any]]:
-        """Every memory the user owns, oldest first, each with its task (None: user level)."""
+        """Every memory the user owns, oldest first, as records `import_memories` reads
+        (keys RECORD_KEYS; task None at user level)."""
         user = _check_identifier("user", user)
         with self._reading() as db:
             rows = db.execute(_SQL_OWNED, (user,)).fetchall()
-        return [{"id": row[0], "task": row[1], **_memory(row)} for row in rows]
+        return [{"id": memory_id, "user": user, "task": task_id, "level": _level_of(task_id),
+                 "text": text, "source": source, "created_at": created_at}
+                for memory_id, task_id, text, source, created_at in rows]
+
+    def compact(self) -> None:
+        """Rebuild the file so that no byte of what was deleted before remains in it or in
+        its -wal. It rewrites the whole file (every user's memories) under the write lock."""
+        self._writable()
+        with self._reading() as db:
+            db.execute("VACUUM")
+            busy, _, _ = db.execute(_SQL_CHECKPOINT).fetchone()
+        if busy:
+            raise StoreError("compact rebuilt the file, but a reader kept the old -wal frames;"
+                             " run compact again once other connections are idle")
+        log.info("compacted the store")
 
     def _scrub(self) -> None:
         # secure_delete zeroed the deleted cells in the new page images; checkpointing
@@ -791,49 +947,43 @@ class MemoryStore:
         """Copy the store, as one consistent snapshot, to a new file readable by its owner
         alone; other processes may go on writing meanwhile."""
         target_path = _check_path(destination)
-        if os.path.exists(target_path) and os.path.getsize(target_path):
-            raise StoreError(f"{target_path} exists; a backup never overwrites a file")
-        _create_private(target_path)
+        _create_private(target_path, existing=False)
         try:
             target = sqlite3.connect(target_path)
         except sqlite3.Error as exc:
-            raise _store_error(exc, target_path) from exc
+            raise _store_error(exc) from exc
         try:
             with self._reading() as db:
                 db.backup(target)  # all pages in one step: one read snapshot
         finally:
             target.close()
-        log.info("backed up %s to %s", self.path, target_path)
+        log.info("backed up the store")
 
 
 # -- the command line ----------------------------------------------------------------
 
+# Usage errors, like the library's, name the rule and never repeat what was typed.
+
 def _identifier(value: str) -> str:
     if IDENTIFIER.fullmatch(value) is None:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an id ({IDENTIFIER.pattern})")
+        raise argparse.ArgumentTypeError(
+            f"must match {IDENTIFIER.pattern}, got {_described(value)}")
     return value
 
 
 def _bounded_int(low: int, high: int) -> Callable[[str], int]:
     def parse(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-        if not low <= number <= high:
-            raise argparse.ArgumentTypeError(f"{number} is not from {low} to {high}")
-        return number
+        if not value.isascii() or not value.isdigit() or len(value) > 20:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {_described(value)}")
+        if not low <= int(value) <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}")
+        return int(value)
 
     return parse
 
 
 def _emit(value: object) -> None:
     print(json.dumps(value, ensure_ascii=False))
-
-
-def _exported(memory: dict[str, Any], user: str) -> dict[str, Any]:
-    return {"user": user, **{key: memory[key] for key in ("task", "level", "text", "source",
-                                                           "created_at")}}
 
 
 def _run_stats(args: argparse.Namespace) -> int:
@@ -859,22 +1009,43 @@ def _run_recall(args: argparse.Namespace) -> int:
 def _run_export(args: argparse.Namespace) -> int:
     with MemoryStore(args.path, read_only=True) as store:
         for memory in store.export_user(args.user):
-            _emit(_exported(memory, args.user))
+            _emit(memory)
     return 0
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        raise MemoryInputError("a key appears twice in one object")
+    return record
+
+
+def _json_line(number: int, line: bytes) -> Any:
+    """One JSON Lines record, or MemoryInputError naming the line and the problem."""
+    try:
+        return json.loads(line.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError:
+        problem = "not UTF-8"
+    except json.JSONDecodeError as exc:
+        problem = f"not JSON: {exc.msg}"
+    except MemoryInputError as exc:
+        problem = str(exc)
+    except RecursionError:
+        problem = "JSON nested too deeply"
+    except ValueError:  # int() refuses numbers of thousands of digits
+        problem = "a number too long"
+    raise MemoryInputError(f"line {number}: {problem}")
 
 
 def _run_import(args: argparse.Namespace) -> int:
     records, line_of = [], []
-    opened = open(args.file, encoding="utf-8") if args.file != "-" else contextlib.nullcontext(
-        sys.stdin
+    opened = open(args.file, "rb") if args.file != "-" else contextlib.nullcontext(
+        sys.stdin.buffer
     )
     with opened as source:
         for number, line in enumerate(source, start=1):
             if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise MemoryInputError(f"line {number}: not JSON: {exc.msg}") from None
+                records.append(_json_line(number, line))
                 line_of.append(number)
     try:
         rows = _each_valid(records, _record_row, "record")
@@ -892,7 +1063,7 @@ def _run_import(args: argparse.Namespace) -> int:
 def _existing(path: str) -> MemoryStore:
     """A writable store on a file that must already exist: no command creates one by typo."""
     if not os.path.isfile(path):
-        raise StoreError(f"{path}: no such memory store")
+        raise StoreError("no such memory store at PATH")
     return MemoryStore(path)
 
 
@@ -916,6 +1087,13 @@ def _run_check(args: argparse.Namespace) -> int:
         report = store.check()
     print(json.dumps(report, indent=2))
     return 0 if report["ok"] else 1
+
+
+def _run_compact(args: argparse.Namespace) -> int:
+    with _existing(args.path) as store:
+        store.compact()
+    print("compacted: nothing deleted before remains in the file or its -wal")
+    return 0
 
 
 def _run_backup(args: argparse.Namespace) -> int:
@@ -967,6 +1145,8 @@ def _parser() -> argparse.ArgumentParser:
                     "forget every memory of the user, in every task", user=True)
     erase.add_argument("--yes", action="store_true", help="confirm the erasure")
     command("check", _run_check, "integrity check and schema version; exit 1 unless ok")
+    command("compact", _run_compact,
+            "rebuild the file so that no byte of anything deleted remains in it")
     backup = command("backup", _run_backup,
                      "copy the store, consistently, while others may write to it")
     backup.add_argument("destination", metavar="DEST", help="a file that does not exist yet")
@@ -975,8 +1155,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """The `memory` command: 0 on success, 2 on a usage error, 1 on a store error."""
+    # JSON Lines out in UTF-8 whatever the locale: an ASCII stdout would cut an export short.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(encoding="utf-8")
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse would print them, and they may be a mis-quoted memory text
+        parser.error(f"{len(extra)} unrecognized arguments (quote a text that has spaces)")
     if args.command == "erase-user" and not args.yes:
         args.usage.error("erase-user removes every memory of the user; add --yes to confirm")
     if args.verbose:
@@ -986,8 +1171,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `memory export ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (StoreError, MemoryInputError, OSError) as exc:
+    except (StoreError, MemoryInputError) as exc:
         print(f"memory: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # its str() would name the file, which may be anything typed
+        print(f"memory: error: {exc.strerror or type(exc).__name__}", file=sys.stderr)
         return 1
 
 

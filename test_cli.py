@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
+import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import time
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memory
 from memory import MemoryStore, Scope, fixed_clock
@@ -20,7 +27,7 @@ from test_properties import Memory
 
 HERE = pathlib.Path(__file__).resolve().parent
 COMMANDS = ["stats", "list", "recall", "export", "import", "forget", "erase-user", "check",
-            "backup"]
+            "compact", "backup"]
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -100,13 +107,15 @@ def test_export_then_import_round_trips_every_field_but_the_id(store_path: pathl
     assert exported.returncode == 0
     records = lines(exported.stdout)
     assert len(records) == 3
-    assert set(records[0]) == {"user", "task", "level", "text", "source", "created_at"}
+    assert list(records[0]) == list(memory.RECORD_KEYS)
     dump = tmp_path / "alice.jsonl"
     dump.write_text(exported.stdout, encoding="utf-8")
     fresh = tmp_path / "fresh.db"
     done = cli("import", str(fresh), str(dump))
     assert done.returncode == 0, done.stderr
-    assert lines(cli("export", str(fresh), "--user", "alice").stdout) == records
+    without_ids = [{k: v for k, v in r.items() if k != "id"} for r in records]
+    assert [{k: v for k, v in r.items() if k != "id"}
+            for r in lines(cli("export", str(fresh), "--user", "alice").stdout)] == without_ids
     with MemoryStore(fresh) as store:
         assert store.recall(Scope("alice", "trip"), "lisbon")[0]["created_at"] == \
             "2026-10-20T09:01:00+00:00"
@@ -125,7 +134,7 @@ def test_export_then_import_round_trips_every_field_but_the_id(store_path: pathl
     ('{"user": "alice", "task": null, "level": "user", "text": "x", "source": "s",'
      ' "created_at": "yesterday"}', "ISO-8601"),
     ('{"user": "alice", "task": null, "level": "user", "text": "x", "source": "s"}', "keys"),
-    ('["not", "an", "object"]', "keys"),
+    ('["not", "an", "object"]', "JSON object"),
     ('{"user": "alice", oops}', "not JSON"),
 ])
 def test_import_is_all_or_nothing_and_names_the_line(tmp_path: pathlib.Path, bad_line: str,
@@ -157,6 +166,12 @@ def test_forget_and_erase_user(store_path: pathlib.Path) -> None:
     assert done.returncode == 0 and "erased 2" in done.stdout
     assert cli("export", str(store_path), "--user", "alice").stdout == ""
     assert len(lines(cli("export", str(store_path), "--user", "bob").stdout)) == 1
+    compacted = cli("compact", str(store_path))
+    assert compacted.returncode == 0, compacted.stderr
+    assert b"Alice is vegetarian" not in store_path.read_bytes()
+    assert not pathlib.Path(f"{store_path}-wal").exists() or \
+        b"Alice is vegetarian" not in pathlib.Path(f"{store_path}-wal").read_bytes()
+    assert_clean_failure(cli("compact", str(store_path.with_name("typo.db"))))
 
 
 def test_commands_never_create_a_store_by_typo(tmp_path: pathlib.Path) -> None:
@@ -322,3 +337,102 @@ def test_logs_carry_ids_levels_and_counts_never_text(tmp_path: pathlib.Path) -> 
         for text in texts + queries + markers:
             assert text.lower() not in message.lower(), (text, message)
             assert text not in repr(record.args)
+
+
+# -- any bytes in, one line out: never a traceback ------------------------------------------
+
+def run_import(tmp_path: pathlib.Path, content: bytes) -> tuple[int, str, bool]:
+    """`memory import` in this process on a file holding `content`: exit status, what it
+    printed on stderr, and whether the store exists afterwards."""
+    source, target = tmp_path / "in.jsonl", tmp_path / "imported.db"
+    source.write_bytes(content)
+    for stale in (target, pathlib.Path(f"{target}-wal"), pathlib.Path(f"{target}-shm")):
+        stale.unlink(missing_ok=True)
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        try:
+            status = memory.main(["import", str(target), str(source)])
+        except SystemExit as exc:
+            status = int(exc.code or 0)
+    return status, err.getvalue(), target.exists()
+
+
+def assert_refused_cleanly(status: int, err: str, created: bool) -> None:
+    assert status == 1 and err.startswith("memory: error: line ") and err.count("\n") == 1, err
+    assert not created
+
+
+@settings(max_examples=150)
+@given(content=st.binary(max_size=300))
+def test_import_of_any_bytes_exits_cleanly(content: bytes) -> None:
+    with tempfile.TemporaryDirectory() as name:
+        status, err, created = run_import(pathlib.Path(name), content)
+    assert status in (0, 1), err
+    if status:
+        assert_refused_cleanly(status, err, created)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats() | st.text(max_size=8) | st.sampled_from(memory.RECORD_KEYS),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.sampled_from(memory.RECORD_KEYS) | st.text(max_size=4), inner,
+                      max_size=8),
+    max_leaves=12,
+)
+
+
+@given(values=st.lists(JSON_VALUES, min_size=1, max_size=3))
+def test_import_of_any_json_values_exits_cleanly(values: list[Any]) -> None:
+    content = "\n".join(json.dumps(value) for value in values).encode()
+    with tempfile.TemporaryDirectory() as name:
+        status, err, created = run_import(pathlib.Path(name), content)
+    if status:
+        assert_refused_cleanly(status, err, created)
+    else:  # only records a store accepts
+        assert created and all(isinstance(value, dict) for value in values)
+
+
+GOOD = ('{"user": "alice", "task": null, "level": "user", "text": "x", "source": "s",'
+        ' "created_at": "2026-10-20T09:00:00+00:00"}')
+
+
+@pytest.mark.parametrize("content, problem", [
+    (GOOD.encode() + b"\n" + GOOD.encode().replace(b'"x"', b'"\xff\xfe"'), "line 2: not UTF-8"),
+    (b"[" * 100_000, "line 1: JSON nested too deeply"),
+    (GOOD.replace('"x"', '"x", "id": ' + "9" * 5000).encode(), "line 1: a number too long"),
+    (GOOD.replace('"x"', f'"x", "id": {2**63}').encode(), "line 1: id must be from 1"),
+    (GOOD.replace('"user": "alice"', '"user": "alice", "user": "bob"').encode(),
+     "line 1: a key appears twice"),
+    (GOOD.replace('"task": null, "level": "user"', '"task": null, "level": "task"').encode(),
+     "line 1: a task-level record needs a task"),
+])
+def test_import_refuses_hostile_lines_naming_them(tmp_path: pathlib.Path, content: bytes,
+                                                  problem: str) -> None:
+    source = tmp_path / "hostile.jsonl"
+    source.write_bytes(content)
+    done = cli("import", str(tmp_path / "m.db"), str(source))
+    assert_clean_failure(done)
+    assert problem in done.stderr
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_export_writes_utf8_whatever_the_locale(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStore(path) as store:
+        store.remember(Scope("alice", "trip"), "user", "Alice loves 🍣 and café au lait.", "s")
+    done = subprocess.run([sys.executable, "-m", "memory", "export", str(path), "--user",
+                           "alice"], cwd=HERE, capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.decode("utf-8"))["text"] == "Alice loves 🍣 and café au lait."
+
+
+def test_library_export_imports_again(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "a.db") as source, MemoryStore(tmp_path / "b.db") as target:
+        source.remember(Scope("alice", "trip"), "user", "Alice is vegetarian.", "turn-1")
+        source.remember(Scope("alice", "trip"), "task", "Book the hotel.", "turn-2")
+        exported = source.export_user("alice")
+        assert len(target.import_memories(exported)) == 2  # ids are the target's own
+        assert [{**r, "id": 0} for r in target.export_user("alice")] == \
+            [{**r, "id": 0} for r in exported]

@@ -5,6 +5,8 @@ Every thread and subprocess here is joined with a timeout; a test that would han
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
 import pathlib
 import random
@@ -15,10 +17,12 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from memory import MemoryStore, Scope
+from memory import BUSY_TIMEOUT_SECONDS, MemoryStore, Scope, StoreError
 from test_memory import scalar
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -200,36 +204,220 @@ def wait_for_child(pid: int) -> int:
     pytest.fail(f"child {pid} still running after {JOIN_SECONDS} s")
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_forked_child_opens_its_own_connection(path: pathlib.Path) -> None:
-    store = MemoryStore(path)
+def attempt(call: Callable[[], int]) -> list[Any]:
+    """["id", n] for a write that returned, ["error", class, message] for one refused."""
     try:
-        scope = Scope("parent", "t")
-        store.remember(scope, "user", "written before the fork", "s")
-        parent_connection = store.db
-        read_end, write_end = os.pipe()
+        return ["id", call()]
+    except StoreError as exc:
+        return ["error", type(exc).__name__, str(exc)]
+
+
+def child_writes(store: MemoryStore, path: pathlib.Path, tag: str) -> list[list[Any]]:
+    """What a forked child gets when it writes through the parent's store and a new one."""
+    scope = Scope("child", "t")
+
+    def through_new_store() -> int:
+        with MemoryStore(path) as fresh:
+            return fresh.remember(scope, "user", f"{tag} through a new store", "s")
+
+    return [attempt(lambda: store.remember(scope, "user", f"{tag} through the parent's", "s")),
+            attempt(through_new_store)]
+
+
+def assert_nothing_acknowledged_was_lost(path: pathlib.Path, outcomes: list[list[Any]]) -> None:
+    handed = [outcome[1] for outcome in outcomes if outcome[0] == "id"]
+    with MemoryStore(path) as store:
+        stored = {m["id"] for m in store.export_user("child")}
+        assert set(handed) <= stored
+        newest = store.remember(Scope("late", "t"), "user", "after the child", "s")
+    assert newest > max([0, *handed])  # never an id the child was handed
+    assert integrity(path) == "ok"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_never_loses_a_write_or_reuses_an_id(path: pathlib.Path) -> None:
+    store = MemoryStore(path)
+    store.remember(Scope("parent", "t"), "user", "written before the fork", "s")
+    to_parent, from_child = os.pipe()
+    to_child, from_parent = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, leave without cleanup
+        code = 1
+        try:
+            first = child_writes(store, path, "before the parent closed")
+            os.write(from_child, b"1")
+            os.read(to_child, 1)  # the parent has closed its store by now
+            second = child_writes(store, path, "after the parent closed")
+            os.write(from_child, json.dumps(first + second).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(from_child)
+    os.close(to_child)
+    assert os.read(to_parent, 1) == b"1"
+    store.close()  # the close whose checkpoint used to delete the WAL under the child
+    os.write(from_parent, b"1")
+    status = wait_for_child(pid)
+    with os.fdopen(to_parent, "rb") as report:
+        outcomes = json.loads(report.read())
+    os.close(from_parent)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert_nothing_acknowledged_was_lost(path, outcomes)
+    for outcome in outcomes:  # refused, saying what to do instead
+        assert outcome[:2] == ["error", "StoreError"]
+        assert "fork" in outcome[2] and "spawn" in outcome[2]
+
+
+def report_child_writes(store: MemoryStore, path: pathlib.Path, queue: Any) -> None:
+    queue.put(json.dumps(child_writes(store, path, "multiprocessing")))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_multiprocessing_fork_children_are_refused_too(path: pathlib.Path) -> None:
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    with MemoryStore(path) as store:
+        store.remember(Scope("parent", "t"), "user", "written before the fork", "s")
+        child = context.Process(target=report_child_writes, args=(store, path, queue))
+        child.start()
+        outcomes = json.loads(queue.get(timeout=JOIN_SECONDS))
+        child.join(timeout=JOIN_SECONDS)
+        assert child.exitcode == 0
+    assert_nothing_acknowledged_was_lost(path, outcomes)
+    assert [outcome[:2] for outcome in outcomes] == [["error", "StoreError"]] * 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_mid_write_is_refused_at_once(path: pathlib.Path) -> None:
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_clock() -> str:  # holds the write transaction open until released
+        inside.set()
+        assert release.wait(JOIN_SECONDS)
+        return "2026-10-20T09:00:00+00:00"
+
+    with MemoryStore(path, clock=slow_clock) as store:
+        writer = threading.Thread(
+            target=store.remember, args=(Scope("parent", "t"), "user", "mid-write", "s"))
+        writer.start()
+        assert inside.wait(JOIN_SECONDS)
+        to_parent, from_child = os.pipe()
         pid = os.fork()
-        if pid == 0:  # the child: report through the pipe, leave without cleanup
+        if pid == 0:
             code = 1
             try:
-                os.close(read_end)
-                child_scope = Scope("child", "t")
-                store.remember(child_scope, "user", "written by the child", "s")
-                fresh = store.db is not parent_connection
-                seen = store.count(scope) == 1 and store.count(child_scope) == 1
-                os.write(write_end, b"ok" if fresh and seen else b"no")
+                started = time.monotonic()
+                outcomes = child_writes(store, path, "mid-write")
+                quick = time.monotonic() - started < BUSY_TIMEOUT_SECONDS
+                os.write(from_child, json.dumps([quick, outcomes]).encode())
                 code = 0
             finally:
                 os._exit(code)
-        os.close(write_end)
+        os.close(from_child)
         status = wait_for_child(pid)
-        with os.fdopen(read_end, "rb") as report:
-            assert report.read() == b"ok"
+        release.set()
+        writer.join(timeout=JOIN_SECONDS)
+        assert not writer.is_alive()
+        with os.fdopen(to_parent, "rb") as report:
+            quick, outcomes = json.loads(report.read())
         assert os.waitstatus_to_exitcode(status) == 0
-        assert store.db is parent_connection
+        assert quick  # refused, not left waiting on a lock nobody in the child holds
+        assert store.count(Scope("parent", "t")) == 1
+    assert_nothing_acknowledged_was_lost(path, outcomes)
+    assert [outcome[:2] for outcome in outcomes] == [["error", "StoreError"]] * 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_store_opened_after_the_fork_works_in_the_child(path: pathlib.Path) -> None:
+    with MemoryStore(path) as store:
+        store.remember(Scope("parent", "t"), "user", "written before the fork", "s")
+    pid = os.fork()  # no store of this process has the file open now
+    if pid == 0:
+        code = 1
+        try:
+            with MemoryStore(path) as own:
+                own.remember(Scope("child", "t"), "user", "the child's own store", "s")
+                code = 0 if own.count(Scope("parent", "t")) == 1 else 2
+        finally:
+            os._exit(code)
+    assert os.waitstatus_to_exitcode(wait_for_child(pid)) == 0
+    with MemoryStore(path) as store:
         assert store.count(Scope("child", "t")) == 1
-        store.remember(scope, "user", "parent still writes", "s")
-        assert store.count(scope) == 2
+    assert integrity(path) == "ok"
+
+
+# -- signals ------------------------------------------------------------------------------
+
+HOLDER = textwrap.dedent("""
+    import sqlite3, sys
+    db = sqlite3.connect(sys.argv[1], isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    print("locked", flush=True)
+    sys.stdin.readline()
+    db.execute("COMMIT")
+""")
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+def test_a_signal_while_waiting_for_the_write_lock_leaves_no_transaction(
+        path: pathlib.Path) -> None:
+    store = MemoryStore(path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdin is not None and holder.stdout is not None
+
+    def let_go() -> None:
+        assert holder.stdin is not None
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+
+    release = threading.Timer(1.0, let_go)
+
+    def timed_out(signum: int, frame: object) -> None:
+        raise TimeoutError("the caller's own deadline")
+
+    previous = signal.signal(signal.SIGALRM, timed_out)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        release.start()
+        signal.setitimer(signal.ITIMER_REAL, 0.2)  # fires while BEGIN IMMEDIATE waits
+        with pytest.raises(TimeoutError):
+            store.remember(Scope("alice", "t"), "user", "never acknowledged", "s")
+        assert not store.db.in_transaction
+        assert holder.wait(timeout=JOIN_SECONDS) == 0
+        # The next call, and another process, proceed.
+        store.remember(Scope("alice", "t"), "user", "the next call", "s")
+        other = run_children(WRITER, [[str(path), "other", "3"]])[0]
+        assert other.returncode == 0, other.stderr
+        assert store.count(Scope("other", "work")) == 3
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        release.cancel()
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=10)
         store.close()
+    assert integrity(path) == "ok"
+
+
+def test_a_keyboard_interrupt_from_the_clock_leaves_no_transaction(path: pathlib.Path) -> None:
+    readings = iter(["2026-10-20T09:00:00+00:00"])
+
+    def clock() -> str:  # the second reading is interrupted, as by Ctrl-C
+        for reading in readings:
+            return reading
+        raise KeyboardInterrupt
+
+    with MemoryStore(path, clock=clock) as store:
+        with pytest.raises(KeyboardInterrupt):
+            store.remember_many([(Scope("alice", "t"), "user", f"memory {n}", "s")
+                                 for n in range(3)])
+        assert not store.db.in_transaction
+        assert store.count(Scope("alice", "t")) == 0
+        store.clock = lambda: "2026-10-20T10:00:00+00:00"
+        store.remember(Scope("alice", "t"), "user", "the next call", "s")
+        other = run_children(WRITER, [[str(path), "other", "2"]])[0]
+        assert other.returncode == 0, other.stderr
+        assert store.count(Scope("other", "work")) == 2
     assert integrity(path) == "ok"

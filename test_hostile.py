@@ -6,12 +6,16 @@ each bad value by MemoryInputError before anything is written.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import pathlib
 import random
 import sqlite3
 import stat
+import subprocess
 import tempfile
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,8 +25,9 @@ from hypothesis import strategies as st
 
 import memory
 from memory import MAX_TEXT, MemoryInputError, MemoryStore, SchemaError, Scope, StoreError
-from test_index import digest
-from test_memory import row_count, stamp_version
+from test_index import digest, write_version_1
+from test_memory import row_count, scalar, stamp_version
+from test_properties import Memory
 
 ALICE = Scope("alice", "trip")
 
@@ -121,7 +126,7 @@ def test_read_only_store_reads_and_refuses_writes(tmp_path: pathlib.Path) -> Non
     with MemoryStore(path, read_only=True) as store:
         assert store.count(ALICE) == 5
         assert len(store.recall(ALICE, "hotel note", limit=10)) == 5
-        with pytest.raises(StoreError, match="readonly") as caught:
+        with pytest.raises(StoreError, match="read_only=True") as caught:
             store.remember(ALICE, "user", "not written", "s")
         assert not isinstance(caught.value, sqlite3.Error)
         assert store.count(ALICE) == 5
@@ -279,3 +284,359 @@ def test_a_clock_that_returns_no_string(tmp_path: pathlib.Path) -> None:
         with pytest.raises(MemoryInputError, match="clock"):
             store.remember(ALICE, "user", "text", "s")
         assert store.count(ALICE) == 0
+
+
+# -- links and modes: every file the store or a backup writes is its owner's alone --------
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    previous = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def mode(path: pathlib.Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_dangling_link_is_refused_not_followed(tmp_path: pathlib.Path, umask_022: None) -> None:
+    link, target = tmp_path / "link.db", tmp_path / "target.db"
+    link.symlink_to(target)
+    with pytest.raises(StoreError, match="symbolic link"):
+        MemoryStore(link)
+    assert not target.exists()
+    with MemoryStore(tmp_path / "memory.db") as store:
+        with pytest.raises(StoreError, match="symbolic link"):
+            store.backup(link)
+    assert not target.exists()
+
+
+def test_a_link_to_an_existing_store_is_used(tmp_path: pathlib.Path, umask_022: None) -> None:
+    filled(tmp_path / "memory.db", 3)
+    (tmp_path / "link.db").symlink_to(tmp_path / "memory.db")
+    with MemoryStore(tmp_path / "link.db") as store:
+        assert store.count(ALICE) == 3
+
+
+def test_an_existing_empty_file_is_made_private(tmp_path: pathlib.Path, umask_022: None) -> None:
+    path = tmp_path / "memory.db"
+    path.touch(mode=0o644)
+    assert mode(path) == 0o644
+    with MemoryStore(path) as store:
+        store.remember(ALICE, "user", "private", "s")
+        for file in (path, pathlib.Path(f"{path}-wal"), pathlib.Path(f"{path}-shm")):
+            assert mode(file) == 0o600, file
+
+
+def test_a_backup_never_writes_into_an_existing_file(tmp_path: pathlib.Path,
+                                                    umask_022: None) -> None:
+    empty = tmp_path / "empty.db"
+    empty.touch(mode=0o644)
+    with MemoryStore(filled(tmp_path / "memory.db", 3)) as store:
+        with pytest.raises(StoreError, match="exists"):
+            store.backup(empty)
+        store.backup(tmp_path / "copy.db")
+    assert empty.read_bytes() == b"" and mode(empty) == 0o644
+    assert mode(tmp_path / "copy.db") == 0o600
+
+
+# -- a planted or foreign schema is refused at open, its bytes unchanged -------------------
+
+PLANTS = {
+    "a trigger moving rows to another user":
+        "CREATE TRIGGER steal AFTER INSERT ON memories BEGIN"
+        " UPDATE memories SET user_id = 'mallory' WHERE id = new.id; END",
+    "a trigger copying rows to a table no deletion touches":
+        "CREATE TABLE copies (text TEXT); CREATE TRIGGER keep AFTER INSERT ON memories"
+        " BEGIN INSERT INTO copies VALUES (new.text); END",
+    "a view": "CREATE VIEW everything AS SELECT * FROM memories",
+    "another table": "CREATE TABLE notes (x)",
+    "another index": "CREATE INDEX by_text ON memories (text)",
+    "a changed column": "ALTER TABLE memories ADD COLUMN extra TEXT",
+}
+
+
+def plant(path: pathlib.Path, script: str, version: int | None = None) -> None:
+    db = sqlite3.connect(path)
+    try:
+        db.executescript(script)
+        if version is not None:
+            db.execute(f"PRAGMA user_version = {version:d}")
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("planted", list(PLANTS), ids=list(PLANTS))
+def test_a_planted_object_makes_the_file_foreign(tmp_path: pathlib.Path, planted: str) -> None:
+    path = filled(tmp_path / "memory.db", 3)
+    plant(path, PLANTS[planted])
+    assert_refused(path)
+    with pytest.raises(SchemaError):
+        MemoryStore(path, read_only=True)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_another_programs_tables_under_our_names_are_refused(tmp_path: pathlib.Path,
+                                                            version: int) -> None:
+    path = tmp_path / "foreign.db"
+    plant(path, "CREATE TABLE memories (a, b); CREATE TABLE memory_words (c);"
+                " INSERT INTO memories VALUES (1, 2)", version)
+    assert_refused(path)
+
+
+def test_a_version_1_file_with_a_planted_trigger_is_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "v1.db"
+    write_version_1(path, [])
+    plant(path, PLANTS["a trigger moving rows to another user"])
+    assert_refused(path)
+
+
+# -- errors never repeat what the caller passed --------------------------------------------
+
+SECRET = "Alice's PIN is 4471"
+# The secret, made invalid for every kind of parameter it may be passed as.
+SECRETS = [SECRET, SECRET + "\x00", SECRET + "\ud800", SECRET * 1100, SECRET.encode(),
+           [SECRET], {"user": SECRET}]
+
+
+def assert_never_repeated(call: Callable[[], Any]) -> int:
+    """Run a call that may fail; whatever it raises, its whole traceback (messages and
+    the chain of causes) never holds the secret. Returns 1 if it raised, else 0."""
+    try:
+        call()
+    except Exception as exc:
+        logged = "".join(traceback.format_exception(exc))
+        assert "4471" not in logged, logged
+        return 1
+    return 0
+
+
+def record(**changes: Any) -> dict[str, Any]:
+    return {"user": "alice", "task": None, "level": "user", "text": "a memory",
+            "source": "s", "created_at": "2026-10-20T09:00:00+00:00", **changes}
+
+
+def calls_passing(bad: Any, store: MemoryStore, path: pathlib.Path) -> list[Callable[[], Any]]:
+    """Every public call, with `bad` in each parameter position in turn."""
+    return [
+        lambda: Scope(bad, "trip"), lambda: Scope("alice", bad),
+        lambda: store.remember(bad, "user", "text", "s"),
+        lambda: store.remember(ALICE, bad, "text", "s"),
+        lambda: store.remember(ALICE, "user", bad, "s"),
+        lambda: store.remember(ALICE, "user", "text", bad),
+        lambda: store.remember_many([(ALICE, bad, "text", "s")]),
+        lambda: store.remember_many([(ALICE, "user", bad, "s")]),
+        lambda: store.remember_many([bad]), lambda: store.remember_many(bad),
+        lambda: store.recall(bad, "query"), lambda: store.recall(ALICE, bad),
+        lambda: store.recall(ALICE, "query", bad), lambda: store.count(bad),
+        lambda: store.memories(bad), lambda: store.forget(ALICE, bad),
+        lambda: store.forget(bad, 1), lambda: store.forget_source(ALICE, bad),
+        lambda: store.forget_source(bad, "s"), lambda: store.erase_user(bad),
+        lambda: store.export_user(bad), lambda: store.backup(bad),
+        lambda: store.import_memories(bad), lambda: store.import_memories([bad]),
+        *[lambda key=key: store.import_memories([record(**{key: bad})])
+          for key in memory.RECORD_KEYS],
+        lambda: store.import_memories([{**record(), str(bad): 1}]),
+        lambda: store.import_memories([record(level="task", task=None, user=bad)]),
+        lambda: MemoryStore(bad), lambda: MemoryStore(path, clock=bad),
+        lambda: MemoryStore(":memory:", clock=lambda: bad).remember(ALICE, "user", "t", "s"),
+    ]
+
+
+def test_no_error_message_carries_a_value_the_caller_passed(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # MemoryStore(SECRET) is a valid path
+    path = filled(tmp_path / "memory.db", 3)
+    with MemoryStore(path) as store:
+        raised = sum(assert_never_repeated(call) for bad in SECRETS
+                     for call in calls_passing(bad, store, path))
+    assert raised >= 30 * len(SECRETS)
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    """The command line in this process: its exit status and everything it printed."""
+    try:
+        status = memory.main(list(argv))
+    except SystemExit as exc:
+        status = int(exc.code or 0)
+    printed = capsys.readouterr()
+    return status, printed.out + printed.err
+
+
+def test_no_command_line_error_carries_a_value_the_caller_passed(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = str(filled(tmp_path / "memory.db", 3))
+    secret_file = tmp_path / "records.jsonl"
+    scope = ["--user", "alice", "--task", "trip"]
+    commands = [
+        ["list", path, "--user", SECRET, "--task", "trip"],
+        ["list", path, "--user", "alice", "--task", SECRET],
+        ["recall", path, *scope, "query", "--limit", SECRET],
+        ["recall", path, *scope, SECRET + "\ud800"], ["recall", path, *scope, SECRET * 1100],
+        ["recall", path, *scope, "query", "PIN", "is", "4471"],
+        ["forget", path, *scope, SECRET], ["export", path, "--user", SECRET],
+        ["erase-user", path, "--user", SECRET, "--yes"], ["import", path, str(secret_file)],
+        ["stats", str(tmp_path / SECRET)], ["backup", path, path],
+        ["import", path, str(tmp_path / "missing" / SECRET)],
+    ]
+    lines = [json.dumps(record(**{key: SECRET + "\x00"})) for key in memory.RECORD_KEYS]
+    for line in [*lines, json.dumps({**record(), SECRET: 1}), SECRET, f'["{SECRET}"']:
+        secret_file.write_text(line + "\n", encoding="utf-8")
+        for argv in commands:
+            status, printed = run_main(capsys, *argv)
+            assert status in (1, 2), argv
+            assert "4471" not in printed, (argv, printed)
+    with MemoryStore(path) as store:
+        assert store.count(ALICE) == 3
+
+
+# -- clock readings are checked as an imported created_at is --------------------------------
+
+@pytest.mark.parametrize("reading", ["yesterday", "", "2026-10-20\x00", "9" * 100_000,
+                                     "2026-10-20T09:00:00\ud800", 12, None])
+def test_a_bad_clock_reading_writes_nothing(tmp_path: pathlib.Path, reading: Any) -> None:
+    with MemoryStore(tmp_path / "m.db", clock=lambda: reading) as store:
+        with pytest.raises(MemoryInputError, match="clock reading"):
+            store.remember(ALICE, "user", "text", "s")
+        assert not store.db.in_transaction
+        assert store.count(ALICE) == 0 and store.export_user("alice") == []
+
+
+# -- scope checks cannot be bypassed --------------------------------------------------------
+
+class HollowScope(Scope):
+    def __post_init__(self) -> None:  # skips the identifier check
+        pass
+
+
+def mutated_scope() -> Scope:
+    scope = Scope("alice", "trip")
+    object.__setattr__(scope, "user", "ALICE")
+    return scope
+
+
+@pytest.mark.parametrize("make", [lambda: HollowScope("ALICE", "trip"),
+                                  lambda: HollowScope("alice", "Trip Planning"),
+                                  mutated_scope])
+def test_every_call_checks_the_scope_itself(tmp_path: pathlib.Path, make: Any) -> None:
+    path = filled(tmp_path / "memory.db", 3)
+    scope = make()
+    with MemoryStore(path) as store:
+        for call in [lambda: store.remember(scope, "user", "text", "s"),
+                     lambda: store.remember_many([(scope, "task", "text", "s")]),
+                     lambda: store.recall(scope, "hotel"), lambda: store.count(scope),
+                     lambda: store.memories(scope), lambda: store.forget(scope, 1),
+                     lambda: store.forget_source(scope, "s")]:
+            with pytest.raises(MemoryInputError):
+                call()
+    assert row_count(path) == 3
+    assert scalar(path, "SELECT count(*) FROM memories WHERE user_id <> 'alice'") == 0
+
+
+# -- damage is SchemaError, a full id space StoreError, the file unchanged ------------------
+
+def test_a_damaged_index_row_is_a_schema_error(tmp_path: pathlib.Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = filled(tmp_path / "memory.db", 3)
+    plant(path, "UPDATE memory_words SET ids = substr(ids, 1, 7) WHERE word = 'hotel'")
+    before = digest(path)
+    with MemoryStore(path) as store:
+        with pytest.raises(SchemaError, match="damaged"):
+            store.recall(ALICE, "hotel")
+        with pytest.raises(SchemaError, match="damaged"):
+            store.forget(ALICE, 1)
+        assert not store.db.in_transaction
+    assert digest(path) == before
+    status, printed = run_main(capsys, "recall", str(path), "--user", "alice", "--task", "trip",
+                               "hotel")
+    assert status == 1 and printed.startswith("memory: error:") and printed.count("\n") == 1
+
+
+def test_a_full_id_space_is_a_store_error(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "v1.db"
+    write_version_1(path, [Memory(2**63 - 1, "alice", None, "the last id", "s",
+                                  "2026-10-20T09:00:00+00:00")])
+    MemoryStore(path).close()  # the upgrade
+    before = digest(path)
+    with MemoryStore(path) as store:
+        with pytest.raises(StoreError, match="used up its ids"):
+            store.remember(ALICE, "user", "one too many", "s")
+        assert not store.db.in_transaction
+    assert digest(path) == before
+
+
+# -- read-only opening writes no file ------------------------------------------------------
+
+def listing(folder: pathlib.Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def read_everything(path: pathlib.Path) -> None:
+    with MemoryStore(path, read_only=True) as store:
+        assert store.count(ALICE) == 5
+        assert len(store.recall(ALICE, "hotel note", limit=10)) == 5
+        assert len(store.export_user("alice")) == 5
+        assert store.stats()["memories"] == 5 and store.check()["ok"]
+        with pytest.raises(StoreError, match="read_only"):
+            store.remember(ALICE, "user", "not written", "s")
+        with pytest.raises(StoreError, match="read_only"):
+            store.compact()
+
+
+def test_read_only_opening_leaves_no_file_behind(tmp_path: pathlib.Path) -> None:
+    path = filled(tmp_path / "memory.db", 5)
+    before, files = digest(path), listing(tmp_path)
+    read_everything(path)
+    assert listing(tmp_path) == files and digest(path) == before
+
+
+@contextlib.contextmanager
+def read_only_folder(folder: pathlib.Path) -> Iterator[None]:
+    """The folder made unwritable for this process: immutable as root, mode 0555 else."""
+    if os.geteuid() == 0:
+        done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+        if done.returncode:
+            pytest.skip(f"root cannot make a read-only folder here: {done.stderr!r}")
+        undo = ["chattr", "-i", str(folder)]
+    else:
+        folder.chmod(0o555)
+        undo = ["chmod", "755", str(folder)]
+    try:
+        assert not os.access(folder, os.W_OK)
+        yield
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_read_only_opening_works_in_a_read_only_folder(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = filled(folder / "memory.db", 5)
+    before, files = digest(path), listing(folder)
+    with read_only_folder(folder):
+        read_everything(path)
+        for argv in (["stats", str(path)], ["check", str(path)],
+                     ["list", str(path), "--user", "alice", "--task", "trip"],
+                     ["export", str(path), "--user", "alice"],
+                     ["backup", str(path), str(tmp_path / "copy.db")]):
+            status, printed = run_main(capsys, *argv)
+            assert status == 0, (argv, printed)
+        assert listing(folder) == files
+    assert digest(path) == before
+    with MemoryStore(tmp_path / "copy.db", read_only=True) as copy:
+        assert copy.count(ALICE) == 5
+
+
+def test_read_only_store_beside_a_writer_sees_its_writes(tmp_path: pathlib.Path) -> None:
+    path = filled(tmp_path / "memory.db", 5)
+    with MemoryStore(path) as writer:
+        files = listing(tmp_path)
+        with MemoryStore(path, read_only=True) as reader:
+            writer.remember(ALICE, "user", "hotel note written while a reader is open", "s")
+            assert reader.count(ALICE) == 6
+        assert listing(tmp_path) == files

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import random
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
@@ -119,7 +120,8 @@ def test_export_user_has_every_task(store: MemoryStore) -> None:
     assert [(m["id"], m["task"], m["level"]) for m in exported] == [
         (ids["a-user"], None, "user"), (ids["a-trip"], "trip", "task"),
         (ids["a-work"], "work", "task"), (ids["a-other"], None, "user")]
-    assert set(exported[0]) == {"id", "task", "level", "text", "source", "created_at"}
+    assert list(exported[0]) == list(memory.RECORD_KEYS)
+    assert {m["user"] for m in exported} == {"alice"}
     assert [m["text"] for m in store.export_user("bob")] == ["Bob is vegetarian.",
                                                             "Bob's Lisbon hotel."]
 
@@ -221,6 +223,76 @@ def test_secure_delete_is_what_scrubs_the_file(tmp_path: pathlib.Path) -> None:
         assert SECRET.encode() in file_bytes(path)
     finally:
         store.close()
+
+
+DELETIONS = [
+    lambda s: s.forget(ALICE_TRIP, s.recall(ALICE_TRIP, "passport")[0]["id"]),
+    lambda s: s.forget_source(ALICE_TRIP, SECRET_SOURCE),
+    lambda s: s.erase_user("alice"),
+]
+
+
+@pytest.mark.parametrize("forget", DELETIONS)
+def test_after_compact_no_byte_of_a_deleted_memory_remains(tmp_path: pathlib.Path,
+                                                           forget: Any) -> None:
+    path = tmp_path / "memory.db"
+    store = filled_with_secret(path)
+    try:
+        # However the deletion went: here with secure_delete off, as on an SQLite build
+        # whose default is off, so that the deletion alone leaves the text behind.
+        store.db.execute("PRAGMA secure_delete = OFF")
+        assert forget(store)
+        assert SECRET.encode() in file_bytes(path)
+        store.compact()
+        for needle in (SECRET, SECRET_SOURCE, "quokka"):  # its text, source, a word of its own
+            assert needle.encode() not in file_bytes(path)
+        if store.count(ALICE_TRIP):
+            assert store.recall(ALICE_TRIP, "keeps") != []
+        assert store.check()["ok"]
+    finally:
+        store.close()
+    assert SECRET.encode() not in file_bytes(path)
+
+
+def test_compact_after_many_shuffled_deletions(tmp_path: pathlib.Path) -> None:
+    rng = random.Random(600)
+    path = tmp_path / "memory.db"
+    texts = [f"memory {n} keeps codeword zq{n:04d}x " + " ".join(
+        f"w{rng.randrange(10**6)}" for _ in range(rng.randint(5, 120))) for n in range(600)]
+    with MemoryStore(path) as store:
+        ids = store.remember_many([(ALICE_TRIP, "user", text, f"turn-{n:04d}q")
+                                   for n, text in enumerate(texts)])
+        order = list(range(600))
+        rng.shuffle(order)
+        gone, kept = order[:300], order[300:]
+        for n in gone:
+            assert store.forget(ALICE_TRIP, ids[n])
+        store.compact()
+        data = file_bytes(path)
+        assert [n for n in gone if f"zq{n:04d}x".encode() in data] == []
+        assert [n for n in gone if f"turn-{n:04d}q".encode() in data] == []
+        assert all(texts[n].encode() in data for n in kept)  # the search finds what is kept
+        assert store.count(ALICE_TRIP) == 300
+
+
+def test_secure_delete_is_on_before_an_upgrade_drops_the_old_table(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "v1.db"
+    write_version_1(path, [Memory(1, "alice", None, SECRET, SECRET_SOURCE,
+                                  "2026-10-20T09:00:00+00:00"),
+                           Memory(2, "alice", None, "Alice keeps this one.", "keep",
+                                  "2026-10-20T09:01:00+00:00")])
+    connect = sqlite3.connect
+
+    def default_off(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        db = connect(*args, **kwargs)  # as on a build compiled with secure_delete off
+        db.execute("PRAGMA secure_delete = OFF")
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", default_off)
+    with MemoryStore(path) as store:  # the upgrade copies the rows, drops the old table
+        assert store.forget(ALICE_TRIP, 1)
+    assert SECRET.encode() not in file_bytes(path)
 
 
 def test_everything_not_forgotten_recalls_as_before(store: MemoryStore) -> None:

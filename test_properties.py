@@ -179,10 +179,16 @@ class StoreMatchesModel(RuleBasedStateMachine):
 
     @rule(user=USERS)
     def export_user(self, user: str) -> None:
-        expected = [{"id": m.id, "task": m.task, **{k: v for k, v in m.as_result(0).items()
-                                                     if k not in ("id", "score")}}
+        expected = [{"id": m.id, "user": m.user, "task": m.task,
+                     **{k: v for k, v in m.as_result(0).items() if k not in ("id", "score")}}
                     for m in self.model.memories if m.user == user]
-        assert self.store.export_user(user) == expected
+        exported = self.store.export_user(user)
+        assert exported == expected
+        # Whatever a store holds can be imported again, field for field but the ids.
+        with MemoryStore(":memory:") as other:
+            other.import_memories(exported)
+            again = other.export_user(user)
+        assert [{**r, "id": 0} for r in again] == [{**r, "id": 0} for r in exported]
 
     @rule()
     def reopen(self) -> None:
