@@ -1070,7 +1070,7 @@ def _existing(path: str) -> MemoryStore:
 def _run_forget(args: argparse.Namespace) -> int:
     with _existing(args.path) as store:
         if not store.forget(Scope(args.user, args.task), args.id):
-            raise StoreError(f"no memory {args.id} in scope {args.user}/{args.task}")
+            raise StoreError("no memory with that id in this scope")
     print(f"forgot memory {args.id}")
     return 0
 

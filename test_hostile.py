@@ -355,6 +355,7 @@ PLANTS = {
     "another table": "CREATE TABLE notes (x)",
     "another index": "CREATE INDEX by_text ON memories (text)",
     "a changed column": "ALTER TABLE memories ADD COLUMN extra TEXT",
+    "ANALYZE's statistics tables": "ANALYZE",
 }
 
 

@@ -275,6 +275,26 @@ def test_compact_after_many_shuffled_deletions(tmp_path: pathlib.Path) -> None:
         assert store.count(ALICE_TRIP) == 300
 
 
+def test_compact_says_so_when_a_reader_keeps_the_old_wal(tmp_path: pathlib.Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "BUSY_TIMEOUT_SECONDS", 0.2)  # how long compact waits
+    path = tmp_path / "memory.db"
+    store = filled_with_secret(path)
+    reader = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert store.forget_source(ALICE_TRIP, SECRET_SOURCE) == 1
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM memories").fetchone()  # holds its snapshot
+        with pytest.raises(StoreError, match="run compact again"):
+            store.compact()
+        reader.execute("COMMIT")
+        store.compact()
+        assert SECRET.encode() not in file_bytes(path)
+    finally:
+        reader.close()
+        store.close()
+
+
 def test_secure_delete_is_on_before_an_upgrade_drops_the_old_table(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "v1.db"
