@@ -14,16 +14,20 @@ import contextlib
 import dataclasses
 import functools
 import heapq
+import importlib
 import io
 import itertools
 import json
 import logging
+import math
 import os
 import pathlib
 import re
 import sqlite3
 import sys
 import threading
+import time
+import unicodedata
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -31,7 +35,7 @@ from typing import Any, TypeVar
 
 __version__ = "0.1.0"
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -43,6 +47,23 @@ STOPWORDS = frozenset(
     " the this to was we what when where which who will with you your".split()
 )
 BUSY_TIMEOUT_SECONDS = 30.0
+MATCHING = ("exact", "stems")
+RANKS = ("shared", "idf")
+# Characters of the Han, Hiragana, Katakana and Hangul scripts that str.isalnum() accepts,
+# as Unicode 14 (Python 3.11) names them; a test derives the same set from the names.
+_CJK = (
+    "\u1100-\u11ff\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff\u3131-\u318e"
+    "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97c\uac00-\ud7a3\ud7b0-\ud7c6"
+    "\ud7cb-\ud7fb\uf900-\ufa6d\ufa70-\ufad9\uff66-\uffbe\uffc2-\uffc7\uffca-\uffcf"
+    "\uffd2-\uffd7\uffda-\uffdc\U0001aff0-\U0001aff3\U0001aff5-\U0001affb"
+    "\U0001affd-\U0001affe\U0001b000-\U0001b001\U0001b11f-\U0001b122"
+    "\U0001b150-\U0001b152\U0001b164-\U0001b167\U00020000-\U0002a6df"
+    "\U0002a700-\U0002b738\U0002b740-\U0002b81d\U0002b820-\U0002cea1"
+    "\U0002ceb0-\U0002ebe0\U0002f800-\U0002fa1d\U00030000-\U0003134a"
+)
+_ALNUM_RUN = re.compile(r"[^\W_]+")  # maximal runs of characters c with c.isalnum()
+_SCRIPT_PART = re.compile(f"[{_CJK}]+|[^{_CJK}]+")
+_CJK_PART = re.compile(f"[{_CJK}]")
 # Sized so a row stays on its B-tree page (no overflow page) and rewriting one is cheap.
 POSTINGS_PER_ROW = 96
 # A write of this many memories or fewer appends each word's ids to the newest row of its
@@ -78,7 +99,26 @@ _CREATE_WORDS = """CREATE TABLE memory_words (
     ids BLOB NOT NULL,
     PRIMARY KEY (user_id, word, first_id)
 ) WITHOUT ROWID"""
-SCHEMA = ";\n".join([_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS])
+# The file's own settings: the matching rule its word index was built with.
+_CREATE_SETTINGS = """CREATE TABLE store_settings (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID"""
+# How many memories each (user, task) holds, kept in the transaction of every write and
+# deletion, so count() is two point lookups. The user level is task_key '' (no task id
+# can be empty), since a NULL in a key would not be unique.
+_CREATE_COUNTS = """CREATE TABLE memory_counts (
+    user_id TEXT NOT NULL,
+    task_key TEXT NOT NULL,
+    memories INTEGER NOT NULL,
+    PRIMARY KEY (user_id, task_key)
+) WITHOUT ROWID"""
+# The statements each version's file is made of, to create it and to recognize it.
+_STATEMENTS = {
+    2: (_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS),
+    3: (_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS, _CREATE_SETTINGS, _CREATE_COUNTS),
+}
+SCHEMA = ";\n".join(_STATEMENTS[SCHEMA_VERSION])
 # A version-1 file (the core layout: one table and an index, named as its writer chose):
 # the table's columns as PRAGMA table_info gives them (name, declared type, pk).
 _VERSION_1_COLUMNS = [
@@ -102,9 +142,26 @@ _SQL_INSERT = (
     " VALUES (?, ?, ?, ?, ?, ?)"
 )
 _MEMORY_COLUMNS = "id, task_id, text, source, created_at"
-_SQL_COUNT = f"SELECT count(*) FROM memories {_IN_SCOPE}"
+_SQL_COUNT = (
+    "SELECT coalesce(sum(memories), 0) FROM memory_counts WHERE user_id = ? AND task_key IN"
+    " ('', ?)"
+)
+_SQL_COUNT_ADD = (
+    "INSERT INTO memory_counts (user_id, task_key, memories) VALUES (?, ?, ?)"
+    " ON CONFLICT (user_id, task_key) DO UPDATE SET memories = memories + excluded.memories"
+)
+_SQL_COUNT_SUBTRACT = (
+    "UPDATE memory_counts SET memories = memories - ? WHERE user_id = ? AND task_key = ?"
+)
+_SQL_COUNT_DROP_EMPTY = (
+    "DELETE FROM memory_counts WHERE user_id = ? AND task_key = ? AND memories <= 0"
+)
+_SQL_ERASE_COUNTS = "DELETE FROM memory_counts WHERE user_id = ?"
+_SQL_MATCHING = "SELECT value FROM store_settings WHERE name = 'matching'"
+_SQL_SET_MATCHING = "INSERT OR REPLACE INTO store_settings (name, value) VALUES ('matching', ?)"
 _SQL_POSTINGS = (
-    f"SELECT ids FROM memory_words {_IN_SCOPE} AND word IN (SELECT value FROM json_each(?))"
+    f"SELECT word, ids FROM memory_words {_IN_SCOPE}"
+    " AND word IN (SELECT value FROM json_each(?))"
 )
 # NOT INDEXED: look the few ids up by primary key rather than walk the user's index range.
 _SQL_RECALLED = (
@@ -126,6 +183,7 @@ _SQL_VISIBLE = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER BY id"
 _SQL_VISIBLE_ID = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?"
 _SQL_VISIBLE_SOURCE = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND source = ?"
 _SQL_OWNED = f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? ORDER BY id"
+_SQL_OWNED_TEXTS = "SELECT id, user_id, task_id, text FROM memories WHERE user_id = ? ORDER BY id"
 _SQL_FORGET = (
     f"DELETE FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))"
 )
@@ -149,6 +207,9 @@ _SQL_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
 # The operator's aggregate: counts only, across users by design, so it is the one read
 # without the scope predicate. No call made for a user uses it.
 _SQL_STATS = "SELECT count(*), count(task_id), count(DISTINCT user_id) FROM memories"
+# Reindexing walks the users one by one, each under `WHERE user_id = `; finding them is
+# the other read without the user filter, and it returns ids only.
+_SQL_USERS = "SELECT DISTINCT user_id FROM memory_counts"
 
 log = logging.getLogger("memory")
 _Row = TypeVar("_Row")
@@ -254,9 +315,7 @@ def _check_path(path: object) -> str:
 
 
 def _check_level(level: object) -> str:
-    if not isinstance(level, str) or level not in LEVELS:
-        raise MemoryInputError(f"level must be 'user' or 'task', got {_described(level)}")
-    return level
+    return _check_choice("level", level, LEVELS)
 
 
 def _check_limit(limit: object) -> int:
@@ -266,6 +325,13 @@ def _check_limit(limit: object) -> int:
             + (" out of range" if type(limit) is int else "")
         )
     return limit
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise MemoryInputError(f"{name} must be one of {', '.join(map(repr, choices))},"
+                               f" got {_described(value)}")
+    return value
 
 
 def _check_scope(scope: object) -> Scope:
@@ -359,8 +425,47 @@ def system_clock() -> str:
 
 
 def words(text: str) -> set[str]:
-    """The words of `text` that count for matching: lower-cased, stopwords removed."""
+    """The words of `text` under the `exact` rule: lower-cased, stopwords removed."""
     return set(WORD.findall(text.lower())) - STOPWORDS
+
+
+@functools.cache
+def _stemmer() -> Callable[[str], str]:
+    """Snowball's English stemmer (PyStemmer's C code where installed), with a cache:
+    words repeat, and the pure-Python stemmer takes tens of microseconds a word."""
+    try:
+        snowball = importlib.import_module("snowballstemmer")
+    except ImportError:
+        raise StoreError("matching='stems' needs the snowballstemmer package:"
+                         " pip install 'memory-store[stems]'") from None
+    stem: Callable[[str], str] = snowball.stemmer("english").stemWord
+    return functools.lru_cache(maxsize=1 << 16)(stem)
+
+
+def stems(text: str) -> set[str]:
+    """The words of `text` under the `stems` rule: maximal runs of letters and digits of
+    the NFKC-normalized, case-folded text; a part in Han, Hiragana, Katakana or Hangul is
+    split into overlapping two-character words (a lone character is one); any other part
+    is dropped if a stopword, else reduced to its Snowball English stem."""
+    stem = _stemmer()
+    found: set[str] = set()
+    for run in _ALNUM_RUN.findall(unicodedata.normalize("NFKC", text.casefold())):
+        for part in _SCRIPT_PART.findall(run):
+            if _CJK_PART.match(part):
+                found.update(part[i : i + 2] for i in range(max(1, len(part) - 1)))
+            elif part not in STOPWORDS:
+                found.add(stem(part))
+    return found
+
+
+_WORDS_OF: dict[str, Callable[[str], set[str]]] = {"exact": words, "stems": stems}
+
+
+def _words_of(matching: str) -> Callable[[str], set[str]]:
+    """The rule's word function; StoreError now if it cannot run here."""
+    if matching == "stems":
+        _stemmer()
+    return _WORDS_OF[matching]
 
 
 # -- the word index --------------------------------------------------------------------
@@ -383,13 +488,16 @@ def _unpack(blob: object) -> array.array[int]:
 
 
 def _index_words(
-    db: sqlite3.Connection, rows: Iterable[tuple[int, str, str | None, str]], append: bool
+    db: sqlite3.Connection,
+    rows: Iterable[tuple[int, str, str | None, str]],
+    append: bool,
+    words_of: Callable[[str], set[str]],
 ) -> None:
     """Add the postings of new (id, user_id, task_id, text) rows, ids ascending."""
     owners: dict[tuple[str, str | None], dict[str, list[int]]] = {}
     for memory_id, user_id, task_id, text in rows:
         by_word = owners.setdefault((user_id, task_id), collections.defaultdict(list))
-        for word in words(text):
+        for word in words_of(text):
             by_word[word].append(memory_id)
     groups = (
         (user_id, word, task_id, ids)
@@ -409,11 +517,16 @@ def _index_words(
     db.executemany(_SQL_INSERT_POSTINGS, sorted(new_rows))
 
 
-def _unindex(db: sqlite3.Connection, user_id: str, rows: list[tuple[Any, ...]]) -> None:
-    """Remove the postings of the user's memories `rows` (id, task_id, text, ...)."""
+def _unindex(db: sqlite3.Connection, user_id: str, rows: list[tuple[Any, ...]],
+             words_of: Callable[[str], set[str]]) -> None:
+    """Remove the postings and counts of the user's memories `rows` (id, task_id, text,
+    ...)."""
+    removed = collections.Counter(task_id or "" for _, task_id, *_ in rows)
+    db.executemany(_SQL_COUNT_SUBTRACT, [(n, user_id, task) for task, n in removed.items()])
+    db.executemany(_SQL_COUNT_DROP_EMPTY, [(user_id, task) for task in removed])
     groups: dict[tuple[str | None, str], set[int]] = collections.defaultdict(set)
     for memory_id, task_id, text, *_ in rows:
-        for word in words(text):
+        for word in words_of(text):
             groups[task_id, word].add(memory_id)
     for (task_id, word), gone in groups.items():
         lo, hi = min(gone), max(gone)
@@ -472,13 +585,24 @@ def _upgrade_to_2(db: sqlite3.Connection) -> None:
     db.execute(_CREATE_SCOPE_INDEX)
     db.execute(_CREATE_WORDS)
     rows = db.execute("SELECT id, user_id, task_id, text FROM memories ORDER BY id")
-    _index_words(db, rows, append=False)
+    _index_words(db, rows, append=False, words_of=words)
+
+
+def _upgrade_to_3(db: sqlite3.Connection) -> None:
+    """Version 2 gains the settings (its rule is `exact`) and the per-(user, task) counts."""
+    db.execute(_CREATE_SETTINGS)
+    db.execute(_SQL_SET_MATCHING, ("exact",))
+    db.execute(_CREATE_COUNTS)
+    db.execute("INSERT INTO memory_counts (user_id, task_key, memories)"
+               " SELECT user_id, coalesce(task_id, ''), count(*) FROM memories"
+               " GROUP BY user_id, task_id")
 
 
 # (version a file is at after the step, the step); a file at version v runs every
 # step whose target is above v, in order, all in one transaction with the version bump.
 MIGRATIONS: list[tuple[int, Callable[[sqlite3.Connection], None]]] = [
     (2, _upgrade_to_2),
+    (3, _upgrade_to_3),
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -490,11 +614,11 @@ def _objects(db: sqlite3.Connection) -> _Objects:
 
 
 @functools.cache
-def _current_objects() -> _Objects:
-    """The objects of a file at SCHEMA_VERSION: what the schema statements make."""
+def _objects_of(version: int) -> _Objects:
+    """The objects of a file at `version`: what that version's statements make."""
     db = sqlite3.connect(":memory:")
     try:
-        _execute_script(db, ";".join([_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS]))
+        _execute_script(db, ";".join(_STATEMENTS[version]))
         return _objects(db)
     finally:
         db.close()
@@ -525,7 +649,7 @@ def _layout(db: sqlite3.Connection) -> int:
         objects = _objects(db)
         known = (
             version == 0
-            or (version == SCHEMA_VERSION and objects == _current_objects())
+            or (version in _STATEMENTS and objects == _objects_of(version))
             or (version == 1 and _is_version_1(db, objects))
         )
     except sqlite3.Error as exc:
@@ -538,8 +662,9 @@ def _layout(db: sqlite3.Connection) -> int:
     return int(version)
 
 
-def _prepare(db: sqlite3.Connection, writable: bool) -> None:
-    """Create or upgrade the file's schema; refuse a file this code cannot read."""
+def _prepare(db: sqlite3.Connection, writable: bool, matching: str | None) -> None:
+    """Create or upgrade the file's schema; refuse a file this code cannot read. A new
+    file gets the `matching` rule, `exact` if None."""
     version = _layout(db)
     if version == SCHEMA_VERSION:
         return
@@ -550,6 +675,7 @@ def _prepare(db: sqlite3.Connection, writable: bool) -> None:
         version = _layout(db)
         if version == 0:
             _execute_script(db, SCHEMA)
+            db.execute(_SQL_SET_MATCHING, (matching or "exact",))
         for target, step in MIGRATIONS:
             if 0 < version < target:
                 step(db)
@@ -636,6 +762,23 @@ def _memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
     }
 
 
+def _idf_scores(postings: Iterable[tuple[str, bytes]], visible: int
+                ) -> Iterator[tuple[float, int]]:
+    """(score, id) under rank="idf" for every id in the (word, ids) rows; each id's
+    weights are added in sorted word order, so a model can repeat the sum bit for bit."""
+    by_word: dict[str, list[array.array[int]]] = collections.defaultdict(list)
+    for word, blob in postings:
+        by_word[word].append(_unpack(blob))
+    scores: dict[int, float] = {}
+    for word in sorted(by_word):
+        held = by_word[word]
+        df = sum(map(len, held))
+        weight = math.log(1 + (visible - df + 0.5) / (df + 0.5))
+        for memory_id in itertools.chain.from_iterable(held):
+            scores[memory_id] = scores.get(memory_id, 0.0) + weight
+    return ((score, memory_id) for memory_id, score in scores.items())
+
+
 def _id_span(ids: list[int]) -> str:
     return f"{ids[0]}..{ids[-1]}" if ids else "none"
 
@@ -655,8 +798,11 @@ class MemoryStore:
         *,
         read_only: bool = False,
         durable: bool = True,
+        matching: str | None = None,
     ) -> None:
         self.path = _check_path(path)
+        if matching is not None:
+            _check_choice("matching", matching, MATCHING)
         if not callable(clock):
             raise MemoryInputError(f"clock must be callable, got {type(clock).__name__}")
         self.clock = clock
@@ -665,7 +811,9 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._file: tuple[int, int] | None = None
-        self._db: sqlite3.Connection | None = self._connect()
+        self.matching = "exact"
+        self._words: Callable[[str], set[str]] = words
+        self._db: sqlite3.Connection | None = self._connect(matching)
         _OPEN_STORES.add(self)
 
     def _target(self) -> str:
@@ -692,7 +840,7 @@ class MemoryStore:
         # this store is open breaks that; README says so).
         return f"{uri}?mode=ro&immutable=1"
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, matching: str | None) -> sqlite3.Connection:
         target = self._target()
         if self.path != ":memory:":
             stat = os.stat(self.path)
@@ -714,13 +862,28 @@ class MemoryStore:
             raise _store_error(exc) from exc
         try:
             # A failure to create or upgrade re-raises sqlite3's own error (SPEC Part 1).
-            _prepare(db, writable=not self.read_only)
+            _prepare(db, writable=not self.read_only, matching=matching)
             self._configure(db)
+            self._follow_rule(db)
+            if matching is not None and matching != self.matching:
+                raise MemoryInputError(f"matching={matching!r} was asked for, but the file's"
+                                       f" word index uses matching={self.matching!r}")
         except BaseException:
             db.close()
             raise
         log.info("opened a store read_only=%s", self.read_only)
         return db
+
+    def _follow_rule(self, db: sqlite3.Connection) -> None:
+        """Use the file's matching rule: another process may have reindexed it."""
+        try:
+            (matching,) = db.execute(_SQL_MATCHING).fetchone()
+        except (sqlite3.Error, TypeError) as exc:
+            raise SchemaError("the file records no matching rule") from exc
+        if matching != self.matching:
+            if matching not in MATCHING:
+                raise SchemaError("the file records a matching rule this code does not know")
+            self._words, self.matching = _words_of(matching), matching
 
     def _configure(self, db: sqlite3.Connection) -> None:
         # Only once the file is known to be ours: WAL changes the file's header. WAL lets
@@ -776,6 +939,14 @@ class MemoryStore:
     def _writing(self) -> Iterator[sqlite3.Connection]:
         self._writable()
         with self._reading() as db, _transaction(db):
+            self._follow_rule(db)
+            yield db
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: one consistent view, under the file's current rule."""
+        with self._reading() as db, _transaction(db, "BEGIN"):
+            self._follow_rule(db)
             yield db
 
     def _writable(self) -> None:
@@ -810,7 +981,9 @@ class MemoryStore:
             db.executemany(_SQL_INSERT, [(i, *row[:4], row[4] or self._now())
                                          for i, row in numbered])
             new = ((memory_id, *row[:3]) for memory_id, row in numbered)
-            _index_words(db, new, append=len(rows) <= _APPEND_UP_TO)
+            _index_words(db, new, append=len(rows) <= _APPEND_UP_TO, words_of=self._words)
+            added = collections.Counter((row[0], row[1] or "") for row in rows)
+            db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
         task_level = sum(row[1] is not None for row in rows)
         log.info("remembered %d memories (%d user level, %d task level), ids %s",
                  len(ids), len(ids) - task_level, task_level, _id_span(ids))
@@ -821,20 +994,32 @@ class MemoryStore:
         # transaction it was read in rolls back, so nothing is written.
         return _check_timestamp("clock reading", self.clock())
 
-    def recall(self, scope: Scope, query: str, limit: int = 3) -> list[dict[str, Any]]:
-        """The memories visible in the scope that share most words with `query`."""
+    def recall(self, scope: Scope, query: str, limit: int = 3, *,
+               rank: str = "shared") -> list[dict[str, Any]]:
+        """The memories visible in the scope that match `query` best. rank="shared":
+        a memory's score is the number of distinct words it shares with the query;
+        rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
+        (df + 0.5)), N the memories the scope sees, df those of them holding the word.
+        Ties: the newer memory first."""
         scope = _check_scope(scope)
         _check_limit(limit)
-        wanted = words(_check_text("query", query, MAX_QUERY, blank=True))
-        if not wanted:
-            return []
+        _check_choice("rank", rank, RANKS)
+        _check_text("query", query, MAX_QUERY, blank=True)
         scoped = (scope.user, scope.task)
-        with self._reading() as db, _transaction(db, "BEGIN"):
-            # An id sits in one row per word, so its count is the number of shared words.
+        with self._snapshot() as db:
+            wanted = self._words(query)
+            if not wanted:
+                return []
             postings = db.execute(_SQL_POSTINGS, (*scoped, json.dumps(sorted(wanted))))
-            shared = collections.Counter(itertools.chain.from_iterable(
-                _unpack(blob) for (blob,) in postings))
-            best = heapq.nlargest(limit, zip(shared.values(), shared.keys(), strict=True))
+            if rank == "shared":
+                # An id sits in one row per word, so its count is the number of shared words.
+                shared = collections.Counter(itertools.chain.from_iterable(
+                    _unpack(blob) for _, blob in postings))
+                best: list[tuple[float, int]] = heapq.nlargest(
+                    limit, zip(shared.values(), shared.keys(), strict=True))
+            else:
+                (visible,) = db.execute(_SQL_COUNT, scoped).fetchone()
+                best = heapq.nlargest(limit, _idf_scores(postings, visible))
             found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
         return [_memory(rows[i], score=score) for score, i in best if i in rows]
@@ -845,6 +1030,23 @@ class MemoryStore:
         with self._reading() as db:
             (visible,) = db.execute(_SQL_COUNT, (scope.user, scope.task)).fetchone()
         return int(visible)
+
+    def reindex(self, matching: str,
+                progress: Callable[[int, int], None] | None = None) -> None:
+        """Rebuild the word index under the `matching` rule, user by user, in one
+        transaction; `progress(users done, users)` is called after each user."""
+        words_of = _words_of(_check_choice("matching", matching, MATCHING))
+        with self._writing() as db:
+            users = [user for (user,) in db.execute(_SQL_USERS)]
+            for done, user in enumerate(users, start=1):
+                db.execute(_SQL_ERASE_POSTINGS, (user,))
+                _index_words(db, db.execute(_SQL_OWNED_TEXTS, (user,)), append=False,
+                             words_of=words_of)
+                if progress is not None:
+                    progress(done, len(users))
+            db.execute(_SQL_SET_MATCHING, (matching,))
+            self._words, self.matching = words_of, matching
+        log.info("reindexed %d users with matching=%s", len(users), matching)
 
     # -- seeing and forgetting -------------------------------------------------------
 
@@ -871,7 +1073,7 @@ class MemoryStore:
     def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...]) -> int:
         with self._writing() as db:
             rows = db.execute(select, arguments).fetchall()
-            _unindex(db, scope.user, rows)
+            _unindex(db, scope.user, rows, self._words)
             ids = [row[0] for row in rows]
             deleted = db.execute(_SQL_FORGET, (scope.user, scope.task, json.dumps(ids))).rowcount
         self._scrub()
@@ -883,6 +1085,7 @@ class MemoryStore:
         user = _check_identifier("user", user)
         with self._writing() as db:
             db.execute(_SQL_ERASE_POSTINGS, (user,))
+            db.execute(_SQL_ERASE_COUNTS, (user,))
             erased = db.execute(_SQL_ERASE, (user,)).rowcount
         self._scrub()
         log.info("erased %d memories of user %s", erased, user)
@@ -1001,7 +1204,8 @@ def _run_list(args: argparse.Namespace) -> int:
 
 def _run_recall(args: argparse.Namespace) -> int:
     with MemoryStore(args.path, read_only=True) as store:
-        for memory in store.recall(Scope(args.user, args.task), args.query, args.limit):
+        for memory in store.recall(Scope(args.user, args.task), args.query, args.limit,
+                                   rank=args.rank):
             _emit(memory)
     return 0
 
@@ -1096,6 +1300,21 @@ def _run_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_reindex(args: argparse.Namespace) -> int:
+    started = last = time.monotonic()
+
+    def progress(done: int, users: int) -> None:
+        nonlocal last
+        if time.monotonic() - last >= 1.0 or (done == users and last > started):
+            print(f"reindexed {done} of {users} users", file=sys.stderr, flush=True)
+            last = time.monotonic()
+
+    with _existing(args.path) as store:
+        store.reindex(args.matching, progress)
+    print(f"reindexed with matching={args.matching}")
+    return 0
+
+
 def _run_backup(args: argparse.Namespace) -> int:
     with MemoryStore(args.path, read_only=True) as store:
         store.backup(args.destination)
@@ -1132,6 +1351,8 @@ def _parser() -> argparse.ArgumentParser:
     recall.add_argument("query", metavar="QUERY")
     recall.add_argument("--limit", type=_bounded_int(1, MAX_LIMIT), default=3,
                         help=f"at most this many (1 to {MAX_LIMIT}, default 3)")
+    recall.add_argument("--rank", choices=RANKS, default="shared",
+                        help="shared: count shared words (default); idf: weigh rare words more")
     command("export", _run_export, "every memory of the user, as JSON Lines on stdout",
             user=True)
     importing = command("import", _run_import,
@@ -1145,6 +1366,9 @@ def _parser() -> argparse.ArgumentParser:
                     "forget every memory of the user, in every task", user=True)
     erase.add_argument("--yes", action="store_true", help="confirm the erasure")
     command("check", _run_check, "integrity check and schema version; exit 1 unless ok")
+    reindex = command("reindex", _run_reindex,
+                      "rebuild the word index under another matching rule, in one transaction")
+    reindex.add_argument("--matching", required=True, choices=MATCHING)
     command("compact", _run_compact,
             "rebuild the file so that no byte of anything deleted remains in it")
     backup = command("backup", _run_backup,

@@ -27,7 +27,7 @@ from test_properties import Memory
 
 HERE = pathlib.Path(__file__).resolve().parent
 COMMANDS = ["stats", "list", "recall", "export", "import", "forget", "erase-user", "check",
-            "compact", "backup"]
+            "compact", "reindex", "backup"]
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

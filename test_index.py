@@ -105,13 +105,13 @@ def test_failed_upgrade_leaves_the_file_exactly_as_it_was(tmp_path: pathlib.Path
     path = tmp_path / "old.db"
     write_version_1(path, sample())
     before = digest(path)
-    ((target, step),) = memory.MIGRATIONS
+    *earlier, (target, step) = memory.MIGRATIONS
 
     def broken_step(db: sqlite3.Connection) -> None:
-        step(db)  # every statement of the real step runs, then the step fails
+        step(db)  # every statement of every real step runs, then the last step fails
         raise sqlite3.OperationalError("disk I/O error (simulated)")
 
-    with mock.patch.object(memory, "MIGRATIONS", [(target, broken_step)]):
+    with mock.patch.object(memory, "MIGRATIONS", [*earlier, (target, broken_step)]):
         with pytest.raises(sqlite3.OperationalError, match="simulated"):
             MemoryStore(path)
     assert digest(path) == before
@@ -204,14 +204,18 @@ def test_remember_many_needs_an_iterable_of_items(tmp_path: pathlib.Path, items:
             store.remember_many(items)
 
 
-def test_count_is_one_counting_query(tmp_path: pathlib.Path) -> None:
+def test_count_is_point_lookups_in_the_counts_table(tmp_path: pathlib.Path) -> None:
     with MemoryStore(tmp_path / "m.db") as store:
         store.remember_many([(ALICE, "user", f"note {n}", "s") for n in range(50)])
+        store.remember_many([(ALICE, "task", f"note {n}", "s") for n in range(7)])
         statements: list[str] = []
         store.db.set_trace_callback(statements.append)
-        assert store.count(ALICE) == 50
+        assert store.count(ALICE) == 57
         store.db.set_trace_callback(None)
-    assert len(statements) == 1 and statements[0].lower().startswith("select count(*)")
+        query_plan = plan(store, memory._SQL_COUNT, (ALICE.user, ALICE.task))
+    assert len(statements) == 1 and "FROM memory_counts WHERE user_id = " in statements[0]
+    assert "SEARCH memory_counts USING PRIMARY KEY (user_id=? AND task_key=?)" in query_plan
+    assert "memories" not in query_plan.replace("memory_counts", "")
 
 
 def plan(store: MemoryStore, sql: str, arguments: tuple[Any, ...]) -> str:

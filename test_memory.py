@@ -35,7 +35,8 @@ BOB = Scope("bob", "onboarding")
 INJECTION = "Robert'); DROP TABLE memories;--"
 # A statement that reads, counts, changes or deletes memories or their index rows;
 # an INSERT ... VALUES reads nothing, and sqlite_sequence holds no memory data.
-TOUCHES_MEMORY_DATA = re.compile(r"\b(FROM|UPDATE|JOIN)\s+(memories|memory_words)\b", re.I)
+TOUCHES_MEMORY_DATA = re.compile(
+    r"\b(FROM|UPDATE|JOIN)\s+(memories|memory_words|memory_counts)\b", re.I)
 
 
 def tables(path: pathlib.Path) -> list[str]:
@@ -192,7 +193,7 @@ class TestScopeRule(StoreTestCase):
         self.assertGreaterEqual(len(touching), 5, statements)
         for statement in touching:
             self.assertIn("WHERE user_id = ", statement)
-            self.assertRegex(statement, r"WHERE user_id = .*\btask_id (IS|=) ")
+            self.assertRegex(statement, r"WHERE user_id = .*\btask_(id|key) (IS|=|IN) ")
 
     def test_sql_in_text_is_stored_as_text(self) -> None:
         memory_id = self.store.remember(ALICE_TRIP, "user", INJECTION, "turn'--")

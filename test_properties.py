@@ -1,24 +1,36 @@
-"""The store against a plain in-memory model of SPEC Part 1, on arbitrary Unicode.
+"""The store against a plain in-memory model of the recall rule, on arbitrary Unicode.
 
-The model is the oracle later work on speed is held to: it scores every visible
-memory the slow, obvious way, with its own copy of the word rule.
+The model is the oracle later work on speed is held to: it scores every visible memory
+the slow, obvious way, with its own copy of both word rules and both ranks.
 """
 
 from __future__ import annotations
 
 import array
+import collections
 import dataclasses
+import itertools
+import math
 import re
 import shutil
 import sqlite3
 import tempfile
+import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import snowballstemmer
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
-from memory import MAX_TEXT, MemoryStore, Scope, fixed_clock
+from memory import MATCHING, MAX_TEXT, RANKS, MemoryStore, Scope, fixed_clock
 
 MODEL_STOPWORDS = frozenset(
     "a an and are as at be by did do does for from how i in is it my of on or that"
@@ -28,6 +40,36 @@ MODEL_STOPWORDS = frozenset(
 
 def model_words(text: str) -> set[str]:
     return set(re.findall("[a-z0-9]+", text.lower())) - MODEL_STOPWORDS
+
+
+STEM = snowballstemmer.stemmer("english").stemWord
+CJK_NAMES = ("CJK UNIFIED IDEOGRAPH", "CJK COMPATIBILITY IDEOGRAPH", "HIRAGANA", "KATAKANA",
+             "HANGUL", "HALFWIDTH KATAKANA", "HALFWIDTH HANGUL")
+
+
+def is_cjk(character: str) -> bool:
+    """Han, Hiragana, Katakana or Hangul, told by the character's Unicode name."""
+    return character.isalnum() and unicodedata.name(character, "").startswith(CJK_NAMES)
+
+
+def model_stems(text: str) -> set[str]:
+    found: set[str] = set()
+    normalized = unicodedata.normalize("NFKC", text.casefold())
+    for alnum, run in itertools.groupby(normalized, key=str.isalnum):
+        if not alnum:
+            continue
+        for cjk, characters in itertools.groupby(run, key=is_cjk):
+            part = "".join(characters)
+            if cjk and len(part) == 1:
+                found.add(part)
+            elif cjk:
+                found.update(part[i] + part[i + 1] for i in range(len(part) - 1))
+            elif part not in MODEL_STOPWORDS:
+                found.add(STEM(part))
+    return found
+
+
+MODEL_RULES: dict[str, Callable[[str], set[str]]] = {"exact": model_words, "stems": model_stems}
 
 
 @dataclasses.dataclass
@@ -42,23 +84,38 @@ class Memory:
     def visible_in(self, scope: Scope) -> bool:
         return self.user == scope.user and (self.task is None or self.task == scope.task)
 
-    def as_result(self, score: int) -> dict[str, Any]:
+    def as_result(self, score: float) -> dict[str, Any]:
         return {"id": self.id, "level": "user" if self.task is None else "task",
                 "text": self.text, "source": self.source, "created_at": self.created_at,
                 "score": score}
 
 
 class Model:
-    def __init__(self) -> None:
+    def __init__(self, matching: str = "exact") -> None:
         self.memories: list[Memory] = []
+        self.matching = matching
 
     def visible(self, scope: Scope) -> list[Memory]:
         return [m for m in self.memories if m.visible_in(scope)]
 
-    def recall(self, scope: Scope, query: str, limit: int) -> list[dict[str, Any]]:
-        wanted = model_words(query)
-        scored = [(len(wanted & model_words(m.text)), m) for m in self.visible(scope)]
-        ranked = sorted(((s, m) for s, m in scored if s > 0), key=lambda p: (-p[0], -p[1].id))
+    def recall(self, scope: Scope, query: str, limit: int,
+               rank: str = "shared") -> list[dict[str, Any]]:
+        terms = MODEL_RULES[self.matching]
+        wanted = terms(query)
+        visible = self.visible(scope)
+        held = {m.id: terms(m.text) for m in visible}
+
+        def idf(word: str) -> float:
+            df = sum(word in words for words in held.values())
+            return math.log(1 + (len(visible) - df + 0.5) / (df + 0.5))
+
+        scored: list[tuple[float, Memory]] = []
+        for m in visible:
+            shared = wanted & held[m.id]
+            if shared:
+                score = len(shared) if rank == "shared" else sum(idf(w) for w in sorted(shared))
+                scored.append((score, m))
+        ranked = sorted(scored, key=lambda p: (-p[0], -p[1].id))
         return [m.as_result(s) for s, m in ranked[:limit]]
 
     def count(self, scope: Scope) -> int:
@@ -66,12 +123,22 @@ class Model:
 
 
 def index_problems(db: sqlite3.Connection) -> list[str]:
-    """How the word index differs from the words of the memories it indexes: every
-    (user, word, task, id) once, nothing for a memory that is gone."""
+    """How the word index and the counts differ from the memories they describe: every
+    (user, word, task, id) once under the file's rule, nothing for a memory that is gone,
+    and each (user, task)'s count exact."""
+    (matching,) = db.execute("SELECT value FROM store_settings WHERE name = 'matching'"
+                             ).fetchone()
+    terms = MODEL_RULES[matching]
+    counted = dict(((u, t), n) for u, t, n in db.execute(
+        "SELECT user_id, task_key, memories FROM memory_counts"))
+    actual = collections.Counter((u, t or "") for u, t in db.execute(
+        "SELECT user_id, task_id FROM memories"))
+    if counted != dict(actual):
+        return [f"counts {counted} where the memories give {dict(actual)}"]
     expected = {(user, word, task, memory_id)
                 for memory_id, user, task, text in db.execute(
                     "SELECT id, user_id, task_id, text FROM memories")
-                for word in model_words(text)}
+                for word in terms(text)}
     found: list[tuple[str, str, str | None, int]] = []
     for user, word, task, first_id, blob in db.execute(
             "SELECT user_id, word, task_id, first_id, ids FROM memory_words"):
@@ -92,7 +159,10 @@ SCOPES = st.builds(Scope, USERS, TASKS)
 # (KELVIN SIGN -> k, LATIN CAPITAL I WITH DOT -> i + combining dot) or is not.
 VOCABULARY = ["hotel", "Hotel", "HOTEL", "book", "vegetarian", "lisbon", "seat", "seats",
               "the", "is", "which", "my", "42", "caf\u00e9", "\u212aelvin", "\u0130stanbul",
-              "stra\u00dfe", "\uff28otel", "\u00fcber", "na\u00efve", "x-ray", "a1b2"]
+              "stra\u00dfe", "\uff28otel", "\u00fcber", "na\u00efve", "x-ray", "a1b2",
+              "likes", "liked", "running", "\u6771\u4eac\u90fd", "\u6771\u4eac",
+              "\u3068\u3046\u304d\u3087\u3046", "\uc11c\uc6b8", "\u4eacabc",
+              "\uff76\uff80\uff76\uff85"]
 FRAGMENTS = st.one_of(
     st.sampled_from(VOCABULARY),
     st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
@@ -103,6 +173,7 @@ TEXTS = (st.lists(FRAGMENTS, min_size=1, max_size=8).map(" ".join)
 QUERIES = st.lists(FRAGMENTS, max_size=8).map(" ".join)
 SOURCES = st.sampled_from(["trip/turn-1", "trip/turn-2", "onboarding/turn-4"])
 LIMITS = st.integers(min_value=1, max_value=20)
+RANK = st.sampled_from(RANKS)
 
 
 class StoreMatchesModel(RuleBasedStateMachine):
@@ -110,10 +181,13 @@ class StoreMatchesModel(RuleBasedStateMachine):
         super().__init__()
         self.folder = Path(tempfile.mkdtemp())
         self.clock = fixed_clock()
-        self.store = MemoryStore(self.folder / "memory.db", clock=self.clock)
-        self.model = Model()
         self.created = fixed_clock()
         self.highest_id = 0
+
+    @initialize(matching=st.sampled_from(MATCHING))
+    def open_a_new_store(self, matching: str) -> None:
+        self.store = MemoryStore(self.folder / "memory.db", clock=self.clock, matching=matching)
+        self.model = Model(matching)
 
     def teardown(self) -> None:
         self.store.close()
@@ -141,14 +215,22 @@ class StoreMatchesModel(RuleBasedStateMachine):
                                               text, source, self.created()))
 
     @precondition(lambda self: self.model.memories)
-    @rule(scope=SCOPES, data=st.data(), limit=LIMITS)
-    def recall_a_stored_text(self, scope: Scope, data: st.DataObject, limit: int) -> None:
+    @rule(scope=SCOPES, data=st.data(), limit=LIMITS, rank=RANK)
+    def recall_a_stored_text(self, scope: Scope, data: st.DataObject, limit: int,
+                             rank: str) -> None:
         query = data.draw(st.sampled_from([m.text for m in self.model.memories]))
-        assert self.store.recall(scope, query, limit) == self.model.recall(scope, query, limit)
+        assert self.store.recall(scope, query, limit, rank=rank) == \
+            self.model.recall(scope, query, limit, rank)
 
-    @rule(scope=SCOPES, query=QUERIES, limit=LIMITS)
-    def recall(self, scope: Scope, query: str, limit: int) -> None:
-        assert self.store.recall(scope, query, limit) == self.model.recall(scope, query, limit)
+    @rule(scope=SCOPES, query=QUERIES, limit=LIMITS, rank=RANK)
+    def recall(self, scope: Scope, query: str, limit: int, rank: str) -> None:
+        assert self.store.recall(scope, query, limit, rank=rank) == \
+            self.model.recall(scope, query, limit, rank)
+
+    @rule(matching=st.sampled_from(MATCHING))
+    def reindex(self, matching: str) -> None:
+        self.store.reindex(matching)
+        self.model.matching = matching
 
     @rule(scope=SCOPES, data=st.data())
     def forget(self, scope: Scope, data: st.DataObject) -> None:
@@ -190,10 +272,12 @@ class StoreMatchesModel(RuleBasedStateMachine):
             again = other.export_user(user)
         assert [{**r, "id": 0} for r in again] == [{**r, "id": 0} for r in exported]
 
-    @rule()
-    def reopen(self) -> None:
+    @rule(name_the_rule=st.booleans())
+    def reopen(self, name_the_rule: bool) -> None:
         self.store.close()
-        self.store = MemoryStore(self.folder / "memory.db", clock=self.clock)
+        self.store = MemoryStore(self.folder / "memory.db", clock=self.clock,
+                                 matching=self.model.matching if name_the_rule else None)
+        assert self.store.matching == self.model.matching
 
     @invariant()
     def index_matches_the_memories(self) -> None:

@@ -1,0 +1,195 @@
+"""Matching rules (exact, stems) chosen per file, ranks (shared, idf) chosen per query,
+reindexing, and the counts that give idf its N."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import sqlite3
+import subprocess
+import sys
+import unicodedata
+
+import pytest
+
+import memory
+from memory import MemoryInputError, MemoryStore, Scope, StoreError, stems, words
+from test_index import digest, write_version_1
+from test_properties import Memory, Model, index_problems, is_cjk, model_stems
+
+HERE = pathlib.Path(__file__).resolve().parent
+ALICE = Scope("alice", "trip")
+BOB = Scope("bob", "trip")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Alice likes hiking", {"alic", "like", "hike"}),
+    ("She liked the LIKES", {"she", "like"}),
+    ("café CAFÉS", {"café"}),
+    ("Ｈｏｔｅｌ ﬁsh", {"hotel", "fish"}),
+    ("東京都に住む", {"東京", "京都", "都に", "に住", "住む"}),
+    ("서울 tower", {"서울", "tower"}),
+    ("京abc 日", {"京", "abc", "日"}),
+    ("x_y is a test", {"x", "y", "test"}),
+])
+def test_the_stems_rule(text: str, expected: set[str]) -> None:
+    assert stems(text) == expected == model_stems(text)
+
+
+def test_the_cjk_ranges_are_exactly_the_named_scripts() -> None:
+    # The store's regular expression against the model's reading of Unicode names, over
+    # every code point this Python knows (a newer Unicode version may add some).
+    part = memory._CJK_PART
+    wrong = [hex(cp) for cp in range(sys.maxunicode + 1)
+             if bool(part.match(chr(cp))) != is_cjk(chr(cp))]
+    assert wrong == [], f"Unicode {unicodedata.unidata_version}: {wrong[:10]}"
+
+
+def test_the_exact_rule_is_unchanged() -> None:
+    assert words("Alice likes the café") == {"alice", "likes", "caf"}
+
+
+def test_a_file_records_its_rule(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStore(path, matching="stems") as store:
+        store.remember(ALICE, "user", "Alice likes hiking.", "s")
+        assert store.recall(ALICE, "she liked a hike")[0]["score"] == 2
+    with MemoryStore(path) as store:  # None: the file's rule
+        assert store.matching == "stems"
+        assert store.recall(ALICE, "hiked")[0]["text"] == "Alice likes hiking."
+    with pytest.raises(MemoryInputError, match="'exact'.*'stems'"):
+        MemoryStore(path, matching="exact")
+    with MemoryStore(tmp_path / "new.db") as store:
+        assert store.matching == "exact"
+    with pytest.raises(MemoryInputError, match="matching must be one of"):
+        MemoryStore(tmp_path / "other.db", matching="porter")
+    assert not (tmp_path / "other.db").exists()
+
+
+def test_a_stems_file_without_the_package_names_the_extra(tmp_path: pathlib.Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.db"
+    MemoryStore(path, matching="stems").close()
+    before = digest(path)
+    memory._stemmer.cache_clear()
+    monkeypatch.setitem(sys.modules, "snowballstemmer", None)  # import fails
+    try:
+        with pytest.raises(StoreError, match=r"memory-store\[stems\]"):
+            MemoryStore(path)
+        with pytest.raises(StoreError, match=r"memory-store\[stems\]"):
+            MemoryStore(tmp_path / "new.db", matching="stems")
+    finally:
+        memory._stemmer.cache_clear()
+    assert digest(path) == before
+
+
+def fill(store: MemoryStore) -> None:
+    store.remember_many([
+        (ALICE, "user", "Alice likes green tea and jazz.", "s1"),
+        (ALICE, "user", "Alice likes long walks.", "s2"),
+        (ALICE, "task", "The hotel has a jazz bar.", "s3"),
+        (ALICE, "user", "Alice likes tea.", "s4"),
+        (Scope("alice", "work"), "task", "Jazz jazz jazz at the office party.", "s5"),
+    ])
+
+
+def test_idf_weighs_rare_words_more(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "m.db") as store:
+        fill(store)
+        visible = 4  # the work task's memory is not visible in the trip task
+        results = store.recall(ALICE, "alice jazz", limit=5, rank="idf")
+        idf = {w: math.log(1 + (visible - df + 0.5) / (df + 0.5))
+               for w, df in {"alice": 3, "jazz": 2}.items()}
+        assert [(r["text"], r["score"]) for r in results] == [
+            ("Alice likes green tea and jazz.", idf["alice"] + idf["jazz"]),
+            ("The hotel has a jazz bar.", idf["jazz"]),
+            ("Alice likes tea.", idf["alice"]),
+            ("Alice likes long walks.", idf["alice"]),
+        ]
+        assert isinstance(results[0]["score"], float)
+        assert [r["score"] for r in store.recall(ALICE, "alice jazz", limit=5)] == [2, 1, 1, 1]
+        with pytest.raises(MemoryInputError, match="rank must be one of"):
+            store.recall(ALICE, "jazz", rank="bm25")
+
+
+def test_another_users_memories_never_change_a_score(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "m.db") as store:
+        fill(store)
+        before = store.recall(ALICE, "alice likes jazz tea", limit=10, rank="idf")
+        store.remember_many([(BOB, "user", f"Bob likes jazz {n}", "b") for n in range(50)])
+        store.remember_many([(Scope("alice", "work"), "task", "Alice likes jazz.", "w")] * 5)
+        assert store.recall(ALICE, "alice likes jazz tea", limit=10, rank="idf") == before
+
+
+@pytest.mark.parametrize("rank", memory.RANKS)
+def test_reindex_switches_the_rule_in_one_step(tmp_path: pathlib.Path, rank: str) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStore(path) as store:
+        fill(store)
+        store.remember(BOB, "user", "Bob liked hiking.", "b")
+        model = Model("exact")
+        model.memories = [Memory(m["id"], m["user"], m["task"], m["text"], m["source"],
+                                 m["created_at"]) for u in ("alice", "bob")
+                          for m in store.export_user(u)]
+        progress: list[tuple[int, int]] = []
+        store.reindex("stems", lambda done, users: progress.append((done, users)))
+        assert progress == [(1, 2), (2, 2)]
+        model.matching = "stems"
+        assert index_problems(store.db) == []
+        for scope in (ALICE, BOB, Scope("alice", "work")):
+            for query in ("liking jazz", "hike", "alice walk tea"):
+                assert store.recall(scope, query, 5, rank=rank) == \
+                    model.recall(scope, query, 5, rank)
+    with MemoryStore(path) as store:
+        assert store.matching == "stems"
+        store.reindex("exact")
+        assert index_problems(store.db) == []
+
+
+def test_a_store_follows_a_reindex_made_by_another(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStore(path) as first, MemoryStore(path) as second:
+        first.remember(ALICE, "user", "Alice likes hiking.", "s")
+        second.reindex("stems")
+        first.remember(ALICE, "user", "Alice hiked again.", "s")  # indexed under stems
+        assert first.matching == "stems"
+        assert index_problems(first.db) == []
+        assert len(first.recall(ALICE, "hike")) == 2
+
+
+def test_version_2_file_upgrades_keeping_results_and_counting(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "v1.db"
+    old = [Memory(n, user, task, text, "s", "2026-10-20T09:00:00+00:00") for n, (user, task, text)
+           in enumerate([("alice", None, "Alice likes tea."), ("alice", "trip", "Hotel tea."),
+                         ("bob", None, "Bob likes tea.")], start=1)]
+    write_version_1(path, old)
+    db = sqlite3.connect(path)  # a version-2 file, as the previous release left it
+    memory._upgrade_to_2(db)
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    with MemoryStore(path) as store:
+        assert store.matching == "exact"
+        assert store.count(ALICE) == 2 and store.count(BOB) == 1
+        assert index_problems(store.db) == []
+        model = Model()
+        model.memories = old
+        assert store.recall(ALICE, "tea", 5, rank="idf") == model.recall(ALICE, "tea", 5, "idf")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memory", *args], cwd=HERE, text=True,
+                          capture_output=True, timeout=120)
+
+
+def test_command_line_reindex_and_rank(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStore(path) as store:
+        fill(store)
+    assert cli("recall", str(path), "--user", "alice", "--task", "trip", "liking").stdout == ""
+    done = cli("reindex", str(path), "--matching", "stems")
+    assert done.returncode == 0 and "matching=stems" in done.stdout, done.stderr
+    found = cli("recall", str(path), "--user", "alice", "--task", "trip", "liking jazz",
+                "--rank", "idf", "--limit", "1")
+    assert found.returncode == 0 and "green tea and jazz" in found.stdout
+    assert cli("reindex", str(path), "--matching", "porter").returncode == 2
