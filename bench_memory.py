@@ -5,8 +5,9 @@
 
 Each size builds a fresh file where one user holds N memories and other users hold N
 more, then measures, in the same run on the same rows, the indexed store against the
-full scan of SPEC Part 1 (fetch every visible row, score it in Python). Texts are 5 to 15
-words drawn from a 5,000-word vocabulary; queries are made the same way.
+plain full scan (fetch every visible row, score it in Python). Texts are 5 to 15 words
+drawn from a 5,000-word vocabulary; queries are made the same way. A last table measures
+each matching rule with each rank at --rules-size memories (default 100k).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ QUERIES = 200
 SINGLE_WRITES = 200
 SEED = 20261020
 
-# SPEC Part 1's recall, as it was: every visible row is fetched and scored in Python.
+# The plain recall rule: every visible row is fetched and scored in Python.
 _FULL_SCAN_SQL = ("SELECT id, task_id, text, source, created_at FROM memories"
                   " WHERE user_id = ? AND (task_id IS NULL OR task_id = ?) ORDER BY id")
 
@@ -156,7 +157,8 @@ def measure(size: int, folder: Path) -> dict[str, float]:
 def matching_postings(store: MemoryStore, scope: Scope, query: str) -> int:
     """How many (word, memory) postings recall reads for `query`."""
     (total,) = store.db.execute(
-        memory._SQL_POSTINGS.replace("SELECT ids", "SELECT coalesce(sum(length(ids)), 0) / 8"),
+        memory._SQL_POSTINGS.replace("SELECT word, ids",
+                                     "SELECT coalesce(sum(length(ids)), 0) / 8"),
         (scope.user, scope.task, json.dumps(sorted(words(query))))).fetchone()
     return int(total)
 
@@ -178,6 +180,28 @@ def threaded_recall_p50(store: MemoryStore, scope: Scope, queries: list[str]) ->
     for thread in threads:
         thread.join(timeout=600)
     return statistics.median(times)
+
+
+def rules_and_ranks(folder: Path, size: int) -> list[dict[str, Any]]:
+    """remember_many/s and recall latency for each matching rule and rank, on the same
+    texts and queries, `size` memories for the user and as many for ten others."""
+    rows = []
+    for matching in memory.MATCHING:
+        rng = random.Random(SEED)
+        vocab = vocabulary(rng)
+        me = Scope("bench-user", "task-1")
+        with MemoryStore(folder / f"rules-{matching}.db", matching=matching) as store:
+            for other in range(OTHER_USERS):
+                fill(store, rng, vocab, Scope(f"other-{other}", "task-1"), size // OTHER_USERS)
+            rate = fill(store, rng, vocab, me, size)
+            queries = [sentence(rng, vocab) for _ in range(QUERIES)]
+            for rank in memory.RANKS:
+                recall = [timed(lambda q=q, r=rank, s=me: store.recall(s, q, rank=r), 1)[0]
+                          for q in queries]
+                rows.append({"matching": matching, "rank": rank, "remember_many/s": rate,
+                             "recall p50 ms": statistics.median(recall),
+                             "recall p99 ms": percentile(recall, 0.99)})
+    return rows
 
 
 def durability(folder: Path) -> list[dict[str, float]]:
@@ -214,6 +238,8 @@ def main() -> None:
     parser.add_argument("--million", action="store_true", help="also measure 1M memories")
     parser.add_argument("--sizes", type=int, nargs="*", help="sizes to measure instead")
     parser.add_argument("--json", action="store_true", help="print rows as JSON too")
+    parser.add_argument("--rules-size", type=int, default=100_000,
+                        help="memories for the rules-and-ranks table (default 100,000)")
     args = parser.parse_args()
     sizes = args.sizes or [1_000, 10_000, 100_000] + ([1_000_000] if args.million else [])
     print(f"memory.py {memory.__version__}, Python {platform.python_version()}, SQLite "
@@ -221,18 +247,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         rows = [measure(size, Path(name)) for size in sizes]
         durable = durability(Path(name))
+        rules = rules_and_ranks(Path(name), args.rules_size)
     print(format_table(rows, ["size", "recall p50 ms", "recall p99 ms", "scan p50 ms",
                               "recall speed-up", "recall peak KiB", "postings read",
                               "scan peak KiB", "needle recall ms", "needle peak KiB",
                               "recall p50 ms, 8 threads"]))
     print()
-    print(format_table(rows, ["size", "remember/s", "remember_many/s", "forget ms", "compact ms",
-                              "count ms",
-                              "fetch rows ms", "count speed-up"]))
+    print(format_table(rows, ["size", "remember/s", "remember_many/s", "forget ms",
+                              "compact ms", "count ms", "fetch rows ms", "count speed-up"]))
     print()
     print(format_table(durable))
+    print()
+    print(format_table(rules))
     if args.json:
-        print(json.dumps({"sizes": rows, "durability": durable}))
+        print(json.dumps({"sizes": rows, "durability": durable, "rules": rules}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,133 @@
+"""Recall quality on a long-conversation memory benchmark: evidence recall at 5, 10, 20.
+
+    python3 bench_quality.py [FILE]        (default ../shared/quality/locomo-dev.json)
+
+FILE holds {"conversations": [{"conversation", "memories": [{"source", "text"}],
+"questions": [{"question", "evidence": [source, ...], "category"}]}]}, as LoCoMo (ACL
+2024) does once converted. Every conversation is one user; every turn one memory, its
+source the turn's dialog id. For each question, recall returns the top k memories; its
+evidence recall is the share of the question's evidence turns among their sources, and
+the table gives the mean over all questions. The store's four rule and rank pairs run
+beside SQLite FTS5 with bm25() (tokenizers unicode61 and porter), matching any word of
+the question, over the same turns, one FTS table per conversation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import memory
+from memory import MemoryStore, Scope
+
+DEFAULT = Path(__file__).resolve().parent.parent / "shared" / "quality" / "locomo-dev.json"
+CUTOFFS = (5, 10, 20)
+Ranker = Callable[[int, str, int], list[str]]  # (conversation, question, k) -> sources
+
+
+def user_of(number: int) -> str:
+    return f"conversation-{number}"
+
+
+def store_ranker(folder: Path, conversations: list[dict[str, Any]], matching: str,
+                 rank: str) -> tuple[Ranker, MemoryStore]:
+    store = MemoryStore(folder / f"{matching}.db", matching=matching)
+    if store.count(Scope(user_of(0), "questions")) == 0:
+        store.remember_many(
+            (Scope(user_of(n), "questions"), "user", turn["text"], turn["source"])
+            for n, conversation in enumerate(conversations)
+            for turn in conversation["memories"])
+
+    def ranked(number: int, question: str, k: int) -> list[str]:
+        found = store.recall(Scope(user_of(number), "questions"), question, k, rank=rank)
+        return [result["source"] for result in found]
+
+    return ranked, store
+
+
+def fts5_ranker(conversations: list[dict[str, Any]], tokenizer: str) -> Ranker:
+    db = sqlite3.connect(":memory:")
+    for n, conversation in enumerate(conversations):
+        db.execute(f"CREATE VIRTUAL TABLE turns_{n} USING fts5(source UNINDEXED, text,"
+                   f" tokenize = '{tokenizer}')")
+        db.executemany(f"INSERT INTO turns_{n} (source, text) VALUES (?, ?)",
+                       [(turn["source"], turn["text"]) for turn in conversation["memories"]])
+
+    def ranked(number: int, question: str, k: int) -> list[str]:
+        terms = {term.lower() for term in re.findall(r"\w+", question)}
+        if not terms:
+            return []
+        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in sorted(terms))
+        rows = db.execute(f"SELECT source FROM turns_{number} WHERE turns_{number} MATCH ?"
+                          f" ORDER BY bm25(turns_{number}) LIMIT ?", (match, k))
+        return [source for (source,) in rows]
+
+    return ranked
+
+
+def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]) -> dict[str, float]:
+    shares: dict[int, list[float]] = {k: [] for k in CUTOFFS}
+    by_category: dict[Any, list[float]] = {}
+    latencies = []
+    for n, conversation in enumerate(conversations):
+        for question in conversation["questions"]:
+            evidence = set(question["evidence"])
+            began = time.perf_counter()
+            found = ranker(n, question["question"], max(CUTOFFS))
+            latencies.append(time.perf_counter() - began)
+            for k in CUTOFFS:
+                shares[k].append(len(evidence & set(found[:k])) / len(evidence))
+            by_category.setdefault(question.get("category"), []).append(shares[5][-1])
+    row = {f"recall@{k}": statistics.mean(shares[k]) for k in CUTOFFS}
+    row.update({f"@5 category {c}": statistics.mean(v) for c, v in sorted(by_category.items())})
+    row["query ms"] = 1000 * statistics.mean(latencies)
+    return row
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [value if isinstance(value, str) else f"{value:.3f}" for value in row.values()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("file", nargs="?", type=Path, default=DEFAULT,
+                        help="the benchmark file (default: %(default)s)")
+    args = parser.parse_args()
+    data = json.loads(args.file.read_text(encoding="utf-8"))
+    conversations = data["conversations"]
+    questions = sum(len(c["questions"]) for c in conversations)
+    turns = sum(len(c["memories"]) for c in conversations)
+    print(f"{args.file.name}: {len(conversations)} conversations, {turns} turns, {questions}"
+          f" questions; memory.py {memory.__version__}, SQLite {sqlite3.sqlite_version}")
+    rows = []
+    with tempfile.TemporaryDirectory() as name:
+        stores = []
+        for matching in memory.MATCHING:
+            for rank in memory.RANKS:
+                ranker, store = store_ranker(Path(name), conversations, matching, rank)
+                stores.append(store)
+                rows.append({"method": f"memory.py {matching}+{rank}",
+                             **evaluate(ranker, conversations)})
+        for store in stores:
+            store.close()
+    for tokenizer in ("unicode61", "porter"):
+        rows.append({"method": f"FTS5 bm25 {tokenizer}",
+                     **evaluate(fts5_ranker(conversations, tokenizer), conversations)})
+    print(format_table(rows))
+
+
+if __name__ == "__main__":
+    main()
