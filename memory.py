@@ -31,11 +31,11 @@ import unicodedata
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 __version__ = "0.1.0"
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -74,6 +74,9 @@ _APPEND_UP_TO = 16
 # per word, i.e. all over the file.
 _CACHE_KIB = 64 * 1024
 _MAX_ID = 2**63 - 1
+# A write first deletes up to this many expired memories of each scope it writes in, so
+# expired text does not wait for purge_expired() where the user is active.
+PURGE_PER_WRITE = 100
 
 # AUTOINCREMENT: an id is never handed out twice, even after the newest is forgotten.
 _CREATE_MEMORIES = """CREATE TABLE memories (
@@ -113,10 +116,20 @@ _CREATE_COUNTS = """CREATE TABLE memory_counts (
     memories INTEGER NOT NULL,
     PRIMARY KEY (user_id, task_key)
 ) WITHOUT ROWID"""
+# When a memory stops being live: a UTC time in one fixed-width form, so that SQL compares
+# it as text. A new file is made by the same ALTER as an upgraded one, so the two files'
+# schemas are alike to the letter. The index holds only memories that expire.
+_ADD_EXPIRY = "ALTER TABLE memories ADD COLUMN expires_at TEXT"
+_CREATE_EXPIRY_INDEX = (
+    "CREATE INDEX memories_expiry ON memories (user_id, expires_at)"
+    " WHERE expires_at IS NOT NULL"
+)
 # The statements each version's file is made of, to create it and to recognize it.
 _STATEMENTS = {
     2: (_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS),
     3: (_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS, _CREATE_SETTINGS, _CREATE_COUNTS),
+    4: (_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS, _CREATE_SETTINGS, _CREATE_COUNTS,
+        _ADD_EXPIRY, _CREATE_EXPIRY_INDEX),
 }
 SCHEMA = ";\n".join(_STATEMENTS[SCHEMA_VERSION])
 # A version-1 file (the core layout: one table and an index, named as its writer chose):
@@ -138,10 +151,24 @@ _SQL_VERSION_1_COLUMNS = "SELECT name, upper(type), pk FROM pragma_table_info('m
 # is the only table that can have a row there (memory_words has no rowid).
 _SQL_LAST_ID = "SELECT coalesce(max(seq), 0) FROM sqlite_sequence"
 _SQL_INSERT = (
-    "INSERT INTO memories (id, user_id, task_id, text, source, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO memories (id, user_id, task_id, text, source, created_at, expires_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
-_MEMORY_COLUMNS = "id, task_id, text, source, created_at"
+_MEMORY_COLUMNS = "id, task_id, text, source, created_at, expires_at"
+# The scope's memories that are no longer live, through the expiry index: few, since
+# writes and purge_expired() delete them.
+_SQL_EXPIRED = f"SELECT id FROM memories {_IN_SCOPE} AND expires_at <= ?"
+_SQL_ANY_EXPIRING = f"SELECT 1 FROM memories {_IN_SCOPE} AND expires_at IS NOT NULL LIMIT 1"
+_SQL_EXPIRED_ROWS = (
+    f"SELECT id, task_id, text FROM memories {_IN_SCOPE} AND expires_at <= ?"
+    " ORDER BY expires_at, id LIMIT ?"
+)
+_SQL_EXPIRED_OF_USER = (
+    "SELECT id, task_id, text FROM memories WHERE user_id = ? AND expires_at <= ?"
+)
+_SQL_DELETE_OF_USER = (
+    "DELETE FROM memories NOT INDEXED WHERE user_id = ? AND id IN (SELECT value FROM json_each(?))"
+)
 _SQL_COUNT = (
     "SELECT coalesce(sum(memories), 0) FROM memory_counts WHERE user_id = ? AND task_key IN"
     " ('', ?)"
@@ -210,6 +237,9 @@ _SQL_STATS = "SELECT count(*), count(task_id), count(DISTINCT user_id) FROM memo
 # Reindexing walks the users one by one, each under `WHERE user_id = `; finding them is
 # the other read without the user filter, and it returns ids only.
 _SQL_USERS = "SELECT DISTINCT user_id FROM memory_counts"
+# purge_expired() finds the users with expired memories, ids only, then deletes each
+# user's under `WHERE user_id = `.
+_SQL_EXPIRED_USERS = "SELECT DISTINCT user_id FROM memories WHERE expires_at <= ?"
 
 log = logging.getLogger("memory")
 _Row = TypeVar("_Row")
@@ -349,14 +379,38 @@ def _check_id(memory_id: object, name: str = "memory_id") -> int:
     return memory_id
 
 
-def _new_row(scope: Scope, level: str, text: str, source: str) -> tuple[str, str | None, str, str]:
-    """Validate one memory to write: (user_id, task_id, text, source)."""
+def _check_ttl(ttl: object) -> float | None:
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise MemoryInputError(f"ttl must be a number of seconds or None, got {_described(ttl)}")
+    if not (math.isfinite(ttl) and ttl > 0):
+        raise MemoryInputError("ttl must be a finite number of seconds above 0")
+    return float(ttl)
+
+
+class _NewMemory(NamedTuple):
+    """A validated memory to write; created_at None: read the clock as it is written."""
+
+    user_id: str
+    task_id: str | None
+    text: str
+    source: str
+    created_at: str | None = None
+    ttl: float | None = None
+    expires_at: str | None = None
+
+
+def _new_row(scope: Scope, level: str, text: str, source: str,
+             ttl: float | None = None) -> _NewMemory:
+    """Validate one memory to write."""
     checked = _check_scope(scope)
-    return (
+    return _NewMemory(
         checked.user,
         checked.task if _check_level(level) == "task" else None,
         _check_text("text", text, MAX_TEXT),
         _check_text("source", source, MAX_TEXT),
+        ttl=_check_ttl(ttl),
     )
 
 
@@ -372,18 +426,18 @@ def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[
             raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
         except TypeError:
             raise MemoryInputError(
-                f"{noun} {position}: must be a tuple (scope, level, text, source),"
+                f"{noun} {position}: must be a tuple (scope, level, text, source[, ttl]),"
                 f" got {_described(item)}", position) from None
     return rows
 
 
 # The one record shape: export_user writes it, import_memories reads it, and so does the
 # command line. `id` is written for the reader and ignored on import (ids are the store's).
-RECORD_KEYS = ("id", "user", "task", "level", "text", "source", "created_at")
-_REQUIRED_KEYS = frozenset(RECORD_KEYS) - {"id"}
+RECORD_KEYS = ("id", "user", "task", "level", "text", "source", "created_at", "expires_at")
+_REQUIRED_KEYS = frozenset(RECORD_KEYS) - {"id", "expires_at"}
 
 
-def _record_row(record: object) -> tuple[str, str | None, str, str, str | None]:
+def _record_row(record: object) -> _NewMemory:
     """Validate one exported record as a row to write, keeping its created_at."""
     if not isinstance(record, dict):
         raise MemoryInputError(f"a record must be a JSON object, got {_described(record)}")
@@ -391,7 +445,7 @@ def _record_row(record: object) -> tuple[str, str | None, str, str, str | None]:
     unknown = len(set(record) - set(RECORD_KEYS))
     if missing or unknown:
         raise MemoryInputError(
-            f"a record has the keys {', '.join(RECORD_KEYS)} (id optional);"
+            f"a record has the keys {', '.join(RECORD_KEYS)} (id, expires_at optional);"
             f" this one lacks {missing or 'none'} and has {unknown} unknown"
         )
     if "id" in record:
@@ -405,23 +459,65 @@ def _record_row(record: object) -> tuple[str, str | None, str, str, str | None]:
     # A Scope needs a task; a user-level memory keeps none, so any valid name serves.
     scope = Scope(record["user"], "user-level" if task is None else task)
     created_at = _check_timestamp("created_at", record["created_at"])
-    return (*_new_row(scope, level, record["text"], record["source"]), created_at)
+    expires_at = record.get("expires_at")
+    if expires_at is not None:
+        expires_at = _instant("expires_at", _check_timestamp("expires_at", expires_at))
+    row = _new_row(scope, level, record["text"], record["source"])
+    return row._replace(created_at=created_at, expires_at=expires_at)
 
 
 # -- clocks and words ------------------------------------------------------------------
 
+class FixedClock:
+    """Readings `step_seconds` apart from `start`. A call takes the next reading (a write
+    takes one per memory); now() repeats the last one handed out, or `start` before any,
+    so that reads, which need the time to tell what has expired, take no tick."""
+
+    def __init__(self, start: str, step_seconds: float) -> None:
+        self._origin = datetime.fromisoformat(start)
+        self._step = step_seconds
+        self._ticks = itertools.count()
+        self._last = self._origin.isoformat()
+
+    def __call__(self) -> str:
+        self._last = (self._origin + timedelta(seconds=self._step * next(self._ticks))
+                      ).isoformat()
+        return self._last
+
+    def now(self) -> str:
+        return self._last
+
+
 def fixed_clock(
     start: str = "2026-10-20T09:00:00+00:00", step_seconds: float = 60
-) -> Callable[[], str]:
+) -> FixedClock:
     """Return a clock whose first reading is `start`, each later one a step later."""
-    origin = datetime.fromisoformat(start)
-    ticks = itertools.count()
-    return lambda: (origin + timedelta(seconds=step_seconds * next(ticks))).isoformat()
+    return FixedClock(start, step_seconds)
 
 
 def system_clock() -> str:
     """The current UTC time, to the second."""
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _instant(name: str, reading: str) -> str:
+    """A reading with a UTC offset as the instant it names, in the one fixed-width UTC form
+    expiry times are stored and compared in; MemoryInputError if it names no instant."""
+    moment = datetime.fromisoformat(reading)
+    if moment.utcoffset() is None:
+        raise MemoryInputError(f"{name} has no UTC offset, so the instant it names is unknown")
+    try:
+        return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    except OverflowError:
+        raise MemoryInputError(f"{name} is outside the years 1 to 9999 in UTC") from None
+
+
+def _expiry(created_at: str, ttl: float) -> str:
+    start = datetime.fromisoformat(_instant("the clock reading a ttl counts from", created_at))
+    try:
+        return (start + timedelta(seconds=ttl)).isoformat(timespec="microseconds")
+    except OverflowError:
+        raise MemoryInputError("ttl reaches past the year 9999") from None
 
 
 def words(text: str) -> set[str]:
@@ -588,6 +684,12 @@ def _upgrade_to_2(db: sqlite3.Connection) -> None:
     _index_words(db, rows, append=False, words_of=words)
 
 
+def _upgrade_to_4(db: sqlite3.Connection) -> None:
+    """Version 3 gains expiry: a column (NULL: never) and an index of what expires."""
+    db.execute(_ADD_EXPIRY)
+    db.execute(_CREATE_EXPIRY_INDEX)
+
+
 def _upgrade_to_3(db: sqlite3.Connection) -> None:
     """Version 2 gains the settings (its rule is `exact`) and the per-(user, task) counts."""
     db.execute(_CREATE_SETTINGS)
@@ -603,6 +705,7 @@ def _upgrade_to_3(db: sqlite3.Connection) -> None:
 MIGRATIONS: list[tuple[int, Callable[[sqlite3.Connection], None]]] = [
     (2, _upgrade_to_2),
     (3, _upgrade_to_3),
+    (4, _upgrade_to_4),
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -751,7 +854,7 @@ def _level_of(task_id: str | None) -> str:
 
 
 def _memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
-    memory_id, task_id, text, source, created_at = row
+    memory_id, task_id, text, source, created_at, _ = row
     return {
         "id": memory_id,
         "level": _level_of(task_id),
@@ -762,19 +865,19 @@ def _memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
     }
 
 
-def _idf_scores(postings: Iterable[tuple[str, bytes]], visible: int
+def _idf_scores(postings: Iterable[tuple[str, bytes]], visible: int, expired: set[int]
                 ) -> Iterator[tuple[float, int]]:
-    """(score, id) under rank="idf" for every id in the (word, ids) rows; each id's
+    """(score, id) under rank="idf" for every live id in the (word, ids) rows; each id's
     weights are added in sorted word order, so a model can repeat the sum bit for bit."""
-    by_word: dict[str, list[array.array[int]]] = collections.defaultdict(list)
+    by_word: dict[str, list[int]] = collections.defaultdict(list)
     for word, blob in postings:
-        by_word[word].append(_unpack(blob))
+        by_word[word].extend(i for i in _unpack(blob) if i not in expired)
     scores: dict[int, float] = {}
     for word in sorted(by_word):
         held = by_word[word]
-        df = sum(map(len, held))
+        df = len(held)
         weight = math.log(1 + (visible - df + 0.5) / (df + 0.5))
-        for memory_id in itertools.chain.from_iterable(held):
+        for memory_id in held:
             scores[memory_id] = scores.get(memory_id, 0.0) + weight
     return ((score, memory_id) for memory_id, score in scores.items())
 
@@ -806,6 +909,8 @@ class MemoryStore:
         if not callable(clock):
             raise MemoryInputError(f"clock must be callable, got {type(clock).__name__}")
         self.clock = clock
+        # Reads need the time (to tell what has expired) but must not take a tick.
+        self._read_clock: Callable[[], str] = getattr(clock, "now", clock)
         self.read_only = bool(read_only)
         self.durable = bool(durable)
         self._lock = threading.RLock()
@@ -956,43 +1061,90 @@ class MemoryStore:
 
     # -- memories ------------------------------------------------------------------
 
-    def remember(self, scope: Scope, level: str, text: str, source: str) -> int:
-        """Keep `text` at `level` for the scope's user; return its new id."""
-        (memory_id,) = self._insert([(*_new_row(scope, level, text, source), None)])
+    def remember(self, scope: Scope, level: str, text: str, source: str, *,
+                 ttl: float | None = None) -> int:
+        """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
+        memory stops being live `ttl` seconds after its created_at."""
+        (memory_id,) = self._insert([_new_row(scope, level, text, source, ttl)])
         return memory_id
 
-    def remember_many(self, items: Iterable[tuple[Scope, str, str, str]]) -> list[int]:
-        """Keep many (scope, level, text, source) items in one transaction; all or none."""
-        return self._insert(_each_valid(items, lambda item: (*_new_row(*item), None), "item"))
+    def remember_many(self, items: Iterable[tuple[Any, ...]]) -> list[int]:
+        """Keep many (scope, level, text, source[, ttl]) items in one transaction; all or
+        none."""
+        return self._insert(_each_valid(items, lambda item: _new_row(*item), "item"))
 
     def import_memories(self, records: Iterable[dict[str, Any]]) -> list[int]:
-        """Keep records as export_user writes them, each with its own created_at, in one
-        transaction; all or none. Their ids are not kept: the store gives new ones."""
+        """Keep records as export_user writes them, each with its own created_at and
+        expires_at, in one transaction; all or none. Their ids are not kept: the store
+        gives new ones. A record already expired is kept, and is not live."""
         return self._insert(_each_valid(records, _record_row, "record"))
 
-    def _insert(self, rows: list[tuple[str, str | None, str, str, str | None]]) -> list[int]:
-        """Write validated (user_id, task_id, text, source, created_at or None) rows."""
+    def _insert(self, rows: list[_NewMemory]) -> list[int]:
         with self._writing() as db:
-            (last_id,) = db.execute(_SQL_LAST_ID).fetchone()
-            if last_id > _MAX_ID - len(rows):
-                raise StoreError(f"the store has used up its ids (the largest is {_MAX_ID})")
-            ids = list(range(last_id + 1, last_id + 1 + len(rows)))
-            numbered = list(zip(ids, rows, strict=True))
-            db.executemany(_SQL_INSERT, [(i, *row[:4], row[4] or self._now())
-                                         for i, row in numbered])
-            new = ((memory_id, *row[:3]) for memory_id, row in numbered)
-            _index_words(db, new, append=len(rows) <= _APPEND_UP_TO, words_of=self._words)
-            added = collections.Counter((row[0], row[1] or "") for row in rows)
-            db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
-        task_level = sum(row[1] is not None for row in rows)
+            ids = self._write(db, rows)
+        task_level = sum(row.task_id is not None for row in rows)
         log.info("remembered %d memories (%d user level, %d task level), ids %s",
                  len(ids), len(ids) - task_level, task_level, _id_span(ids))
         return ids
+
+    def _write(self, db: sqlite3.Connection, rows: list[_NewMemory]) -> list[int]:
+        """Inside a write transaction: purge some expired memories of the rows' scopes,
+        then write the rows, reading the clock once for each that has no created_at."""
+        now = self._read_now()
+        if now is not None:
+            for user, task in sorted({(row.user_id, row.task_id or "") for row in rows}):
+                self._purge(db, user, task, now, PURGE_PER_WRITE)
+        (last_id,) = db.execute(_SQL_LAST_ID).fetchone()
+        if last_id > _MAX_ID - len(rows):
+            raise StoreError(f"the store has used up its ids (the largest is {_MAX_ID})")
+        ids = list(range(last_id + 1, last_id + 1 + len(rows)))
+        values = []
+        for memory_id, row in zip(ids, rows, strict=True):
+            created_at = row.created_at or self._now()
+            expires_at = row.expires_at
+            if row.ttl is not None:
+                expires_at = _expiry(created_at, row.ttl)
+            values.append((memory_id, *row[:4], created_at, expires_at))
+        db.executemany(_SQL_INSERT, values)
+        new = ((memory_id, *row[:3]) for memory_id, row in zip(ids, rows, strict=True))
+        _index_words(db, new, append=len(rows) <= _APPEND_UP_TO, words_of=self._words)
+        added = collections.Counter((row.user_id, row.task_id or "") for row in rows)
+        db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
+        return ids
+
+    def _purge(self, db: sqlite3.Connection, user: str, task: str, now: str,
+               most: int) -> int:
+        """Delete up to `most` expired memories the scope (user, task) would see, oldest
+        expiry first, with their postings and counts."""
+        rows = db.execute(_SQL_EXPIRED_ROWS, (user, task, now, most)).fetchall()
+        if not rows:
+            return 0
+        _unindex(db, user, rows, self._words)
+        return int(db.execute(_SQL_FORGET, (user, task, json.dumps([r[0] for r in rows])))
+                   .rowcount)
 
     def _now(self) -> str:
         # A bad reading is the caller's input, like a bad text: MemoryInputError, and the
         # transaction it was read in rolls back, so nothing is written.
         return _check_timestamp("clock reading", self.clock())
+
+    def _read_now(self) -> str | None:
+        """The time for a read, without a tick: a fixed-width UTC instant, or None when the
+        clock gives no UTC offset (then nothing can be judged expired)."""
+        reading = _check_timestamp("clock reading", self._read_clock())
+        if datetime.fromisoformat(reading).utcoffset() is None:
+            return None
+        return _instant("clock reading", reading)
+
+    def _expired(self, db: sqlite3.Connection, scoped: tuple[str, str]) -> set[int]:
+        """The ids the scope would see but that are no longer live."""
+        now = self._read_now()
+        if now is None:
+            if db.execute(_SQL_ANY_EXPIRING, scoped).fetchone():
+                raise MemoryInputError("the clock's reading has no UTC offset, so whether"
+                                       " a memory has expired is unknown")
+            return set()
+        return {memory_id for (memory_id,) in db.execute(_SQL_EXPIRED, (*scoped, now))}
 
     def recall(self, scope: Scope, query: str, limit: int = 3, *,
                rank: str = "shared") -> list[dict[str, Any]]:
@@ -1010,26 +1162,32 @@ class MemoryStore:
             wanted = self._words(query)
             if not wanted:
                 return []
+            expired = self._expired(db, scoped)
             postings = db.execute(_SQL_POSTINGS, (*scoped, json.dumps(sorted(wanted))))
             if rank == "shared":
                 # An id sits in one row per word, so its count is the number of shared words.
                 shared = collections.Counter(itertools.chain.from_iterable(
                     _unpack(blob) for _, blob in postings))
+                for memory_id in expired:  # before the top is chosen: a full page of live
+                    shared.pop(memory_id, None)
                 best: list[tuple[float, int]] = heapq.nlargest(
                     limit, zip(shared.values(), shared.keys(), strict=True))
             else:
-                (visible,) = db.execute(_SQL_COUNT, scoped).fetchone()
-                best = heapq.nlargest(limit, _idf_scores(postings, visible))
+                (stored,) = db.execute(_SQL_COUNT, scoped).fetchone()
+                best = heapq.nlargest(
+                    limit, _idf_scores(postings, stored - len(expired), expired))
             found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
         return [_memory(rows[i], score=score) for score, i in best if i in rows]
 
     def count(self, scope: Scope) -> int:
-        """How many memories are visible in the scope."""
+        """How many live memories are visible in the scope: the stored count less the
+        expired ones not yet purged, found through the expiry index."""
         scope = _check_scope(scope)
-        with self._reading() as db:
-            (visible,) = db.execute(_SQL_COUNT, (scope.user, scope.task)).fetchone()
-        return int(visible)
+        scoped = (scope.user, scope.task)
+        with self._snapshot() as db:
+            (stored,) = db.execute(_SQL_COUNT, scoped).fetchone()
+            return int(stored) - len(self._expired(db, scoped))
 
     def reindex(self, matching: str,
                 progress: Callable[[int, int], None] | None = None) -> None:
@@ -1051,15 +1209,16 @@ class MemoryStore:
     # -- seeing and forgetting -------------------------------------------------------
 
     def memories(self, scope: Scope) -> list[dict[str, Any]]:
-        """Every memory visible in the scope, oldest first."""
+        """Every live memory visible in the scope, oldest first, with its expires_at."""
         scope = _check_scope(scope)
-        with self._reading() as db:
+        with self._snapshot() as db:
+            expired = self._expired(db, (scope.user, scope.task))
             rows = db.execute(_SQL_VISIBLE, (scope.user, scope.task)).fetchall()
-        return [_memory(row) for row in rows]
+        return [_memory(row, expires_at=row[5]) for row in rows if row[0] not in expired]
 
     def forget(self, scope: Scope, memory_id: int) -> bool:
         """Delete the memory if the scope can see it. False for any id it cannot see,
-        whether unknown, another task's or another user's: all answer alike."""
+        whether unknown, another task's, another user's or expired: all answer alike."""
         scope = _check_scope(scope)
         arguments = (scope.user, scope.task, _check_id(memory_id))
         return bool(self._forget(scope, _SQL_VISIBLE_ID, arguments))
@@ -1072,13 +1231,55 @@ class MemoryStore:
 
     def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...]) -> int:
         with self._writing() as db:
-            rows = db.execute(select, arguments).fetchall()
+            expired = self._expired(db, (scope.user, scope.task))
+            rows = [row for row in db.execute(select, arguments) if row[0] not in expired]
             _unindex(db, scope.user, rows, self._words)
             ids = [row[0] for row in rows]
             deleted = db.execute(_SQL_FORGET, (scope.user, scope.task, json.dumps(ids))).rowcount
         self._scrub()
         log.info("forgot %d memories of user %s, ids %s", deleted, scope.user, ids)
         return int(deleted)
+
+    def revise(self, scope: Scope, memory_id: int, text: str, source: str, *,
+               ttl: float | None = None) -> int | None:
+        """Correct a memory: in one transaction, forget the memory `memory_id` if the scope
+        can see it and remember `text` at its level and task; the new id (the newest), or
+        None, with nothing changed, for an id the scope cannot see."""
+        scope = _check_scope(scope)
+        scoped = (scope.user, scope.task)
+        wanted = _check_id(memory_id)
+        new = _new_row(scope, "user", text, source, ttl)
+        with self._writing() as db:
+            expired = self._expired(db, scoped)
+            found = db.execute(_SQL_VISIBLE_ID, (*scoped, wanted))
+            rows = [row for row in found if row[0] not in expired]
+            if not rows:
+                return None
+            _unindex(db, scope.user, rows, self._words)
+            db.execute(_SQL_FORGET, (*scoped, json.dumps([wanted])))
+            (revised,) = self._write(db, [new._replace(task_id=rows[0][1])])
+        self._scrub()
+        log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
+        return revised
+
+    def purge_expired(self) -> int:
+        """Delete every memory that is no longer live, with its postings and counts; how
+        many. Their text leaves the file's bytes as a forgotten memory's does."""
+        self._writable()
+        now = self._read_now()
+        if now is None:
+            raise MemoryInputError("the clock's reading has no UTC offset, so whether a memory"
+                                   " has expired is unknown")
+        purged = 0
+        with self._writing() as db:
+            for (user,) in db.execute(_SQL_EXPIRED_USERS, (now,)).fetchall():
+                rows = db.execute(_SQL_EXPIRED_OF_USER, (user, now)).fetchall()
+                _unindex(db, user, rows, self._words)
+                ids = json.dumps([row[0] for row in rows])
+                purged += db.execute(_SQL_DELETE_OF_USER, (user, ids)).rowcount
+        self._scrub()
+        log.info("purged %d expired memories", purged)
+        return purged
 
     def erase_user(self, user: str) -> int:
         """Delete every memory the user owns, at every level and in every task."""
@@ -1092,14 +1293,16 @@ class MemoryStore:
         return int(erased)
 
     def export_user(self, user: str) -> list[dict[str, Any]]:
-        """Every memory the user owns, oldest first, as records `import_memories` reads
-        (keys RECORD_KEYS; task None at user level)."""
+        """Every memory the user still stores, oldest first, expired ones not yet purged
+        included, as records `import_memories` reads (keys RECORD_KEYS; task None at user
+        level, expires_at None for never)."""
         user = _check_identifier("user", user)
         with self._reading() as db:
             rows = db.execute(_SQL_OWNED, (user,)).fetchall()
         return [{"id": memory_id, "user": user, "task": task_id, "level": _level_of(task_id),
-                 "text": text, "source": source, "created_at": created_at}
-                for memory_id, task_id, text, source, created_at in rows]
+                 "text": text, "source": source, "created_at": created_at,
+                 "expires_at": expires_at}
+                for memory_id, task_id, text, source, created_at, expires_at in rows]
 
     def compact(self) -> None:
         """Rebuild the file so that no byte of what was deleted before remains in it or in
@@ -1300,6 +1503,31 @@ def _run_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_revise(args: argparse.Namespace) -> int:
+    with _existing(args.path) as store:
+        revised = store.revise(Scope(args.user, args.task), args.id, args.text, args.source,
+                               ttl=args.ttl)
+    if revised is None:
+        raise StoreError("no memory with that id in this scope")
+    print(f"revised memory {args.id} as {revised}")
+    return 0
+
+
+def _run_purge(args: argparse.Namespace) -> int:
+    with _existing(args.path) as store:
+        purged = store.purge_expired()
+    print(f"purged {purged} expired memories")
+    return 0
+
+
+def _seconds(value: str) -> float:
+    try:
+        return _check_ttl(float(value)) or 0.0
+    except (ValueError, MemoryInputError):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds above 0, got {_described(value)}") from None
+
+
 def _run_reindex(args: argparse.Namespace) -> int:
     started = last = time.monotonic()
 
@@ -1362,6 +1590,14 @@ def _parser() -> argparse.ArgumentParser:
     forget = command("forget", _run_forget, "forget one memory the scope sees",
                      user=True, task=True)
     forget.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
+    revise = command("revise", _run_revise,
+                     "correct one memory the scope sees: forget it and remember TEXT at its"
+                     " level and task, in one transaction", user=True, task=True)
+    revise.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
+    revise.add_argument("text", metavar="TEXT")
+    revise.add_argument("--source", required=True, help="where the correction came from")
+    revise.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
+    command("purge", _run_purge, "delete every memory that has expired")
     erase = command("erase-user", _run_erase_user,
                     "forget every memory of the user, in every task", user=True)
     erase.add_argument("--yes", action="store_true", help="confirm the erasure")

@@ -26,8 +26,8 @@ from test_memory import stamp_version
 from test_properties import Memory
 
 HERE = pathlib.Path(__file__).resolve().parent
-COMMANDS = ["stats", "list", "recall", "export", "import", "forget", "erase-user", "check",
-            "compact", "reindex", "backup"]
+COMMANDS = ["stats", "list", "recall", "export", "import", "forget", "revise", "purge",
+            "erase-user", "check", "compact", "reindex", "backup"]
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -402,14 +402,18 @@ def test_a_signal_while_waiting_for_the_write_lock_leaves_no_transaction(
 
 
 def test_a_keyboard_interrupt_from_the_clock_leaves_no_transaction(path: pathlib.Path) -> None:
-    readings = iter(["2026-10-20T09:00:00+00:00"])
+    class Clock:  # the second reading a write takes is interrupted, as by Ctrl-C
+        readings = iter(["2026-10-20T09:00:00+00:00"])
 
-    def clock() -> str:  # the second reading is interrupted, as by Ctrl-C
-        for reading in readings:
-            return reading
-        raise KeyboardInterrupt
+        def __call__(self) -> str:
+            for reading in self.readings:
+                return reading
+            raise KeyboardInterrupt
 
-    with MemoryStore(path, clock=clock) as store:
+        def now(self) -> str:  # what reads use
+            return "2026-10-20T09:00:00+00:00"
+
+    with MemoryStore(path, clock=Clock()) as store:
         with pytest.raises(KeyboardInterrupt):
             store.remember_many([(Scope("alice", "t"), "user", f"memory {n}", "s")
                                  for n in range(3)])

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import memory
 from memory import MemoryInputError, MemoryStore, SchemaError, Scope, fixed_clock
-from test_memory import stamp_version
+from test_memory import TOUCHES_MEMORY_DATA, stamp_version
 from test_properties import QUERIES, SCOPES, SOURCES, TEXTS, Memory, Model
 
 # SPEC Part 1's layout, frozen: what a version-1 file holds. Its index name is not part
@@ -205,17 +205,22 @@ def test_remember_many_needs_an_iterable_of_items(tmp_path: pathlib.Path, items:
 
 
 def test_count_is_point_lookups_in_the_counts_table(tmp_path: pathlib.Path) -> None:
-    with MemoryStore(tmp_path / "m.db") as store:
+    with MemoryStore(tmp_path / "m.db", clock=fixed_clock()) as store:
         store.remember_many([(ALICE, "user", f"note {n}", "s") for n in range(50)])
-        store.remember_many([(ALICE, "task", f"note {n}", "s") for n in range(7)])
+        store.remember_many([(ALICE, "task", f"note {n}", "s", 60) for n in range(7)])
+        store.clock()  # one tick: the seven with a ttl of 60 s are due
         statements: list[str] = []
         store.db.set_trace_callback(statements.append)
-        assert store.count(ALICE) == 57
+        assert store.count(ALICE) == 50
         store.db.set_trace_callback(None)
-        query_plan = plan(store, memory._SQL_COUNT, (ALICE.user, ALICE.task))
-    assert len(statements) == 1 and "FROM memory_counts WHERE user_id = " in statements[0]
-    assert "SEARCH memory_counts USING PRIMARY KEY (user_id=? AND task_key=?)" in query_plan
-    assert "memories" not in query_plan.replace("memory_counts", "")
+        scoped = (ALICE.user, ALICE.task)
+        counts_plan = plan(store, memory._SQL_COUNT, scoped)
+        expired_plan = plan(store, memory._SQL_EXPIRED, (*scoped, "2026-10-20T09:02"))
+    reads = [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
+    assert len(reads) == 2 and all("WHERE user_id = " in s for s in reads)
+    assert "SEARCH memory_counts USING PRIMARY KEY (user_id=? AND task_key=?)" in counts_plan
+    assert "SEARCH memories USING INDEX memories_expiry (user_id=? AND expires_at<?)" \
+        in expired_plan
 
 
 def plan(store: MemoryStore, sql: str, arguments: tuple[Any, ...]) -> str:

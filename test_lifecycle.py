@@ -52,7 +52,8 @@ def test_memories_lists_the_scope_oldest_first(store: MemoryStore) -> None:
     listed = store.memories(ALICE_TRIP)
     assert [m["id"] for m in listed] == [ids["a-user"], ids["a-trip"], ids["a-other"]]
     assert listed[1] == {"id": ids["a-trip"], "level": "task", "text": "Book the Lisbon hotel.",
-                         "source": "trip/turn-1", "created_at": "2026-10-20T09:01:00+00:00"}
+                         "source": "trip/turn-1", "created_at": "2026-10-20T09:01:00+00:00",
+                         "expires_at": None}
     assert [m["id"] for m in store.memories(ALICE_WORK)] == [ids["a-user"], ids["a-work"],
                                                               ids["a-other"]]
     assert store.memories(Scope("carol", "trip")) == []

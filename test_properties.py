@@ -17,6 +17,7 @@ import sqlite3
 import tempfile
 import unicodedata
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+import memory
 from memory import MATCHING, MAX_TEXT, RANKS, MemoryStore, Scope, fixed_clock
 
 MODEL_STOPWORDS = frozenset(
@@ -72,6 +74,10 @@ def model_stems(text: str) -> set[str]:
 MODEL_RULES: dict[str, Callable[[str], set[str]]] = {"exact": model_words, "stems": model_stems}
 
 
+def utc(reading: str) -> datetime:
+    return datetime.fromisoformat(reading).astimezone(UTC)
+
+
 @dataclasses.dataclass
 class Memory:
     id: int
@@ -80,9 +86,20 @@ class Memory:
     text: str
     source: str
     created_at: str
+    expires_at: datetime | None = None
 
     def visible_in(self, scope: Scope) -> bool:
         return self.user == scope.user and (self.task is None or self.task == scope.task)
+
+    def live_at(self, now: str) -> bool:
+        return self.expires_at is None or utc(now) < self.expires_at
+
+    def as_record(self) -> dict[str, Any]:
+        expires = None if self.expires_at is None else self.expires_at.isoformat(
+            timespec="microseconds")
+        return {"id": self.id, "user": self.user, "task": self.task,
+                "level": "user" if self.task is None else "task", "text": self.text,
+                "source": self.source, "created_at": self.created_at, "expires_at": expires}
 
     def as_result(self, score: float) -> dict[str, Any]:
         return {"id": self.id, "level": "user" if self.task is None else "task",
@@ -91,12 +108,22 @@ class Memory:
 
 
 class Model:
+    """Memories in a list. `now` is the clock's last reading: what is live is decided at it."""
+
     def __init__(self, matching: str = "exact") -> None:
         self.memories: list[Memory] = []
         self.matching = matching
+        self.now = "2026-10-20T09:00:00+00:00"
 
     def visible(self, scope: Scope) -> list[Memory]:
-        return [m for m in self.memories if m.visible_in(scope)]
+        return [m for m in self.memories if m.visible_in(scope) and m.live_at(self.now)]
+
+    def purge_before_writing(self, user: str, task: str | None, most: int) -> None:
+        """What a write does first: the oldest-expiring expired memories of its scope go."""
+        due = sorted((m for m in self.memories if m.user == user and m.task in (None, task)
+                      and not m.live_at(self.now)), key=lambda m: (m.expires_at, m.id))
+        gone = {m.id for m in due[:most]}
+        self.memories = [m for m in self.memories if m.id not in gone]
 
     def recall(self, scope: Scope, query: str, limit: int,
                rank: str = "shared") -> list[dict[str, Any]]:
@@ -174,6 +201,8 @@ QUERIES = st.lists(FRAGMENTS, max_size=8).map(" ".join)
 SOURCES = st.sampled_from(["trip/turn-1", "trip/turn-2", "onboarding/turn-4"])
 LIMITS = st.integers(min_value=1, max_value=20)
 RANK = st.sampled_from(RANKS)
+# Seconds to live: a step of the clock is 60 s, so some lapse at the next tick, some later.
+TTLS = st.sampled_from([None, None, None, 0.5, 30, 60, 90, 150, 600])
 
 
 class StoreMatchesModel(RuleBasedStateMachine):
@@ -193,26 +222,73 @@ class StoreMatchesModel(RuleBasedStateMachine):
         self.store.close()
         shutil.rmtree(self.folder)
 
-    @rule(scope=SCOPES, level=st.sampled_from(["user", "task"]), text=TEXTS, source=SOURCES)
-    def remember(self, scope: Scope, level: str, text: str, source: str) -> None:
-        memory_id = self.store.remember(scope, level, text, source)
-        assert memory_id > self.highest_id
-        self.highest_id = memory_id
-        self.model.memories.append(Memory(memory_id, scope.user,
-                                          scope.task if level == "task" else None,
-                                          text, source, self.created()))
-
-    @rule(items=st.lists(st.tuples(SCOPES, st.sampled_from(["user", "task"]), TEXTS, SOURCES),
-                         max_size=20))
-    def remember_many(self, items: list[tuple[Scope, str, str, str]]) -> None:
-        ids = self.store.remember_many(items)
-        assert len(ids) == len(items)
-        for memory_id, (scope, level, text, source) in zip(ids, items, strict=True):
+    def write(self, rows: list[tuple[str, str | None, str, str, float | None]],
+              ids: list[int]) -> None:
+        """The model's side of a write the store made: first its purge, then the rows,
+        each taking one clock reading."""
+        assert len(ids) == len(rows)
+        for user, task in sorted({(user, task or "") for user, task, *_ in rows}):
+            self.model.purge_before_writing(user, task or None, memory.PURGE_PER_WRITE)
+        for memory_id, (user, task, text, source, ttl) in zip(ids, rows, strict=True):
             assert memory_id > self.highest_id  # never an id handed out before
             self.highest_id = memory_id
-            self.model.memories.append(Memory(memory_id, scope.user,
-                                              scope.task if level == "task" else None,
-                                              text, source, self.created()))
+            created = self.created()
+            expires = None if ttl is None else utc(created) + timedelta(seconds=ttl)
+            self.model.memories.append(Memory(memory_id, user, task, text, source, created,
+                                              expires))
+        self.model.now = self.created.now()
+
+    @rule(scope=SCOPES, level=st.sampled_from(["user", "task"]), text=TEXTS, source=SOURCES,
+          ttl=TTLS)
+    def remember(self, scope: Scope, level: str, text: str, source: str,
+                 ttl: float | None) -> None:
+        memory_id = self.store.remember(scope, level, text, source, ttl=ttl)
+        self.write([(scope.user, scope.task if level == "task" else None, text, source, ttl)],
+                   [memory_id])
+
+    @rule(items=st.lists(st.tuples(SCOPES, st.sampled_from(["user", "task"]), TEXTS, SOURCES,
+                                   TTLS), max_size=20))
+    def remember_many(self, items: list[tuple[Scope, str, str, str, float | None]]) -> None:
+        ids = self.store.remember_many(items)
+        self.write([(scope.user, scope.task if level == "task" else None, text, source, ttl)
+                    for scope, level, text, source, ttl in items], ids)
+
+    @rule(ticks=st.integers(min_value=1, max_value=4))
+    def time_passes(self, ticks: int) -> None:
+        for _ in range(ticks):
+            self.clock()
+            self.created()
+        self.model.now = self.created.now()
+
+    @rule(scope=SCOPES, data=st.data(), text=TEXTS, source=SOURCES, ttl=TTLS)
+    def revise(self, scope: Scope, data: st.DataObject, text: str, source: str,
+               ttl: float | None) -> None:
+        known = [m.id for m in self.model.memories]
+        memory_id = data.draw(st.sampled_from(known) if known and data.draw(st.booleans())
+                              else st.integers(min_value=1, max_value=10**6))
+        seen = [m for m in self.model.visible(scope) if m.id == memory_id]
+        revised = self.store.revise(scope, memory_id, text, source, ttl=ttl)
+        if not seen:  # unknown, another task's or user's, expired: nothing changes
+            assert revised is None
+            return
+        assert revised is not None
+        self.model.memories.remove(seen[0])
+        self.write([(scope.user, seen[0].task, text, source, ttl)], [revised])
+
+    @rule()
+    def purge_expired(self) -> None:
+        gone = [m for m in self.model.memories if not m.live_at(self.model.now)]
+        assert self.store.purge_expired() == len(gone)
+        self.model.memories = [m for m in self.model.memories if m not in gone]
+        # Under the deletion guarantee: after compact(), no purged text is in the file.
+        # Only texts that nothing kept holds are looked for (the rest may be kept data).
+        self.store.compact()
+        kept = [f"{m.text}\0{m.source}".encode() for m in self.model.memories]
+        data = (self.folder / "memory.db").read_bytes()
+        for m in gone:
+            needle = m.text.encode()
+            if len(needle) >= 12 and not any(needle in k for k in kept):
+                assert needle not in data, m.text
 
     @precondition(lambda self: self.model.memories)
     @rule(scope=SCOPES, data=st.data(), limit=LIMITS, rank=RANK)
@@ -255,15 +331,14 @@ class StoreMatchesModel(RuleBasedStateMachine):
 
     @rule(scope=SCOPES)
     def memories(self, scope: Scope) -> None:
-        expected = [{k: v for k, v in m.as_result(0).items() if k != "score"}
+        expected = [{**{k: v for k, v in m.as_result(0).items() if k != "score"},
+                     "expires_at": m.as_record()["expires_at"]}
                     for m in self.model.visible(scope)]
         assert self.store.memories(scope) == expected
 
     @rule(user=USERS)
     def export_user(self, user: str) -> None:
-        expected = [{"id": m.id, "user": m.user, "task": m.task,
-                     **{k: v for k, v in m.as_result(0).items() if k not in ("id", "score")}}
-                    for m in self.model.memories if m.user == user]
+        expected = [m.as_record() for m in self.model.memories if m.user == user]
         exported = self.store.export_user(user)
         assert exported == expected
         # Whatever a store holds can be imported again, field for field but the ids.
