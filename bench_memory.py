@@ -7,7 +7,8 @@ Each size builds a fresh file where one user holds N memories and other users ho
 more, then measures, in the same run on the same rows, the indexed store against the
 plain full scan (fetch every visible row, score it in Python). Texts are 5 to 15 words
 drawn from a 5,000-word vocabulary; queries are made the same way. A last table measures
-each matching rule with each rank at --rules-size memories (default 100k).
+each matching rule with each rank at --rules-size memories (default 100k), and the same
+number with 10% of them expiring.
 """
 
 from __future__ import annotations
@@ -204,6 +205,57 @@ def rules_and_ranks(folder: Path, size: int) -> list[dict[str, Any]]:
     return rows
 
 
+class SetClock:
+    """A clock the benchmark sets: writes and reads both read `at`."""
+
+    def __init__(self, at: str) -> None:
+        self.at = at
+
+    def __call__(self) -> str:
+        return self.at
+
+    def now(self) -> str:
+        return self.at
+
+
+def expiry(folder: Path, size: int) -> list[dict[str, Any]]:
+    """The same `size` memories twice: without ttl, and with 10% carrying one, 1% of all
+    expired but not yet purged; then one purge_expired() of the 10% at once."""
+    rows = []
+    for name, with_ttl in (("no ttl", False), ("10% ttl, 1% expired", True)):
+        rng = random.Random(SEED)
+        vocab = vocabulary(rng)
+        me = Scope("bench-user", "task-1")
+        clock = SetClock("2026-10-20T09:00:00+00:00")
+        with MemoryStore(folder / f"expiry-{with_ttl}.db", clock=clock) as store:
+            for start in range(0, size, 10_000):
+                batch: list[tuple[Any, ...]] = []
+                for n in range(start, min(size, start + 10_000)):
+                    item = (me, rng.choice(["user", "task"]), sentence(rng, vocab), "s")
+                    ttl = None if not with_ttl or n % 10 else 30 if n % 100 == 0 else 86_400
+                    batch.append((*item, ttl))
+                store.remember_many(batch)
+            clock.at = "2026-10-20T09:01:00+00:00"  # the ttl of 30 s has run out
+            queries = [sentence(rng, vocab) for _ in range(QUERIES)]
+            recall = [timed(lambda q=q, s=me: store.recall(s, q), 1)[0] for q in queries]
+            idf = [timed(lambda q=q, s=me: store.recall(s, q, rank="idf"), 1)[0]
+                   for q in queries]
+            count = timed(lambda s=me: store.count(s), 50)
+            row = {"store": name, "live": store.count(me),
+                   "recall p50 ms": statistics.median(recall),
+                   "recall p99 ms": percentile(recall, 0.99),
+                   "idf recall p99 ms": percentile(idf, 0.99),
+                   "count ms": statistics.median(count)}
+            if with_ttl:
+                clock.at = "2026-10-22T09:00:00+00:00"  # every ttl has run out
+                began = time.perf_counter()
+                row["purged"] = store.purge_expired()
+                row["purge s"] = time.perf_counter() - began
+            rows.append(row)
+    rows[1]["recall p99 vs no ttl"] = rows[1]["recall p99 ms"] / rows[0]["recall p99 ms"]
+    return rows
+
+
 def durability(folder: Path) -> list[dict[str, float]]:
     """Single remember/s on a small file in each journal mode, measured back to back."""
     rng = random.Random(SEED)
@@ -227,8 +279,9 @@ def format_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -
     columns = columns or list(rows[0])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
-        cells = [value if isinstance(value, str) else f"{value:,.0f}" if value >= 100
-                 else f"{value:.3g}" for value in (row[c] for c in columns)]
+        cells = ["" if value is None else value if isinstance(value, str)
+                 else f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+                 for value in (row.get(c) for c in columns)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -248,6 +301,7 @@ def main() -> None:
         rows = [measure(size, Path(name)) for size in sizes]
         durable = durability(Path(name))
         rules = rules_and_ranks(Path(name), args.rules_size)
+        expiring = expiry(Path(name), args.rules_size)
     print(format_table(rows, ["size", "recall p50 ms", "recall p99 ms", "scan p50 ms",
                               "recall speed-up", "recall peak KiB", "postings read",
                               "scan peak KiB", "needle recall ms", "needle peak KiB",
@@ -259,8 +313,13 @@ def main() -> None:
     print(format_table(durable))
     print()
     print(format_table(rules))
+    print()
+    print(format_table(expiring, ["store", "live", "recall p50 ms", "recall p99 ms",
+                                  "idf recall p99 ms", "count ms", "purged", "purge s",
+                                  "recall p99 vs no ttl"]))
     if args.json:
-        print(json.dumps({"sizes": rows, "durability": durable, "rules": rules}))
+        print(json.dumps({"sizes": rows, "durability": durable, "rules": rules,
+                          "expiry": expiring}))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import threading
 import time
 import unicodedata
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
@@ -121,7 +121,7 @@ _CREATE_COUNTS = """CREATE TABLE memory_counts (
 # schemas are alike to the letter. The index holds only memories that expire.
 _ADD_EXPIRY = "ALTER TABLE memories ADD COLUMN expires_at TEXT"
 _CREATE_EXPIRY_INDEX = (
-    "CREATE INDEX memories_expiry ON memories (user_id, expires_at)"
+    "CREATE INDEX memories_expiry ON memories (user_id, expires_at, task_id)"
     " WHERE expires_at IS NOT NULL"
 )
 # The statements each version's file is made of, to create it and to recognize it.
@@ -155,9 +155,11 @@ _SQL_INSERT = (
     " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _MEMORY_COLUMNS = "id, task_id, text, source, created_at, expires_at"
-# The scope's memories that are no longer live, through the expiry index: few, since
-# writes and purge_expired() delete them.
-_SQL_EXPIRED = f"SELECT id FROM memories {_IN_SCOPE} AND expires_at <= ?"
+# The scope's memories that are no longer live, from the expiry index alone (it holds
+# task_id, and id is the rowid): few, since writes and purge_expired() delete them, and
+# returned as one JSON array, since a row apiece costs more than the lookup.
+_SQL_EXPIRED = f"SELECT json_group_array(id) FROM memories {_IN_SCOPE} AND expires_at <= ?"
+_SQL_EXPIRED_COUNT = f"SELECT count(*) FROM memories {_IN_SCOPE} AND expires_at <= ?"
 _SQL_ANY_EXPIRING = f"SELECT 1 FROM memories {_IN_SCOPE} AND expires_at IS NOT NULL LIMIT 1"
 _SQL_EXPIRED_ROWS = (
     f"SELECT id, task_id, text FROM memories {_IN_SCOPE} AND expires_at <= ?"
@@ -866,8 +868,8 @@ def _memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
 
 
 def _idf_scores(postings: Iterable[tuple[str, bytes]], visible: int, expired: set[int]
-                ) -> Iterator[tuple[float, int]]:
-    """(score, id) under rank="idf" for every live id in the (word, ids) rows; each id's
+                ) -> dict[int, float]:
+    """Each live id's score under rank="idf", from the (word, ids) rows; each id's
     weights are added in sorted word order, so a model can repeat the sum bit for bit."""
     by_word: dict[str, list[int]] = collections.defaultdict(list)
     for word, blob in postings:
@@ -879,7 +881,7 @@ def _idf_scores(postings: Iterable[tuple[str, bytes]], visible: int, expired: se
         weight = math.log(1 + (visible - df + 0.5) / (df + 0.5))
         for memory_id in held:
             scores[memory_id] = scores.get(memory_id, 0.0) + weight
-    return ((score, memory_id) for memory_id, score in scores.items())
+    return scores
 
 
 def _id_span(ids: list[int]) -> str:
@@ -1136,15 +1138,22 @@ class MemoryStore:
             return None
         return _instant("clock reading", reading)
 
-    def _expired(self, db: sqlite3.Connection, scoped: tuple[str, str]) -> set[int]:
+    def _expired(self, db: sqlite3.Connection, scoped: tuple[str, str],
+                 now: str | None = None) -> set[int]:
         """The ids the scope would see but that are no longer live."""
-        now = self._read_now()
+        now = now or self._now_for(db, scoped)
         if now is None:
-            if db.execute(_SQL_ANY_EXPIRING, scoped).fetchone():
-                raise MemoryInputError("the clock's reading has no UTC offset, so whether"
-                                       " a memory has expired is unknown")
             return set()
-        return {memory_id for (memory_id,) in db.execute(_SQL_EXPIRED, (*scoped, now))}
+        (ids,) = db.execute(_SQL_EXPIRED, (*scoped, now)).fetchone()
+        return set(json.loads(ids))
+
+    def _now_for(self, db: sqlite3.Connection, scoped: tuple[str, str]) -> str | None:
+        """The time to judge the scope's memories at; None if none of them can expire."""
+        now = self._read_now()
+        if now is None and db.execute(_SQL_ANY_EXPIRING, scoped).fetchone():
+            raise MemoryInputError("the clock's reading has no UTC offset, so whether"
+                                   " a memory has expired is unknown")
+        return now
 
     def recall(self, scope: Scope, query: str, limit: int = 3, *,
                rank: str = "shared") -> list[dict[str, Any]]:
@@ -1162,23 +1171,36 @@ class MemoryStore:
             wanted = self._words(query)
             if not wanted:
                 return []
-            expired = self._expired(db, scoped)
+            now = self._now_for(db, scoped)
             postings = db.execute(_SQL_POSTINGS, (*scoped, json.dumps(sorted(wanted))))
+            scores: Mapping[int, float]
             if rank == "shared":
                 # An id sits in one row per word, so its count is the number of shared words.
-                shared = collections.Counter(itertools.chain.from_iterable(
+                scores = collections.Counter(itertools.chain.from_iterable(
                     _unpack(blob) for _, blob in postings))
-                for memory_id in expired:  # before the top is chosen: a full page of live
-                    shared.pop(memory_id, None)
-                best: list[tuple[float, int]] = heapq.nlargest(
-                    limit, zip(shared.values(), shared.keys(), strict=True))
-            else:
+            else:  # N and df count live memories only
+                expired = self._expired(db, scoped, now)
                 (stored,) = db.execute(_SQL_COUNT, scoped).fetchone()
-                best = heapq.nlargest(
-                    limit, _idf_scores(postings, stored - len(expired), expired))
-            found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
+                scores = _idf_scores(postings, stored - len(expired), expired)
+            return [_memory(row, score=score)
+                    for score, row in self._top_live(db, scoped, scores, limit, now)]
+
+    def _top_live(self, db: sqlite3.Connection, scoped: tuple[str, str],
+                  scores: Mapping[int, float], limit: int, now: str | None
+                  ) -> list[tuple[float, tuple[Any, ...]]]:
+        """The `limit` best live memories: the best candidates' rows are fetched and the
+        expired among them dropped, looking further down only while too few are left, so
+        recall returns as many live matches as exist up to `limit`."""
+        examined = limit
+        while True:
+            ranked = heapq.nlargest(examined, zip(scores.values(), scores.keys(), strict=True))
+            found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in ranked])))
             rows = {row[0]: row for row in found}
-        return [_memory(rows[i], score=score) for score, i in best if i in rows]
+            live = [(score, rows[i]) for score, i in ranked
+                    if i in rows and (now is None or rows[i][5] is None or rows[i][5] > now)]
+            if len(live) >= limit or examined >= len(scores):
+                return live[:limit]
+            examined *= 4
 
     def count(self, scope: Scope) -> int:
         """How many live memories are visible in the scope: the stored count less the
@@ -1187,7 +1209,11 @@ class MemoryStore:
         scoped = (scope.user, scope.task)
         with self._snapshot() as db:
             (stored,) = db.execute(_SQL_COUNT, scoped).fetchone()
-            return int(stored) - len(self._expired(db, scoped))
+            now = self._now_for(db, scoped)
+            if now is None:
+                return int(stored)
+            (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*scoped, now)).fetchone()
+            return int(stored) - int(expired)
 
     def reindex(self, matching: str,
                 progress: Callable[[int, int], None] | None = None) -> None:

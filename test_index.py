@@ -215,11 +215,11 @@ def test_count_is_point_lookups_in_the_counts_table(tmp_path: pathlib.Path) -> N
         store.db.set_trace_callback(None)
         scoped = (ALICE.user, ALICE.task)
         counts_plan = plan(store, memory._SQL_COUNT, scoped)
-        expired_plan = plan(store, memory._SQL_EXPIRED, (*scoped, "2026-10-20T09:02"))
+        expired_plan = plan(store, memory._SQL_EXPIRED_COUNT, (*scoped, "2026-10-20T09:02"))
     reads = [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
     assert len(reads) == 2 and all("WHERE user_id = " in s for s in reads)
     assert "SEARCH memory_counts USING PRIMARY KEY (user_id=? AND task_key=?)" in counts_plan
-    assert "SEARCH memories USING INDEX memories_expiry (user_id=? AND expires_at<?)" \
+    assert "SEARCH memories USING COVERING INDEX memories_expiry (user_id=? AND expires_at<?)" \
         in expired_plan
 
 
