@@ -346,6 +346,13 @@ def _check_path(path: object) -> str:
     return checked
 
 
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise MemoryInputError(f"{name} must be one of {', '.join(map(repr, choices))},"
+                               f" got {_described(value)}")
+    return value
+
+
 def _check_level(level: object) -> str:
     return _check_choice("level", level, LEVELS)
 
@@ -357,13 +364,6 @@ def _check_limit(limit: object) -> int:
             + (" out of range" if type(limit) is int else "")
         )
     return limit
-
-
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise MemoryInputError(f"{name} must be one of {', '.join(map(repr, choices))},"
-                               f" got {_described(value)}")
-    return value
 
 
 def _check_scope(scope: object) -> Scope:
@@ -670,7 +670,7 @@ def _execute_script(db: sqlite3.Connection, script: str) -> None:
 
 
 def _upgrade_to_2(db: sqlite3.Connection) -> None:
-    """Version 1 (SPEC Part 1's table) gains AUTOINCREMENT ids and the word index."""
+    """Version 1 (the core layout: one table) gains AUTOINCREMENT ids and the word index."""
     # When a later version changes these tables, freeze their version-2 text here.
     db.execute("ALTER TABLE memories RENAME TO memories_v1")
     db.execute(_CREATE_MEMORIES)
@@ -686,12 +686,6 @@ def _upgrade_to_2(db: sqlite3.Connection) -> None:
     _index_words(db, rows, append=False, words_of=words)
 
 
-def _upgrade_to_4(db: sqlite3.Connection) -> None:
-    """Version 3 gains expiry: a column (NULL: never) and an index of what expires."""
-    db.execute(_ADD_EXPIRY)
-    db.execute(_CREATE_EXPIRY_INDEX)
-
-
 def _upgrade_to_3(db: sqlite3.Connection) -> None:
     """Version 2 gains the settings (its rule is `exact`) and the per-(user, task) counts."""
     db.execute(_CREATE_SETTINGS)
@@ -700,6 +694,12 @@ def _upgrade_to_3(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO memory_counts (user_id, task_key, memories)"
                " SELECT user_id, coalesce(task_id, ''), count(*) FROM memories"
                " GROUP BY user_id, task_id")
+
+
+def _upgrade_to_4(db: sqlite3.Connection) -> None:
+    """Version 3 gains expiry: a column (NULL: never) and an index of what expires."""
+    db.execute(_ADD_EXPIRY)
+    db.execute(_CREATE_EXPIRY_INDEX)
 
 
 # (version a file is at after the step, the step); a file at version v runs every
@@ -968,7 +968,7 @@ class MemoryStore:
         except sqlite3.Error as exc:
             raise _store_error(exc) from exc
         try:
-            # A failure to create or upgrade re-raises sqlite3's own error (SPEC Part 1).
+            # A failure to create or upgrade re-raises sqlite3's own error, as it came.
             _prepare(db, writable=not self.read_only, matching=matching)
             self._configure(db)
             self._follow_rule(db)
