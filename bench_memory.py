@@ -7,13 +7,15 @@ Each size builds a fresh file where one user holds N memories and other users ho
 more, then measures, in the same run on the same rows, the indexed store against the
 plain full scan (fetch every visible row, score it in Python). Texts are 5 to 15 words
 drawn from a 5,000-word vocabulary; queries are made the same way. A last table measures
-each matching rule with each rank at --rules-size memories (default 100k), and the same
-number with 10% of them expiring.
+each matching rule with each rank at --rules-size memories (default 100k), the same
+number with 10% of them expiring, and a Zipf-distributed workload (--peers: beside SQLite
+FTS5 and a plain table, on the same rows in the same run).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import memory
-from memory import MemoryStore, Scope, words
+from memory import MemoryStore, Scope, system_clock, words
 
 VOCABULARY_SIZE = 5000
 OTHER_USERS = 10
@@ -53,10 +55,10 @@ def full_scan_recall(db: sqlite3.Connection, scope: Scope, query: str,
             for score, row in ranked[:limit]]
 
 
-def vocabulary(rng: random.Random) -> list[str]:
+def vocabulary(rng: random.Random, size: int = VOCABULARY_SIZE) -> list[str]:
     letters = "abcdefghijklmnopqrstuvwxyz"
     found: set[str] = set()
-    while len(found) < VOCABULARY_SIZE:
+    while len(found) < size:
         word = "".join(rng.choice(letters) for _ in range(rng.randint(4, 9)))
         if word not in memory.STOPWORDS:
             found.add(word)
@@ -256,6 +258,102 @@ def expiry(folder: Path, size: int) -> list[dict[str, Any]]:
     return rows
 
 
+class Zipf:
+    """Words from a 20,000-word vocabulary drawn by Zipf's law (exponent 1.1), as real text
+    uses them: a few words everywhere, most words rare."""
+
+    def __init__(self, rng: random.Random, size: int = 20_000, exponent: float = 1.1) -> None:
+        self.rng = rng
+        self.vocab = vocabulary(rng, size)
+        self.cumulative = list(itertools.accumulate(1 / rank**exponent
+                                                    for rank in range(1, size + 1)))
+
+    def words(self, low: int, high: int) -> list[str]:
+        return self.rng.choices(self.vocab, cum_weights=self.cumulative,
+                                k=self.rng.randint(low, high))
+
+    def text(self) -> str:
+        return " ".join(self.words(5, 15)).capitalize() + "."
+
+
+def zipf_with_peers(folder: Path, size: int, peers: bool) -> list[dict[str, Any]]:
+    """The Zipf workload at `size` memories for one user (and as many for ten others):
+    memory.py, and with `peers` SQLite FTS5 (bm25, user as a column filter) and a plain
+    table with one (user_id, task_id) index, the engine's floor for inserts, on the same
+    rows in the same run."""
+    rng = random.Random(SEED)
+    zipf = Zipf(rng)
+    me = Scope("bench-user", "task-1")
+    rows = [(f"other-{n % OTHER_USERS}", zipf.text()) for n in range(size)]
+    rows += [(me.user, zipf.text()) for _ in range(size)]
+    queries = [" ".join(zipf.words(2, 4)) for _ in range(QUERIES)]
+    singles = [zipf.text() for _ in range(SINGLE_WRITES)]
+    results = []
+    with MemoryStore(folder / "zipf.db") as store:
+        began = time.perf_counter()
+        for start in range(0, len(rows), 10_000):
+            store.remember_many([(Scope(user, "task-1"), "user", text, "s")
+                                 for user, text in rows[start:start + 10_000]])
+        rate = len(rows) / (time.perf_counter() - began)
+        recall = [timed(lambda q=q, s=me: store.recall(s, q, 5), 1)[0] for q in queries]
+        it = iter(singles)
+        single = timed(lambda s=me: store.remember(s, "user", next(it), "s"), SINGLE_WRITES)
+        results.append({"engine": "memory.py", "bulk insert/s": rate,
+                        "durable insert/s": 1000 / statistics.mean(single),
+                        "recall p50 ms": statistics.median(recall),
+                        "recall p99 ms": percentile(recall, 0.99)})
+    if not peers:
+        return results
+    db = sqlite3.connect(folder / "fts5.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    db.execute("CREATE VIRTUAL TABLE fts USING fts5(user, text)")
+    began = time.perf_counter()
+    db.execute("BEGIN")
+    db.executemany("INSERT INTO fts (user, text) VALUES (?, ?)", rows)
+    db.execute("COMMIT")
+    rate = len(rows) / (time.perf_counter() - began)
+
+    def fts_recall(query: str) -> list[Any]:
+        terms = " OR ".join(f'text : "{word}"' for word in sorted(set(query.split())))
+        return db.execute("SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY bm25(fts)"
+                          " LIMIT 5", (f'user : "{me.user}" AND ({terms})',)).fetchall()
+
+    recall = [timed(lambda q=q: fts_recall(q), 1)[0] for q in queries]
+    it = iter(singles)
+    single = timed(lambda: db.execute("INSERT INTO fts (user, text) VALUES (?, ?)",
+                                      (me.user, next(it))), SINGLE_WRITES)
+    results.append({"engine": "FTS5 bm25", "bulk insert/s": rate,
+                    "durable insert/s": 1000 / statistics.mean(single),
+                    "recall p50 ms": statistics.median(recall),
+                    "recall p99 ms": percentile(recall, 0.99)})
+    db.close()
+    db = sqlite3.connect(folder / "plain.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    db.execute("CREATE TABLE plain (id INTEGER PRIMARY KEY, user_id TEXT NOT NULL,"
+               " task_id TEXT, text TEXT NOT NULL, source TEXT NOT NULL,"
+               " created_at TEXT NOT NULL)")
+    db.execute("CREATE INDEX plain_scope ON plain (user_id, task_id)")
+    insert = "INSERT INTO plain (user_id, task_id, text, source, created_at) VALUES (?, ?, ?, ?, ?)"
+    began = time.perf_counter()
+    db.execute("BEGIN")
+    db.executemany(insert, [(user, None, text, "s", system_clock()) for user, text in rows])
+    db.execute("COMMIT")
+    rate = len(rows) / (time.perf_counter() - began)
+    it = iter(singles)
+    single = timed(lambda: db.execute(insert, (me.user, None, next(it), "s", system_clock())),
+                   SINGLE_WRITES)
+    results.append({"engine": "plain table, one index (floor)", "bulk insert/s": rate,
+                    "durable insert/s": 1000 / statistics.mean(single)})
+    db.close()
+    ours, fts, floor = results
+    ours["recall vs FTS5"] = fts["recall p50 ms"] / ours["recall p50 ms"]
+    ours["bulk vs FTS5"] = ours["bulk insert/s"] / fts["bulk insert/s"]
+    ours["durable vs floor"] = ours["durable insert/s"] / floor["durable insert/s"]
+    return results
+
+
 def durability(folder: Path) -> list[dict[str, float]]:
     """Single remember/s on a small file in each journal mode, measured back to back."""
     rng = random.Random(SEED)
@@ -291,6 +389,10 @@ def main() -> None:
     parser.add_argument("--million", action="store_true", help="also measure 1M memories")
     parser.add_argument("--sizes", type=int, nargs="*", help="sizes to measure instead")
     parser.add_argument("--json", action="store_true", help="print rows as JSON too")
+    parser.add_argument("--peers", action="store_true",
+                        help="add FTS5 and a plain table to the Zipf workload's table")
+    parser.add_argument("--zipf-size", type=int, default=100_000,
+                        help="memories for the user in the Zipf workload (default 100,000)")
     parser.add_argument("--rules-size", type=int, default=100_000,
                         help="memories for the rules-and-ranks table (default 100,000)")
     args = parser.parse_args()
@@ -302,6 +404,7 @@ def main() -> None:
         durable = durability(Path(name))
         rules = rules_and_ranks(Path(name), args.rules_size)
         expiring = expiry(Path(name), args.rules_size)
+        zipf = zipf_with_peers(Path(name), args.zipf_size, args.peers)
     print(format_table(rows, ["size", "recall p50 ms", "recall p99 ms", "scan p50 ms",
                               "recall speed-up", "recall peak KiB", "postings read",
                               "scan peak KiB", "needle recall ms", "needle peak KiB",
@@ -317,9 +420,13 @@ def main() -> None:
     print(format_table(expiring, ["store", "live", "recall p50 ms", "recall p99 ms",
                                   "idf recall p99 ms", "count ms", "purged", "purge s",
                                   "recall p99 vs no ttl"]))
+    print()
+    print(format_table(zipf, ["engine", "bulk insert/s", "durable insert/s", "recall p50 ms",
+                              "recall p99 ms", "recall vs FTS5", "bulk vs FTS5",
+                              "durable vs floor"]))
     if args.json:
         print(json.dumps({"sizes": rows, "durability": durable, "rules": rules,
-                          "expiry": expiring}))
+                          "expiry": expiring, "zipf": zipf}))
 
 
 if __name__ == "__main__":
