@@ -1118,12 +1118,18 @@ class MemoryStore:
                most: int) -> int:
         """Delete up to `most` expired memories the scope (user, task) would see, oldest
         expiry first, with their postings and counts."""
-        rows = db.execute(_SQL_EXPIRED_ROWS, (user, task, now, most)).fetchall()
+        return self._delete(db, (user, task),
+                            db.execute(_SQL_EXPIRED_ROWS, (user, task, now, most)).fetchall())
+
+    def _delete(self, db: sqlite3.Connection, scoped: tuple[str, str],
+                rows: list[tuple[Any, ...]]) -> int:
+        """Delete the scope's memories `rows` (id, task_id, text, ...) with their postings
+        and counts; how many."""
         if not rows:
             return 0
-        _unindex(db, user, rows, self._words)
-        return int(db.execute(_SQL_FORGET, (user, task, json.dumps([r[0] for r in rows])))
-                   .rowcount)
+        _unindex(db, scoped[0], rows, self._words)
+        ids = json.dumps([row[0] for row in rows])
+        return int(db.execute(_SQL_FORGET, (*scoped, ids)).rowcount)
 
     def _now(self) -> str:
         # A bad reading is the caller's input, like a bad text: MemoryInputError, and the
@@ -1139,9 +1145,9 @@ class MemoryStore:
         return _instant("clock reading", reading)
 
     def _expired(self, db: sqlite3.Connection, scoped: tuple[str, str],
-                 now: str | None = None) -> set[int]:
-        """The ids the scope would see but that are no longer live."""
-        now = now or self._now_for(db, scoped)
+                 now: str | None) -> set[int]:
+        """The ids the scope would see but that are no longer live at `now` (none if
+        None, see _now_for)."""
         if now is None:
             return set()
         (ids,) = db.execute(_SQL_EXPIRED, (*scoped, now)).fetchone()
@@ -1237,9 +1243,10 @@ class MemoryStore:
     def memories(self, scope: Scope) -> list[dict[str, Any]]:
         """Every live memory visible in the scope, oldest first, with its expires_at."""
         scope = _check_scope(scope)
+        scoped = (scope.user, scope.task)
         with self._snapshot() as db:
-            expired = self._expired(db, (scope.user, scope.task))
-            rows = db.execute(_SQL_VISIBLE, (scope.user, scope.task)).fetchall()
+            expired = self._expired(db, scoped, self._now_for(db, scoped))
+            rows = db.execute(_SQL_VISIBLE, scoped).fetchall()
         return [_memory(row, expires_at=row[5]) for row in rows if row[0] not in expired]
 
     def forget(self, scope: Scope, memory_id: int) -> bool:
@@ -1256,15 +1263,15 @@ class MemoryStore:
         return self._forget(scope, _SQL_VISIBLE_SOURCE, arguments)
 
     def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...]) -> int:
+        scoped = (scope.user, scope.task)
         with self._writing() as db:
-            expired = self._expired(db, (scope.user, scope.task))
+            expired = self._expired(db, scoped, self._now_for(db, scoped))
             rows = [row for row in db.execute(select, arguments) if row[0] not in expired]
-            _unindex(db, scope.user, rows, self._words)
-            ids = [row[0] for row in rows]
-            deleted = db.execute(_SQL_FORGET, (scope.user, scope.task, json.dumps(ids))).rowcount
+            deleted = self._delete(db, scoped, rows)
         self._scrub()
-        log.info("forgot %d memories of user %s, ids %s", deleted, scope.user, ids)
-        return int(deleted)
+        log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
+                 [row[0] for row in rows])
+        return deleted
 
     def revise(self, scope: Scope, memory_id: int, text: str, source: str, *,
                ttl: float | None = None) -> int | None:
@@ -1276,13 +1283,12 @@ class MemoryStore:
         wanted = _check_id(memory_id)
         new = _new_row(scope, "user", text, source, ttl)
         with self._writing() as db:
-            expired = self._expired(db, scoped)
+            expired = self._expired(db, scoped, self._now_for(db, scoped))
             found = db.execute(_SQL_VISIBLE_ID, (*scoped, wanted))
             rows = [row for row in found if row[0] not in expired]
             if not rows:
                 return None
-            _unindex(db, scope.user, rows, self._words)
-            db.execute(_SQL_FORGET, (*scoped, json.dumps([wanted])))
+            self._delete(db, scoped, rows)
             (revised,) = self._write(db, [new._replace(task_id=rows[0][1])])
         self._scrub()
         log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
