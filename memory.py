@@ -233,8 +233,9 @@ _SQL_DROP_POSTINGS = (
     "DELETE FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
 )
 _SQL_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
-# The operator's aggregate: counts only, across users by design, so it is the one read
-# without the scope predicate. No call made for a user uses it.
+# The operator's aggregate: counts only, across users by design, so it is one of the
+# three reads without the scope predicate (see _SQL_USERS, _SQL_EXPIRED_USERS). No call
+# made for a user uses it.
 _SQL_STATS = "SELECT count(*), count(task_id), count(DISTINCT user_id) FROM memories"
 # Reindexing walks the users one by one, each under `WHERE user_id = `; finding them is
 # the other read without the user filter, and it returns ids only.
@@ -502,16 +503,24 @@ def system_clock() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _instant(name: str, reading: str) -> str:
-    """A reading with a UTC offset as the instant it names, in the one fixed-width UTC form
-    expiry times are stored and compared in; MemoryInputError if it names no instant."""
+def _utc_form(name: str, reading: str) -> str | None:
+    """The instant a reading names, in the one fixed-width UTC form expiry times are stored
+    and compared in; None for a reading without a UTC offset, which names no instant."""
     moment = datetime.fromisoformat(reading)
     if moment.utcoffset() is None:
-        raise MemoryInputError(f"{name} has no UTC offset, so the instant it names is unknown")
+        return None
     try:
         return moment.astimezone(UTC).isoformat(timespec="microseconds")
     except OverflowError:
         raise MemoryInputError(f"{name} is outside the years 1 to 9999 in UTC") from None
+
+
+def _instant(name: str, reading: str) -> str:
+    """_utc_form, where a reading without an instant is the caller's error."""
+    instant = _utc_form(name, reading)
+    if instant is None:
+        raise MemoryInputError(f"{name} has no UTC offset, so the instant it names is unknown")
+    return instant
 
 
 def _expiry(created_at: str, ttl: float) -> str:
@@ -836,7 +845,7 @@ _FORKED = (
 )
 
 # Connections a forked child inherited: never used, and never closed by this module,
-# since closing one in the child could check the WAL point and delete it under the parent.
+# since closing one in the child could checkpoint the WAL and delete it under the parent.
 _INHERITED: list[sqlite3.Connection] = []
 
 
@@ -1140,9 +1149,7 @@ class MemoryStore:
         """The time for a read, without a tick: a fixed-width UTC instant, or None when the
         clock gives no UTC offset (then nothing can be judged expired)."""
         reading = _check_timestamp("clock reading", self._read_clock())
-        if datetime.fromisoformat(reading).utcoffset() is None:
-            return None
-        return _instant("clock reading", reading)
+        return _utc_form("clock reading", reading)
 
     def _expired(self, db: sqlite3.Connection, scoped: tuple[str, str],
                  now: str | None) -> set[int]:
@@ -1281,6 +1288,7 @@ class MemoryStore:
         scope = _check_scope(scope)
         scoped = (scope.user, scope.task)
         wanted = _check_id(memory_id)
+        # Validated before the transaction; its level (task) is the old memory's, set below.
         new = _new_row(scope, "user", text, source, ttl)
         with self._writing() as db:
             expired = self._expired(db, scoped, self._now_for(db, scoped))
@@ -1499,6 +1507,9 @@ def _run_import(args: argparse.Namespace) -> int:
     return 0
 
 
+_NOT_IN_SCOPE = "no memory with that id in this scope"
+
+
 def _existing(path: str) -> MemoryStore:
     """A writable store on a file that must already exist: no command creates one by typo."""
     if not os.path.isfile(path):
@@ -1509,7 +1520,7 @@ def _existing(path: str) -> MemoryStore:
 def _run_forget(args: argparse.Namespace) -> int:
     with _existing(args.path) as store:
         if not store.forget(Scope(args.user, args.task), args.id):
-            raise StoreError("no memory with that id in this scope")
+            raise StoreError(_NOT_IN_SCOPE)
     print(f"forgot memory {args.id}")
     return 0
 
@@ -1540,7 +1551,7 @@ def _run_revise(args: argparse.Namespace) -> int:
         revised = store.revise(Scope(args.user, args.task), args.id, args.text, args.source,
                                ttl=args.ttl)
     if revised is None:
-        raise StoreError("no memory with that id in this scope")
+        raise StoreError(_NOT_IN_SCOPE)
     print(f"revised memory {args.id} as {revised}")
     return 0
 

@@ -5,19 +5,17 @@ from __future__ import annotations
 import json
 import pathlib
 import sqlite3
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
 import memory
 from memory import MemoryInputError, MemoryStore, Scope, fixed_clock
+from test_cli import cli
 from test_lifecycle import file_bytes
 from test_memory import row_count
 from test_properties import index_problems
 
-HERE = pathlib.Path(__file__).resolve().parent
 ALICE = Scope("alice", "trip")
 ALICE_WORK = Scope("alice", "work")
 BOB = Scope("bob", "trip")
@@ -106,7 +104,7 @@ def test_idf_counts_live_memories_only(tmp_path: pathlib.Path, clock: SetClock) 
                 store.remember_many([(ALICE, "user", "tea jazz tea", "s", extra)] * 4)
         clock.at = "2026-10-20T09:00:30+00:00"
         assert with_expired.recall(ALICE, "jazz tea", 5, rank="idf") == \
-            [{**r, "id": r["id"]} for r in without.recall(ALICE, "jazz tea", 5, rank="idf")]
+            without.recall(ALICE, "jazz tea", 5, rank="idf")
 
 
 def test_purge_expired_deletes_them_and_their_text(tmp_path: pathlib.Path,
@@ -267,10 +265,6 @@ def test_version_3_file_upgrades_to_expiry(tmp_path: pathlib.Path) -> None:
 
     assert layout(path) == layout(fresh)
 
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memory", *args], cwd=HERE, text=True,
-                          capture_output=True, timeout=120)
 
 
 def test_command_line_revise_and_purge(tmp_path: pathlib.Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import pathlib
 import sqlite3
-import subprocess
 import sys
 import unicodedata
 
@@ -14,10 +13,10 @@ import pytest
 
 import memory
 from memory import MemoryInputError, MemoryStore, Scope, StoreError, stems, words
+from test_cli import cli
 from test_index import digest, write_version_1
 from test_properties import Memory, Model, index_problems, is_cjk, model_stems
 
-HERE = pathlib.Path(__file__).resolve().parent
 ALICE = Scope("alice", "trip")
 BOB = Scope("bob", "trip")
 
@@ -176,10 +175,6 @@ def test_version_2_file_upgrades_keeping_results_and_counting(tmp_path: pathlib.
         model.memories = old
         assert store.recall(ALICE, "tea", 5, rank="idf") == model.recall(ALICE, "tea", 5, "idf")
 
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memory", *args], cwd=HERE, text=True,
-                          capture_output=True, timeout=120)
 
 
 def test_command_line_reindex_and_rank(tmp_path: pathlib.Path) -> None:
