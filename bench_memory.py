@@ -160,7 +160,7 @@ def measure(size: int, folder: Path) -> dict[str, float]:
 def matching_postings(store: MemoryStore, scope: Scope, query: str) -> int:
     """How many (word, memory) postings recall reads for `query`."""
     (total,) = store.db.execute(
-        memory._SQL_POSTINGS.replace("SELECT word, ids",
+        memory._SQL_POSTINGS_MAP.replace("SELECT word, task_id, first_id, length(ids) / 8",
                                      "SELECT coalesce(sum(length(ids)), 0) / 8"),
         (scope.user, scope.task, json.dumps(sorted(words(query))))).fetchone()
     return int(total)

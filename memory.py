@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import bisect
 import collections
 import contextlib
 import dataclasses
@@ -29,7 +30,7 @@ import threading
 import time
 import unicodedata
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
@@ -188,9 +189,21 @@ _SQL_COUNT_DROP_EMPTY = (
 _SQL_ERASE_COUNTS = "DELETE FROM memory_counts WHERE user_id = ?"
 _SQL_MATCHING = "SELECT value FROM store_settings WHERE name = 'matching'"
 _SQL_SET_MATCHING = "INSERT OR REPLACE INTO store_settings (name, value) VALUES ('matching', ?)"
-_SQL_POSTINGS = (
-    f"SELECT word, ids FROM memory_words {_IN_SCOPE}"
-    " AND word IN (SELECT value FROM json_each(?))"
+# Recall's map of the query words' postings: every row's key and size, without its ids
+# (the blob stays in SQLite), and whether the row is a whole run of int64 ids.
+# One row per word, since a row apiece costs more than the lookup: the first ids of its
+# user-level rows, then of the task's (the scope lets in no other task).
+_SQL_POSTINGS_MAP = (
+    "SELECT word, json_group_array(first_id) FILTER (WHERE task_id IS NULL),"
+    " json_group_array(first_id) FILTER (WHERE task_id IS NOT NULL), sum(length(ids)) / 8,"
+    " min(typeof(ids) = 'blob' AND length(ids) % 8 = 0)"
+    f" FROM memory_words {_IN_SCOPE} AND word IN (SELECT value FROM json_each(?))"
+    " GROUP BY word"
+)
+# The rows recall needs of one word, by key.
+_SQL_POSTINGS_ROWS = (
+    f"SELECT first_id, ids FROM memory_words {_IN_SCOPE}"
+    " AND word = ? AND first_id IN (SELECT value FROM json_each(?))"
 )
 # NOT INDEXED: look the few ids up by primary key rather than walk the user's index range.
 _SQL_RECALLED = (
@@ -876,21 +889,183 @@ def _memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
     }
 
 
-def _idf_scores(postings: Iterable[tuple[str, bytes]], visible: int, expired: set[int]
-                ) -> dict[int, float]:
-    """Each live id's score under rank="idf", from the (word, ids) rows; each id's
-    weights are added in sorted word order, so a model can repeat the sum bit for bit."""
-    by_word: dict[str, list[int]] = collections.defaultdict(list)
-    for word, blob in postings:
-        by_word[word].extend(i for i in _unpack(blob) if i not in expired)
-    scores: dict[int, float] = {}
-    for word in sorted(by_word):
-        held = by_word[word]
-        df = len(held)
-        weight = math.log(1 + (visible - df + 0.5) / (df + 0.5))
-        for memory_id in held:
-            scores[memory_id] = scores.get(memory_id, 0.0) + weight
-    return scores
+class _Group:
+    """The postings rows of one query word under one task (or the user level): their
+    first ids ascending, and from which of them on they have been read."""
+
+    __slots__ = ("word", "firsts", "unread")
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+        self.firsts: list[int] = []
+        self.unread = 0  # rows [0, unread) are not read yet
+
+    def rows_down_to(self, boundary: int) -> list[int]:
+        """The unread rows that may hold an id at or above `boundary`, marked read."""
+        if self.unread < len(self.firsts) and self.firsts[self.unread] <= boundary:
+            return []  # the row holding `boundary` is read already
+        start = max(0, bisect.bisect_right(self.firsts, boundary, 0, self.unread) - 1)
+        rows, self.unread = self.firsts[start:self.unread], start
+        return rows
+
+    def row_holding(self, memory_id: int) -> int | None:
+        """The first id of the only row that can hold `memory_id`."""
+        at = bisect.bisect_right(self.firsts, memory_id) - 1
+        return self.firsts[at] if at >= 0 else None
+
+
+def _postings_map(rows: Iterable[tuple[str, str, str, int, int]]
+                  ) -> tuple[collections.Counter[str], list[_Group]]:
+    """Each query word's number of postings, and its rows grouped by task."""
+    held: collections.Counter[str] = collections.Counter()
+    groups = []
+    for word, *by_task, size, sound in rows:
+        if not sound:
+            raise SchemaError("the word index is damaged: a postings row is not a run of ids")
+        held[word] = size
+        for firsts in by_task:
+            group = _Group(word)
+            group.firsts = sorted(json.loads(firsts))
+            group.unread = len(group.firsts)
+            if group.unread:
+                groups.append(group)
+    return held, groups
+
+
+def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired: set[int],
+                limit: int, fetch: Callable[[str, list[int]], Iterable[tuple[int, bytes]]]
+                ) -> list[tuple[float, int]]:
+    """The `limit` best (score, id) pairs, best first, over the postings `groups`:
+    a memory's score is the number of query words it holds (weights None), or the sum
+    of their weights in sorted word order. Expired ids are left out.
+
+    The rows are read from the newest ids down, a window at a time: every id at or
+    above the window's lower boundary has all its words read, so its score is final;
+    every id below it is older, so on a tie it loses. Reading stops once nothing below
+    can score more than the limit-th best: the unread words together add up to no more,
+    and the ids seen below that still could are looked up row by row in the unread
+    words, newest first (MaxScore's probing). While a rare word keeps that bound up, it
+    is read through, if that costs at most half of what has been read. The answer is
+    the full scan's, to the bit: each bound is a score as the rule adds it up, and a
+    float sum never drops when a positive weight joins it."""
+    order = sorted({group.word for group in groups})
+    bits = {word: 1 << n for n, word in enumerate(order)}
+    values: dict[int, float] = {}
+
+    def value(mask: int) -> float:
+        """The score of holding the words of `mask`, added up as the rule adds them."""
+        score = values.get(mask)
+        if score is None:
+            if weights is None:
+                score = mask.bit_count()
+            else:
+                score = 0.0
+                for n, word in enumerate(order):
+                    if mask >> n & 1:
+                        score += weights[word]
+            values[mask] = score
+        return score
+
+    def read(word: str, firsts: list[int]) -> Iterator[tuple[int, array.array[int]]]:
+        for first_id, blob in fetch(word, firsts):
+            yield first_id, _unpack(blob)
+
+    seen: dict[int, int] = {}  # id -> the words it was seen holding, below the boundary
+    best: list[tuple[float, int]] = []  # a min-heap of the best finished (score, id)
+
+    def finish(memory_id: int, mask: int) -> None:
+        entry = (value(mask), memory_id)
+        if len(best) < limit:
+            heapq.heappush(best, entry)
+        elif entry > best[0]:
+            heapq.heapreplace(best, entry)
+
+    def take(word: str, firsts: list[int]) -> int:
+        """Note the ids of rows `firsts` of `word` as seen; the newest of them."""
+        bit, newest, was = bits[word], 0, seen.get
+        for _, ids in read(word, firsts):
+            for memory_id in set(ids).difference(expired) if expired else ids:
+                seen[memory_id] = was(memory_id, 0) | bit
+            newest = max(newest, *ids[-1:])
+        return newest
+
+    def unread_rows(word: str) -> int:
+        return sum(group.unread for group in groups if group.word == word)
+
+    def probe(hopeful: list[int], unread: int) -> None:
+        """Finish the `hopeful` ids below the boundary: newest first, a batch at a time,
+        look each up in the rows of the unread words that can hold it, rarest word
+        first, dropping an id once it cannot beat the limit-th best."""
+        hopeful.sort(reverse=True)
+        start, size = 0, 4 * limit
+        while start < len(hopeful):
+            batch, start, size = hopeful[start:start + size], start + size, 2 * size
+            masks = {memory_id: seen.pop(memory_id) for memory_id in batch}
+            left = unread
+            for word in sorted((w for w in order if unread & bits[w]), key=unread_rows):
+                masks = {i: mask for i, mask in masks.items() if value(mask | left) > best[0][0]}
+                left &= ~bits[word]
+                rows: dict[int, list[int]] = collections.defaultdict(list)
+                for group in groups:
+                    if group.word == word:
+                        for memory_id in masks:
+                            first = group.row_holding(memory_id)
+                            if first is not None:
+                                rows[first].append(memory_id)
+                for first_id, ids in read(word, sorted(rows)):
+                    row = set(ids)
+                    for memory_id in rows[first_id]:
+                        if memory_id in row:
+                            masks[memory_id] |= bits[word]
+            for memory_id, mask in masks.items():
+                finish(memory_id, mask)
+
+    boundary = max(group.firsts[-1] for group in groups)
+    gap, rows_read = 0, 0
+    while True:
+        wanted: dict[str, list[int]] = collections.defaultdict(list)
+        for group in groups:
+            wanted[group.word] += group.rows_down_to(boundary)
+        newest = boundary
+        for word, firsts in wanted.items():
+            rows_read += len(firsts)
+            newest = max(newest, take(word, firsts))
+        unread = 0
+        for group in groups:
+            if group.unread:
+                unread |= bits[group.word]
+        done: dict[int, list[int]] = collections.defaultdict(list)
+        for memory_id in [i for i in seen if i >= boundary] if unread else list(seen):
+            done[seen.pop(memory_id)].append(memory_id)
+        # Of the ids holding the same words only the newest `limit` can enter.
+        for mask in sorted(done, key=value, reverse=True):
+            if len(best) == limit and value(mask) < best[0][0]:
+                break
+            for memory_id in heapq.nlargest(limit, done[mask]):
+                finish(memory_id, mask)
+        if not unread:
+            break
+        if len(best) == limit and value(unread) <= best[0][0]:
+            # No id below the boundary that is not in `seen` can win any more.
+            floor = best[0][0]
+            can_win = {mask for mask in set(seen.values()) if value(mask | unread) > floor}
+            hopeful = [i for i, mask in seen.items() if mask in can_win]
+            if len(hopeful) <= sum(group.unread for group in groups):
+                probe(hopeful, unread)
+                break
+        if len(best) == limit:
+            # An id below the boundary holding the unread words could still win: read
+            # the rarest of them through, if that costs at most half what has been read.
+            rarest = min((w for w in order if unread & bits[w]), key=unread_rows)
+            if 2 * unread_rows(rarest) <= rows_read:
+                firsts = [first for group in groups if group.word == rarest
+                          for first in group.rows_down_to(-1)]
+                rows_read += len(firsts)
+                take(rarest, firsts)
+                continue
+        gap = max(2 * gap, newest - boundary, limit)
+        boundary -= gap
+    return sorted(best, reverse=True)
 
 
 def _id_span(ids: list[int]) -> str:
@@ -1185,35 +1360,31 @@ class MemoryStore:
             if not wanted:
                 return []
             now = self._now_for(db, scoped)
-            postings = db.execute(_SQL_POSTINGS, (*scoped, json.dumps(sorted(wanted))))
-            scores: Mapping[int, float]
+            held, groups = _postings_map(
+                db.execute(_SQL_POSTINGS_MAP, (*scoped, json.dumps(sorted(wanted)))))
+            if not groups:
+                return []
+            weights = None
             if rank == "shared":
-                # An id sits in one row per word, so its count is the number of shared words.
-                scores = collections.Counter(itertools.chain.from_iterable(
-                    _unpack(blob) for _, blob in postings))
-            else:  # N and df count live memories only
                 expired = self._expired(db, scoped, now)
+            else:  # N and df count live memories only
+                expired_rows = [] if now is None else db.execute(
+                    _SQL_EXPIRED_ROWS, (*scoped, now, -1)).fetchall()
+                expired = {row[0] for row in expired_rows}
+                for _, _, text in expired_rows:
+                    held.subtract(self._words(text) & held.keys())
                 (stored,) = db.execute(_SQL_COUNT, scoped).fetchone()
-                scores = _idf_scores(postings, stored - len(expired), expired)
-            return [_memory(row, score=score)
-                    for score, row in self._top_live(db, scoped, scores, limit, now)]
+                visible = stored - len(expired)
+                weights = {word: math.log(1 + (visible - df + 0.5) / (df + 0.5))
+                           for word, df in held.items()}
 
-    def _top_live(self, db: sqlite3.Connection, scoped: tuple[str, str],
-                  scores: Mapping[int, float], limit: int, now: str | None
-                  ) -> list[tuple[float, tuple[Any, ...]]]:
-        """The `limit` best live memories: the best candidates' rows are fetched and the
-        expired among them dropped, looking further down only while too few are left, so
-        recall returns as many live matches as exist up to `limit`."""
-        examined = limit
-        while True:
-            ranked = heapq.nlargest(examined, zip(scores.values(), scores.keys(), strict=True))
-            found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in ranked])))
+            def fetch(word: str, firsts: list[int]) -> sqlite3.Cursor:
+                return db.execute(_SQL_POSTINGS_ROWS, (*scoped, word, json.dumps(firsts)))
+
+            best = _top_scores(groups, weights, expired, limit, fetch)
+            found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
-            live = [(score, rows[i]) for score, i in ranked
-                    if i in rows and (now is None or rows[i][5] is None or rows[i][5] > now)]
-            if len(live) >= limit or examined >= len(scores):
-                return live[:limit]
-            examined *= 4
+        return [_memory(rows[i], score=score) for score, i in best if i in rows]
 
     def count(self, scope: Scope) -> int:
         """How many live memories are visible in the scope: the stored count less the

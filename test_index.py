@@ -233,9 +233,12 @@ def test_recall_reads_only_postings_of_the_query_words(tmp_path: pathlib.Path) -
         store.remember_many([(ALICE, "user", f"filler{n} words here", "s") for n in range(300)])
         target = store.remember(ALICE, "user", "needle in the haystack", "s")
         assert [r["id"] for r in store.recall(ALICE, "needle")] == [target]
-        postings = plan(store, memory._SQL_POSTINGS, ("alice", "trip", '["needle"]'))
+        postings = plan(store, memory._SQL_POSTINGS_MAP, ("alice", "trip", '["needle"]'))
+        postings += plan(store, memory._SQL_POSTINGS_ROWS, ("alice", "trip", "needle", "[1]"))
         rows = plan(store, memory._SQL_RECALLED, ("alice", "trip", f"[{target}]"))
     assert "SEARCH memory_words USING PRIMARY KEY (user_id=? AND word=?)" in postings
+    assert "SEARCH memory_words USING PRIMARY KEY (user_id=? AND word=? AND first_id=?)" \
+        in postings
     assert "SEARCH memories USING INTEGER PRIMARY KEY (rowid=?)" in rows
     assert "SCAN memor" not in postings + rows
 
@@ -249,3 +252,76 @@ def test_single_writes_share_posting_rows(tmp_path: pathlib.Path) -> None:
                                  " WHERE word = 'hotel' ORDER BY first_id").fetchall()
     per_row = memory.POSTINGS_PER_ROW
     assert sizes == [(None, per_row), (None, per_row), (None, 1), ("trip", 1)]
+
+
+# A skewed vocabulary, as real text is: a few words in most memories, most words in few.
+SKEWED = st.sampled_from("sun sun sun sun sun sun sea sea sea sea sky sky sky owl owl elk"
+                         " fig yak".split())
+
+
+def skewed_text(parts: list[str]) -> str:
+    return " ".join(parts)
+
+
+@given(
+    batches=st.lists(st.lists(st.tuples(
+        st.sampled_from([Scope("alice", "trip"), Scope("alice", "work"), Scope("bob", "trip")]),
+        st.sampled_from(["user", "task"]),
+        st.lists(SKEWED, min_size=1, max_size=6).map(skewed_text),
+        st.sampled_from([None, None, None, None, 30.0])), min_size=1, max_size=40),
+        min_size=1, max_size=8),
+    query=st.lists(SKEWED, min_size=1, max_size=5).map(skewed_text),
+    limit=st.integers(min_value=1, max_value=memory.MAX_LIMIT),
+    per_row=st.integers(min_value=1, max_value=6),
+    rank=st.sampled_from(memory.RANKS),
+)
+def test_top_k_reads_less_and_agrees_with_the_model(
+        batches: list[list[tuple[Scope, str, str, float | None]]], query: str, limit: int,
+        per_row: int, rank: str) -> None:
+    """Recall stops reading once nothing unread can win; with rows of a few ids and
+    skewed words it crosses many row boundaries, stops early and probes, and must still
+    give the model's answer (ids, scores to the bit, order), expired memories left out."""
+    clock, created = fixed_clock(), fixed_clock()
+    model = Model()
+    with tempfile.TemporaryDirectory() as folder, \
+            mock.patch.object(memory, "POSTINGS_PER_ROW", per_row), \
+            MemoryStore(pathlib.Path(folder) / "m.db", clock=clock) as store:
+        for batch in batches:
+            ids = store.remember_many([(s, lv, t, "s", ttl) for s, lv, t, ttl in batch])
+            for memory_id, (scope, level, text, ttl) in zip(ids, batch, strict=True):
+                stamp = created()
+                expires = None if ttl is None else \
+                    memory.datetime.fromisoformat(stamp) + memory.timedelta(seconds=ttl)
+                model.memories.append(Memory(memory_id, scope.user,
+                                             scope.task if level == "task" else None,
+                                             text, "s", stamp, expires))
+            clock()  # one minute passes: what had a ttl of 30 s has expired
+            model.now = created()
+        for scope in (Scope("alice", "trip"), Scope("alice", "work"), Scope("bob", "none")):
+            assert store.recall(scope, query, limit, rank=rank) == \
+                model.recall(scope, query, limit, rank)
+
+
+@pytest.mark.parametrize("rank", memory.RANKS)
+def test_top_k_probes_old_rare_matches_instead_of_reading_a_common_word(
+        tmp_path: pathlib.Path, rank: str) -> None:
+    """Three old memories hold a rare word; 2,000 newer ones only a common word. Recall
+    reads the rare word, the newest rows of the common one, and then only the rows of
+    the common word that can hold the three, not its other rows."""
+    with MemoryStore(tmp_path / "m.db") as store:
+        old = store.remember_many([(ALICE, "user", f"sun owl {n}", "s") for n in range(3)])
+        store.remember_many([(ALICE, "user", f"sun day {n}", "s") for n in range(2000)])
+        unpacked: list[int] = []
+        real_unpack = memory._unpack
+
+        def counting_unpack(blob: object) -> Any:
+            ids = real_unpack(blob)
+            unpacked.append(len(ids))
+            return ids
+
+        with mock.patch.object(memory, "_unpack", counting_unpack):
+            found = store.recall(ALICE, "owl sun", limit=3, rank=rank)
+    assert [r["id"] for r in found] == old[::-1]
+    assert len({r["score"] for r in found}) == 1 and found[0]["score"] > 1
+    per_row = memory.POSTINGS_PER_ROW
+    assert sum(unpacked) <= 3 + 2 * per_row + per_row, unpacked
