@@ -210,13 +210,12 @@ _SQL_RECALLED = (
     f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"
     " AND id IN (SELECT value FROM json_each(?))"
 )
-_SQL_NEWEST_POSTINGS = (
-    "SELECT first_id, length(ids) FROM memory_words WHERE user_id = ? AND task_id IS ?"
-    " AND word = ? ORDER BY first_id DESC LIMIT 1"
-)
+# Append ids to the newest row of their (user, word, task) if it has room for them; one
+# statement, so a single write costs one per word unless the word is new.
 _SQL_APPEND_POSTINGS = (
-    "UPDATE memory_words SET ids = CAST(ids || ? AS BLOB)"
-    " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
+    "UPDATE memory_words SET ids = CAST(ids || ? AS BLOB) WHERE user_id = ? AND word = ?"
+    " AND first_id = (SELECT first_id FROM memory_words WHERE user_id = ? AND word = ?"
+    " AND task_id IS ? ORDER BY first_id DESC LIMIT 1) AND task_id IS ? AND length(ids) <= ?"
 )
 _SQL_INSERT_POSTINGS = (
     "INSERT INTO memory_words (user_id, word, first_id, task_id, ids) VALUES (?, ?, ?, ?, ?)"
@@ -325,14 +324,15 @@ def _check_text(name: str, value: object, longest: int, blank: bool = False) -> 
         raise MemoryInputError(f"{name} must be a str, got {_described(value)}")
     if len(value) > longest:
         raise MemoryInputError(f"{name} is {len(value)} characters, longer than {longest}")
-    if not blank and not value.strip():
+    if not blank and (not value or value.isspace()):
         raise MemoryInputError(f"{name} must not be blank")
     if "\x00" in value:
         raise MemoryInputError(f"{name} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise MemoryInputError(f"{name} is not valid Unicode (a lone surrogate)") from None
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MemoryInputError(f"{name} is not valid Unicode (a lone surrogate)") from None
     return value
 
 
@@ -384,7 +384,14 @@ def _check_scope(scope: object) -> Scope:
     """A Scope checked again, read once: a subclass or a mutated instance gets no say."""
     if not isinstance(scope, Scope):
         raise MemoryInputError(f"scope must be a Scope, got {_described(scope)}")
-    return Scope(scope.user, scope.task)
+    user, task = scope.user, scope.task
+    if type(user) is str and type(task) is str:
+        return _valid_scope(user, task)
+    return Scope(user, task)  # raises, naming the field
+
+
+# A batch names few scopes many times over; only a pair that passed the checks is kept.
+_valid_scope = functools.lru_cache(maxsize=4096)(Scope)
 
 
 def _check_id(memory_id: object, name: str = "memory_id") -> int:
@@ -616,7 +623,9 @@ def _index_words(
     """Add the postings of new (id, user_id, task_id, text) rows, ids ascending."""
     owners: dict[tuple[str, str | None], dict[str, list[int]]] = {}
     for memory_id, user_id, task_id, text in rows:
-        by_word = owners.setdefault((user_id, task_id), collections.defaultdict(list))
+        by_word = owners.get((user_id, task_id))
+        if by_word is None:
+            by_word = owners[user_id, task_id] = collections.defaultdict(list)
         for word in words_of(text):
             by_word[word].append(memory_id)
     groups = (
@@ -626,11 +635,10 @@ def _index_words(
     )
     new_rows = []
     for user_id, word, task_id, ids in groups:
-        if append:
-            newest = db.execute(_SQL_NEWEST_POSTINGS, (user_id, task_id, word)).fetchone()
-            if newest and newest[1] // 8 + len(ids) <= POSTINGS_PER_ROW:
-                db.execute(_SQL_APPEND_POSTINGS, (_pack(ids), user_id, task_id, word, newest[0]))
-                continue
+        room = (POSTINGS_PER_ROW - len(ids)) * 8
+        if append and room >= 0 and db.execute(_SQL_APPEND_POSTINGS, (
+                _pack(ids), user_id, word, user_id, word, task_id, task_id, room)).rowcount:
+            continue
         for start in range(0, len(ids), POSTINGS_PER_ROW):
             run = ids[start : start + POSTINGS_PER_ROW]
             new_rows.append((user_id, word, run[0], task_id, _pack(run)))
@@ -1284,9 +1292,11 @@ class MemoryStore:
         if last_id > _MAX_ID - len(rows):
             raise StoreError(f"the store has used up its ids (the largest is {_MAX_ID})")
         ids = list(range(last_id + 1, last_id + 1 + len(rows)))
-        values = []
+        values, reading = [], None
         for memory_id, row in zip(ids, rows, strict=True):
-            created_at = row.created_at or self._now()
+            created_at = row.created_at
+            if created_at is None:
+                created_at = reading = self._now(reading)
             expires_at = row.expires_at
             if row.ttl is not None:
                 expires_at = _expiry(created_at, row.ttl)
@@ -1315,10 +1325,14 @@ class MemoryStore:
         ids = json.dumps([row[0] for row in rows])
         return int(db.execute(_SQL_FORGET, (*scoped, ids)).rowcount)
 
-    def _now(self) -> str:
+    def _now(self, previous: str | None = None) -> str:
         # A bad reading is the caller's input, like a bad text: MemoryInputError, and the
-        # transaction it was read in rolls back, so nothing is written.
-        return _check_timestamp("clock reading", self.clock())
+        # transaction it was read in rolls back, so nothing is written. A batch reads the
+        # clock per memory, mostly getting the reading before it, checked already.
+        reading = self.clock()
+        if type(reading) is str and reading == previous:
+            return previous
+        return _check_timestamp("clock reading", reading)
 
     def _read_now(self) -> str | None:
         """The time for a read, without a tick: a fixed-width UTC instant, or None when the
