@@ -1,15 +1,18 @@
-"""Benchmarks for memory.py: prints a table; never run as a test.
+"""Benchmarks for memory.py: prints tables; never run as a test.
 
-    python3 bench_memory.py            # 1k, 10k and 100k memories for one user
-    python3 bench_memory.py --million  # and 1M
+    python3 bench_memory.py                    # 1k, 10k and 100k memories for one user
+    python3 bench_memory.py --million          # and 1M, uniform and Zipf
+    python3 bench_memory.py --peers            # FTS5 and a plain table beside the Zipf rows
 
 Each size builds a fresh file where one user holds N memories and other users hold N
 more, then measures, in the same run on the same rows, the indexed store against the
 plain full scan (fetch every visible row, score it in Python). Texts are 5 to 15 words
-drawn from a 5,000-word vocabulary; queries are made the same way. A last table measures
-each matching rule with each rank at --rules-size memories (default 100k), the same
-number with 10% of them expiring, and a Zipf-distributed workload (--peers: beside SQLite
-FTS5 and a plain table, on the same rows in the same run).
+drawn uniformly from a 5,000-word vocabulary; queries are made the same way. Then: each
+matching rule with each rank at --rules-size memories (default 100k), the same number
+with 10% of them expiring, a Zipf-distributed workload as real text is (20,000 words,
+exponent 1.1, queries of 2 to 4 words, top 5; --peers adds SQLite FTS5 and a plain
+table on the same rows in the same run, and reports ratios), and recall throughput from
+eight threads.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +131,9 @@ def measure(size: int, folder: Path) -> dict[str, float]:
         row["recall p50 ms"] = statistics.median(recall)
         row["recall p99 ms"] = percentile(recall, 0.99)
         row["recall peak KiB"] = peak_kib(lambda: store.recall(me, queries[0]))
-        row["postings read"] = matching_postings(store, me, queries[0])
+        with Counting() as counted:
+            store.recall(me, queries[0])
+        row["postings read"] = counted.postings
         needle = timed(lambda: store.recall(me, "zzneedle", limit=20), QUERIES)
         row["needle recall ms"] = statistics.median(needle)
         row["needle peak KiB"] = peak_kib(lambda: store.recall(me, "zzneedle", limit=20))
@@ -155,15 +160,6 @@ def measure(size: int, folder: Path) -> dict[str, float]:
         row["forget ms"] = timed(lambda: store.forget(me, newest), 1)[0]
         row["compact ms"] = timed(store.compact, 1)[0]
     return row
-
-
-def matching_postings(store: MemoryStore, scope: Scope, query: str) -> int:
-    """How many (word, memory) postings recall reads for `query`."""
-    (total,) = store.db.execute(
-        memory._SQL_POSTINGS_MAP.replace("SELECT word, task_id, first_id, length(ids) / 8",
-                                     "SELECT coalesce(sum(length(ids)), 0) / 8"),
-        (scope.user, scope.task, json.dumps(sorted(words(query))))).fetchone()
-    return int(total)
 
 
 def threaded_recall_p50(store: MemoryStore, scope: Scope, queries: list[str]) -> float:
@@ -276,82 +272,188 @@ class Zipf:
         return " ".join(self.words(5, 15)).capitalize() + "."
 
 
+class Counting:
+    """Counts the postings recall unpacks while in a `with` block."""
+
+    def __enter__(self) -> Counting:
+        self.postings = 0
+        self.real = memory._unpack
+
+        def unpack(blob: object) -> Any:
+            ids = self.real(blob)
+            self.postings += len(ids)
+            return ids
+
+        memory._unpack = unpack
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        memory._unpack = self.real
+
+
+def wal_pages_per_write(db: sqlite3.Connection, path: Path, write: Callable[[], object],
+                        count: int = 50) -> float:
+    """WAL frames appended per commit of `write`, from an emptied WAL."""
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (page_size,) = db.execute("PRAGMA page_size").fetchone()
+    for _ in range(count):
+        write()
+    return (os.path.getsize(f"{path}-wal") - 32) / (page_size + 24) / count
+
+
 def zipf_with_peers(folder: Path, size: int, peers: bool) -> list[dict[str, Any]]:
     """The Zipf workload at `size` memories for one user (and as many for ten others):
     memory.py, and with `peers` SQLite FTS5 (bm25, user as a column filter) and a plain
     table with one (user_id, task_id) index, the engine's floor for inserts, on the same
-    rows in the same run."""
+    rows in the same run. Durable single writes alternate between the engines in rounds,
+    so a noisy neighbour slows them alike."""
     rng = random.Random(SEED)
     zipf = Zipf(rng)
     me = Scope("bench-user", "task-1")
     rows = [(f"other-{n % OTHER_USERS}", zipf.text()) for n in range(size)]
     rows += [(me.user, zipf.text()) for _ in range(size)]
+    items = [(Scope(user, "task-1"), "user", text, "s") for user, text in rows]
     queries = [" ".join(zipf.words(2, 4)) for _ in range(QUERIES)]
-    singles = [zipf.text() for _ in range(SINGLE_WRITES)]
-    results = []
-    with MemoryStore(folder / "zipf.db") as store:
-        began = time.perf_counter()
-        for start in range(0, len(rows), 10_000):
-            store.remember_many([(Scope(user, "task-1"), "user", text, "s")
-                                 for user, text in rows[start:start + 10_000]])
-        rate = len(rows) / (time.perf_counter() - began)
-        recall = [timed(lambda q=q, s=me: store.recall(s, q, 5), 1)[0] for q in queries]
-        it = iter(singles)
-        single = timed(lambda s=me: store.remember(s, "user", next(it), "s"), SINGLE_WRITES)
-        results.append({"engine": "memory.py", "bulk insert/s": rate,
-                        "durable insert/s": 1000 / statistics.mean(single),
-                        "recall p50 ms": statistics.median(recall),
-                        "recall p99 ms": percentile(recall, 0.99)})
-    if not peers:
-        return results
-    db = sqlite3.connect(folder / "fts5.db", isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
-    db.execute("CREATE VIRTUAL TABLE fts USING fts5(user, text)")
+    singles = iter([zipf.text() for _ in range(10 * SINGLE_WRITES)])
+    path = folder / f"zipf-{size}.db"
+    store = MemoryStore(path)
     began = time.perf_counter()
-    db.execute("BEGIN")
-    db.executemany("INSERT INTO fts (user, text) VALUES (?, ?)", rows)
-    db.execute("COMMIT")
-    rate = len(rows) / (time.perf_counter() - began)
+    for start in range(0, len(items), 10_000):
+        store.remember_many(items[start:start + 10_000])
+    ours: dict[str, Any] = {"engine": "memory.py",
+                            "bulk insert/s": len(rows) / (time.perf_counter() - began)}
+    for query in queries[:20]:  # the top-k agrees with the full scan on a sample
+        assert store.recall(me, query, 5) == full_scan_recall(store.db, me, query, 5)
+    recall = [timed(lambda q=q: store.recall(me, q, 5), 1)[0] for q in queries]
+    with Counting() as counted:
+        for query in queries:
+            store.recall(me, query, 5)
+    ours.update({"recall p50 ms": statistics.median(recall),
+                 "recall p99 ms": percentile(recall, 0.99),
+                 "postings read (mean)": counted.postings / len(queries),
+                 "recall peak KiB (max)": max(peak_kib(lambda q=q: store.recall(me, q, 5))
+                                              for q in queries[:50])})
+    (index_bytes, row_bytes) = store.db.execute(
+        "SELECT sum(pgsize) FILTER (WHERE name = 'memory_words'), sum(pgsize) FILTER"
+        " (WHERE name IN ('memories', 'memories_scope')) FROM dbstat").fetchone()
+    ours["index / rows"] = index_bytes / row_bytes
+    writers: list[tuple[dict[str, Any], Callable[[], object]]] = [
+        (ours, lambda: store.remember(me, "user", next(singles), "s"))]
+    ours["WAL pages/write"] = wal_pages_per_write(store.db, path, writers[0][1])
+    results = [ours]
+    if peers:
+        results += peer_tables(folder, rows, queries, singles, me, writers)
+    for _ in range(SINGLE_WRITES // 25):  # rounds of 25 writes to each engine in turn
+        for row, write in writers:
+            row.setdefault("durable seconds", 0.0)
+            row["durable seconds"] += timed(lambda w=write: [w() for _ in range(25)], 1)[0] / 1000
+    for row, _ in writers:
+        row["durable insert/s"] = SINGLE_WRITES / row.pop("durable seconds")
+    store.close()
+    if peers:
+        ours, fts, floor = results
+        ours["recall vs FTS5"] = fts["recall p50 ms"] / ours["recall p50 ms"]
+        ours["bulk vs FTS5"] = ours["bulk insert/s"] / fts["bulk insert/s"]
+        ours["durable vs floor"] = ours["durable insert/s"] / floor["durable insert/s"]
+        ours["WAL pages vs floor"] = ours["WAL pages/write"] / floor["WAL pages/write"]
+    for row in results:
+        row["size"] = size
+    return results
+
+
+def peer_tables(folder: Path, rows: list[tuple[str, str]], queries: list[str],
+                singles: Iterator[str], me: Scope,
+                writers: list[tuple[dict[str, Any], Callable[[], object]]]
+                ) -> list[dict[str, Any]]:
+    """FTS5 and the plain table on `rows`; each adds its durable writer to `writers`."""
+    fts_path = folder / f"fts5-{len(rows)}.db"
+    fts = sqlite3.connect(fts_path, isolation_level=None, check_same_thread=False)
+    fts.execute("PRAGMA journal_mode = WAL")
+    fts.execute("PRAGMA synchronous = FULL")
+    fts.execute("CREATE VIRTUAL TABLE fts USING fts5(user, text)")
+    began = time.perf_counter()
+    fts.execute("BEGIN")
+    fts.executemany("INSERT INTO fts (user, text) VALUES (?, ?)", rows)
+    fts.execute("COMMIT")
+    fts_row: dict[str, Any] = {"engine": "FTS5 bm25",
+                               "bulk insert/s": len(rows) / (time.perf_counter() - began)}
 
     def fts_recall(query: str) -> list[Any]:
         terms = " OR ".join(f'text : "{word}"' for word in sorted(set(query.split())))
-        return db.execute("SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY bm25(fts)"
-                          " LIMIT 5", (f'user : "{me.user}" AND ({terms})',)).fetchall()
+        return fts.execute("SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY bm25(fts)"
+                           " LIMIT 5", (f'user : "{me.user}" AND ({terms})',)).fetchall()
 
     recall = [timed(lambda q=q: fts_recall(q), 1)[0] for q in queries]
-    it = iter(singles)
-    single = timed(lambda: db.execute("INSERT INTO fts (user, text) VALUES (?, ?)",
-                                      (me.user, next(it))), SINGLE_WRITES)
-    results.append({"engine": "FTS5 bm25", "bulk insert/s": rate,
-                    "durable insert/s": 1000 / statistics.mean(single),
-                    "recall p50 ms": statistics.median(recall),
+    fts_row.update({"recall p50 ms": statistics.median(recall),
                     "recall p99 ms": percentile(recall, 0.99)})
-    db.close()
-    db = sqlite3.connect(folder / "plain.db", isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
-    db.execute("CREATE TABLE plain (id INTEGER PRIMARY KEY, user_id TEXT NOT NULL,"
-               " task_id TEXT, text TEXT NOT NULL, source TEXT NOT NULL,"
-               " created_at TEXT NOT NULL)")
-    db.execute("CREATE INDEX plain_scope ON plain (user_id, task_id)")
-    insert = "INSERT INTO plain (user_id, task_id, text, source, created_at) VALUES (?, ?, ?, ?, ?)"
+    (index_bytes, row_bytes) = fts.execute(
+        "SELECT sum(pgsize) FILTER (WHERE name != 'fts_content'), sum(pgsize) FILTER"
+        " (WHERE name = 'fts_content') FROM dbstat WHERE name LIKE 'fts%'").fetchone()
+    fts_row["index / rows"] = index_bytes / row_bytes
+
+    def fts_write() -> None:
+        fts.execute("INSERT INTO fts (user, text) VALUES (?, ?)", (me.user, next(singles)))
+
+    fts_row["WAL pages/write"] = wal_pages_per_write(fts, fts_path, fts_write)
+    writers.append((fts_row, fts_write))
+    plain_path = folder / f"plain-{len(rows)}.db"
+    plain = sqlite3.connect(plain_path, isolation_level=None, check_same_thread=False)
+    plain.execute("PRAGMA journal_mode = WAL")
+    plain.execute("PRAGMA synchronous = FULL")
+    plain.execute("CREATE TABLE plain (id INTEGER PRIMARY KEY, user_id TEXT NOT NULL,"
+                  " task_id TEXT, text TEXT NOT NULL, source TEXT NOT NULL,"
+                  " created_at TEXT NOT NULL)")
+    plain.execute("CREATE INDEX plain_scope ON plain (user_id, task_id)")
+    insert = ("INSERT INTO plain (user_id, task_id, text, source, created_at)"
+              " VALUES (?, ?, ?, ?, ?)")
     began = time.perf_counter()
-    db.execute("BEGIN")
-    db.executemany(insert, [(user, None, text, "s", system_clock()) for user, text in rows])
-    db.execute("COMMIT")
-    rate = len(rows) / (time.perf_counter() - began)
-    it = iter(singles)
-    single = timed(lambda: db.execute(insert, (me.user, None, next(it), "s", system_clock())),
-                   SINGLE_WRITES)
-    results.append({"engine": "plain table, one index (floor)", "bulk insert/s": rate,
-                    "durable insert/s": 1000 / statistics.mean(single)})
-    db.close()
-    ours, fts, floor = results
-    ours["recall vs FTS5"] = fts["recall p50 ms"] / ours["recall p50 ms"]
-    ours["bulk vs FTS5"] = ours["bulk insert/s"] / fts["bulk insert/s"]
-    ours["durable vs floor"] = ours["durable insert/s"] / floor["durable insert/s"]
-    return results
+    plain.execute("BEGIN")
+    plain.executemany(insert, [(user, None, text, "s", system_clock()) for user, text in rows])
+    plain.execute("COMMIT")
+    floor: dict[str, Any] = {"engine": "plain table, one index (floor)",
+                             "bulk insert/s": len(rows) / (time.perf_counter() - began)}
+
+    def plain_write() -> None:
+        plain.execute(insert, (me.user, None, next(singles), "s", system_clock()))
+
+    floor["WAL pages/write"] = wal_pages_per_write(plain, plain_path, plain_write)
+    writers.append((floor, plain_write))
+    return [fts_row, floor]
+
+
+def threads(folder: Path, size: int) -> list[dict[str, Any]]:
+    """Recall throughput on the Zipf file of `size`: one thread; eight threads sharing one
+    store (one connection, taken in turn); eight threads with a store each."""
+    rng = random.Random(SEED + 1)
+    zipf = Zipf(rng)
+    me = Scope("bench-user", "task-1")
+    queries = [" ".join(zipf.words(2, 4)) for _ in range(2 * QUERIES)]
+    path = folder / f"zipf-{size}.db"
+
+    def run(stores: list[MemoryStore], count: int) -> float:
+        start = threading.Barrier(count)
+
+        def reader(offset: int) -> None:
+            start.wait(timeout=60)
+            for query in queries[offset::count]:
+                stores[offset % len(stores)].recall(me, query, 5)
+
+        workers = [threading.Thread(target=reader, args=(n,)) for n in range(count)]
+        began = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=600)
+        return len(queries) / (time.perf_counter() - began)
+
+    shared = MemoryStore(path)
+    own = [MemoryStore(path) for _ in range(8)]
+    rows = [{"readers": "1 thread, 1 store", "recalls/s": run([shared], 1)},
+            {"readers": "8 threads, 1 shared store", "recalls/s": run([shared], 8)},
+            {"readers": "8 threads, a store (connection) each", "recalls/s": run(own, 8)}]
+    for store in [shared, *own]:
+        store.close()
+    return rows
 
 
 def durability(folder: Path) -> list[dict[str, float]]:
@@ -386,7 +488,8 @@ def format_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--million", action="store_true", help="also measure 1M memories")
+    parser.add_argument("--million", action="store_true",
+                        help="also measure 1M memories (uniform and Zipf)")
     parser.add_argument("--sizes", type=int, nargs="*", help="sizes to measure instead")
     parser.add_argument("--json", action="store_true", help="print rows as JSON too")
     parser.add_argument("--peers", action="store_true",
@@ -404,7 +507,10 @@ def main() -> None:
         durable = durability(Path(name))
         rules = rules_and_ranks(Path(name), args.rules_size)
         expiring = expiry(Path(name), args.rules_size)
-        zipf = zipf_with_peers(Path(name), args.zipf_size, args.peers)
+        zipf_sizes = [args.zipf_size] + ([1_000_000] if args.million else [])
+        zipf = [row for size in zipf_sizes
+                for row in zipf_with_peers(Path(name), size, args.peers)]
+        readers = threads(Path(name), args.zipf_size)
     print(format_table(rows, ["size", "recall p50 ms", "recall p99 ms", "scan p50 ms",
                               "recall speed-up", "recall peak KiB", "postings read",
                               "scan peak KiB", "needle recall ms", "needle peak KiB",
@@ -421,12 +527,18 @@ def main() -> None:
                                   "idf recall p99 ms", "count ms", "purged", "purge s",
                                   "recall p99 vs no ttl"]))
     print()
-    print(format_table(zipf, ["engine", "bulk insert/s", "durable insert/s", "recall p50 ms",
-                              "recall p99 ms", "recall vs FTS5", "bulk vs FTS5",
-                              "durable vs floor"]))
+    print(format_table(zipf, ["size", "engine", "recall p50 ms", "recall p99 ms",
+                              "postings read (mean)", "recall peak KiB (max)",
+                              "recall vs FTS5"]))
+    print()
+    print(format_table(zipf, ["size", "engine", "bulk insert/s", "durable insert/s",
+                              "WAL pages/write", "index / rows", "bulk vs FTS5",
+                              "durable vs floor", "WAL pages vs floor"]))
+    print()
+    print(format_table(readers))
     if args.json:
         print(json.dumps({"sizes": rows, "durability": durable, "rules": rules,
-                          "expiry": expiring, "zipf": zipf}))
+                          "expiry": expiring, "zipf": zipf, "threads": readers}))
 
 
 if __name__ == "__main__":

@@ -74,6 +74,9 @@ _APPEND_UP_TO = 16
 # Each connection's page cache: the word index of a large store is written in key order
 # per word, i.e. all over the file.
 _CACHE_KIB = 64 * 1024
+# Recall scores all the query words' postings at once when they are this few: reading
+# the newest first saves less than its extra statements cost.
+_READ_ALL_UP_TO = 4096
 _MAX_ID = 2**63 - 1
 # A write first deletes up to this many expired memories of each scope it writes in, so
 # expired text does not wait for purge_expired() where the user is active.
@@ -199,6 +202,11 @@ _SQL_POSTINGS_MAP = (
     " min(typeof(ids) = 'blob' AND length(ids) % 8 = 0)"
     f" FROM memory_words {_IN_SCOPE} AND word IN (SELECT value FROM json_each(?))"
     " GROUP BY word"
+)
+# All rows of the query words, when they are few.
+_SQL_POSTINGS = (
+    f"SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
+    " AND word IN (SELECT value FROM json_each(?))"
 )
 # The rows recall needs of one word, by key.
 _SQL_POSTINGS_ROWS = (
@@ -940,6 +948,42 @@ def _postings_map(rows: Iterable[tuple[str, str, str, int, int]]
     return held, groups
 
 
+def _expired_holders(groups: list[_Group], expired: set[int],
+                     fetch: Callable[[str, list[int]], Iterable[tuple[int, bytes]]]
+                     ) -> collections.Counter[str]:
+    """How many of the `expired` ids each word's postings hold, from the rows that can
+    hold them (at most all of the word's)."""
+    held: collections.Counter[str] = collections.Counter()
+    for group in groups:
+        firsts = sorted({group.row_holding(i) or 0 for i in expired} - {0})
+        for _, blob in fetch(group.word, firsts):
+            held[group.word] += len(expired.intersection(_unpack(blob)))
+    return held
+
+
+def _scores_of_all(postings: list[tuple[str, array.array[int]]], rank: str,
+                   expired: set[int], visible: int, limit: int) -> list[tuple[float, int]]:
+    """The `limit` best (score, id) pairs, best first, scoring every id of the query
+    words' `postings` (all of their rows): the rule as written, counting at C speed."""
+    scores: dict[int, float] | collections.Counter[int]
+    if rank == "shared":  # an id sits in one row per word: its count is the words shared
+        scores = collections.Counter(itertools.chain.from_iterable(ids for _, ids in postings))
+        for memory_id in expired.intersection(scores):
+            del scores[memory_id]
+    else:  # each id's weights added in sorted word order, as the rule adds them
+        by_word: dict[str, list[int]] = collections.defaultdict(list)
+        for word, ids in postings:
+            by_word[word] += ids
+        scores = {}
+        for word in sorted(by_word):
+            held = [i for i in by_word[word] if i not in expired] if expired else by_word[word]
+            df = len(held)
+            weight = math.log(1 + (visible - df + 0.5) / (df + 0.5))
+            for memory_id in held:
+                scores[memory_id] = scores.get(memory_id, 0.0) + weight
+    return heapq.nlargest(limit, zip(scores.values(), scores.keys(), strict=True))
+
+
 def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired: set[int],
                 limit: int, fetch: Callable[[str, list[int]], Iterable[tuple[int, bytes]]]
                 ) -> list[tuple[float, int]]:
@@ -988,10 +1032,11 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
         elif entry > best[0]:
             heapq.heapreplace(best, entry)
 
-    def take(word: str, firsts: list[int]) -> int:
-        """Note the ids of rows `firsts` of `word` as seen; the newest of them."""
+    def take(word: str, rows: Iterable[tuple[int, bytes]]) -> int:
+        """Note the ids of `word`'s `rows` as seen; the newest of them."""
         bit, newest, was = bits[word], 0, seen.get
-        for _, ids in read(word, firsts):
+        for _, blob in rows:
+            ids = _unpack(blob)
             for memory_id in set(ids).difference(expired) if expired else ids:
                 seen[memory_id] = was(memory_id, 0) | bit
             newest = max(newest, *ids[-1:])
@@ -1037,7 +1082,7 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
         newest = boundary
         for word, firsts in wanted.items():
             rows_read += len(firsts)
-            newest = max(newest, take(word, firsts))
+            newest = max(newest, take(word, fetch(word, firsts)))
         unread = 0
         for group in groups:
             if group.unread:
@@ -1069,7 +1114,7 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
                 firsts = [first for group in groups if group.word == rarest
                           for first in group.rows_down_to(-1)]
                 rows_read += len(firsts)
-                take(rarest, firsts)
+                take(rarest, fetch(rarest, firsts))
                 continue
         gap = max(2 * gap, newest - boundary, limit)
         boundary -= gap
@@ -1374,31 +1419,41 @@ class MemoryStore:
             if not wanted:
                 return []
             now = self._now_for(db, scoped)
-            held, groups = _postings_map(
-                db.execute(_SQL_POSTINGS_MAP, (*scoped, json.dumps(sorted(wanted)))))
-            if not groups:
-                return []
-            weights = None
-            if rank == "shared":
-                expired = self._expired(db, scoped, now)
-            else:  # N and df count live memories only
-                expired_rows = [] if now is None else db.execute(
-                    _SQL_EXPIRED_ROWS, (*scoped, now, -1)).fetchall()
-                expired = {row[0] for row in expired_rows}
-                for _, _, text in expired_rows:
-                    held.subtract(self._words(text) & held.keys())
+            expired = self._expired(db, scoped, now)
+            listed = (*scoped, json.dumps(sorted(wanted)))
+            visible = 0
+            if rank == "idf":  # N and df count live memories only
                 (stored,) = db.execute(_SQL_COUNT, scoped).fetchone()
                 visible = stored - len(expired)
-                weights = {word: math.log(1 + (visible - df + 0.5) / (df + 0.5))
-                           for word, df in held.items()}
-
-            def fetch(word: str, firsts: list[int]) -> sqlite3.Cursor:
-                return db.execute(_SQL_POSTINGS_ROWS, (*scoped, word, json.dumps(firsts)))
-
-            best = _top_scores(groups, weights, expired, limit, fetch)
+            postings, read = [], 0
+            for word, _, blob in db.execute(_SQL_POSTINGS, listed):
+                postings.append((word, _unpack(blob)))
+                read += len(postings[-1][1])
+                if read > _READ_ALL_UP_TO:
+                    best = self._top(db, scoped, listed, rank, expired, visible, limit)
+                    break
+            else:
+                best = _scores_of_all(postings, rank, expired, visible, limit)
             found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
         return [_memory(rows[i], score=score) for score, i in best if i in rows]
+
+    def _top(self, db: sqlite3.Connection, scoped: tuple[str, str], listed: tuple[str, ...],
+             rank: str, expired: set[int], visible: int, limit: int
+             ) -> list[tuple[float, int]]:
+        """_top_scores over the postings of the words `listed`, read as it asks."""
+        held, groups = _postings_map(db.execute(_SQL_POSTINGS_MAP, listed))
+
+        def fetch(word: str, firsts: list[int]) -> sqlite3.Cursor:
+            return db.execute(_SQL_POSTINGS_ROWS, (*scoped, word, json.dumps(firsts)))
+
+        weights = None
+        if rank == "idf":
+            if expired:
+                held.subtract(_expired_holders(groups, expired, fetch))
+            weights = {word: math.log(1 + (visible - df + 0.5) / (df + 0.5))
+                       for word, df in held.items()}
+        return _top_scores(groups, weights, expired, limit, fetch)
 
     def count(self, scope: Scope) -> int:
         """How many live memories are visible in the scope: the stored count less the

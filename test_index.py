@@ -274,10 +274,11 @@ def skewed_text(parts: list[str]) -> str:
     limit=st.integers(min_value=1, max_value=memory.MAX_LIMIT),
     per_row=st.integers(min_value=1, max_value=6),
     rank=st.sampled_from(memory.RANKS),
+    read_all_up_to=st.sampled_from([0, 0, 40, memory._READ_ALL_UP_TO]),
 )
 def test_top_k_reads_less_and_agrees_with_the_model(
         batches: list[list[tuple[Scope, str, str, float | None]]], query: str, limit: int,
-        per_row: int, rank: str) -> None:
+        per_row: int, rank: str, read_all_up_to: int) -> None:
     """Recall stops reading once nothing unread can win; with rows of a few ids and
     skewed words it crosses many row boundaries, stops early and probes, and must still
     give the model's answer (ids, scores to the bit, order), expired memories left out."""
@@ -285,6 +286,7 @@ def test_top_k_reads_less_and_agrees_with_the_model(
     model = Model()
     with tempfile.TemporaryDirectory() as folder, \
             mock.patch.object(memory, "POSTINGS_PER_ROW", per_row), \
+            mock.patch.object(memory, "_READ_ALL_UP_TO", read_all_up_to), \
             MemoryStore(pathlib.Path(folder) / "m.db", clock=clock) as store:
         for batch in batches:
             ids = store.remember_many([(s, lv, t, "s", ttl) for s, lv, t, ttl in batch])
@@ -305,12 +307,13 @@ def test_top_k_reads_less_and_agrees_with_the_model(
 @pytest.mark.parametrize("rank", memory.RANKS)
 def test_top_k_probes_old_rare_matches_instead_of_reading_a_common_word(
         tmp_path: pathlib.Path, rank: str) -> None:
-    """Three old memories hold a rare word; 2,000 newer ones only a common word. Recall
-    reads the rare word, the newest rows of the common one, and then only the rows of
-    the common word that can hold the three, not its other rows."""
+    """Three old memories hold a rare word; 20,000 newer ones only a common word. Recall
+    gives up reading every posting once there are more than _READ_ALL_UP_TO, then reads
+    the rare word, the newest rows of the common one, and only the rows of the common
+    word that can hold the three, not its other rows."""
     with MemoryStore(tmp_path / "m.db") as store:
         old = store.remember_many([(ALICE, "user", f"sun owl {n}", "s") for n in range(3)])
-        store.remember_many([(ALICE, "user", f"sun day {n}", "s") for n in range(2000)])
+        store.remember_many([(ALICE, "user", f"sun day {n}", "s") for n in range(20_000)])
         unpacked: list[int] = []
         real_unpack = memory._unpack
 
@@ -324,4 +327,5 @@ def test_top_k_probes_old_rare_matches_instead_of_reading_a_common_word(
     assert [r["id"] for r in found] == old[::-1]
     assert len({r["score"] for r in found}) == 1 and found[0]["score"] > 1
     per_row = memory.POSTINGS_PER_ROW
-    assert sum(unpacked) <= 3 + 2 * per_row + per_row, unpacked
+    assert sum(unpacked) <= memory._READ_ALL_UP_TO + per_row + 3 + 2 * per_row + per_row
+    assert sum(unpacked) < 20_000 / 3
