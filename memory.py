@@ -264,6 +264,144 @@ _SQL_USERS = "SELECT DISTINCT user_id FROM memory_counts"
 # user's under `WHERE user_id = `.
 _SQL_EXPIRED_USERS = "SELECT DISTINCT user_id FROM memories WHERE expires_at <= ?"
 
+# -- PostgreSQL: the same statements in its dialect ------------------------------------
+# A store opened on a postgresql:// URL runs each statement above as its twin here. Most
+# differ only in how they say it (placeholders, NULL-safe equality, a JSON list, no
+# NOT INDEXED), and _postgres_form rewrites those; the rest are written out beside the
+# SQLite text they stand for. A statement with no twin is refused, never sent as is.
+# Every table's primary key begins with user_id, so each can be distributed by it.
+
+POSTGRES_SCHEMA_VERSION = 1
+_PG_SCHEMA = (
+    "CREATE TABLE store_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE SEQUENCE memories_id_seq AS BIGINT",
+    """CREATE TABLE memories (
+    user_id TEXT NOT NULL,
+    id BIGINT NOT NULL,
+    task_id TEXT,
+    text TEXT NOT NULL,
+    source TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT,
+    PRIMARY KEY (user_id, id)
+)""",
+    "CREATE INDEX memories_scope ON memories (user_id, task_id, id)",
+    "CREATE INDEX memories_expiry ON memories (user_id, expires_at, task_id, id)"
+    " WHERE expires_at IS NOT NULL",
+    """CREATE TABLE memory_words (
+    user_id TEXT NOT NULL,
+    word TEXT NOT NULL,
+    first_id BIGINT NOT NULL,
+    task_id TEXT,
+    ids BYTEA NOT NULL,
+    PRIMARY KEY (user_id, word, first_id)
+)""",
+    """CREATE TABLE memory_counts (
+    user_id TEXT NOT NULL,
+    task_key TEXT NOT NULL,
+    memories BIGINT NOT NULL,
+    PRIMARY KEY (user_id, task_key)
+)""",
+    # The second guard: row-level security, forced on the tables' owner too. A statement
+    # sees the rows of the users its transaction named (memory.user_ids, comma-separated:
+    # no identifier holds a comma), or every row in an operator's call (memory.operator).
+    *(statement.format(table=table) for table in ("memories", "memory_words", "memory_counts")
+      for statement in (
+          "ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+          "ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
+          "CREATE POLICY {table}_scope ON {table} USING (user_id = ANY (string_to_array("
+          "current_setting('memory.user_ids', true), ',')) OR current_setting("
+          "'memory.operator', true) = 'on')")),
+)
+# From pg_class under the statement's snapshot, not the catalog cache (to_regclass), which
+# may not yet know of a table another process created while this one waited for the lock.
+_PG_TABLE_EXISTS = (
+    "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'store_settings'"
+    " AND relnamespace = current_schema()::regnamespace)"
+)
+_PG_VERSION = "SELECT value::int FROM store_settings WHERE name = 'schema_version'"
+_PG_SET_VERSION = (
+    "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
+    " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+)
+# Writers hold the store's lock shared and each user's they write for exclusively, so
+# writers of different users go on together; a call for every user (purge_expired,
+# reindex, the schema) holds the store's lock exclusively. Users in sorted order.
+_PG_LOCK_CLASS = 0x6D656D  # "mem"
+_PG_LOCK_STORE = f"SELECT pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
+_PG_LOCK_STORE_SHARED = f"SELECT pg_advisory_xact_lock_shared({_PG_LOCK_CLASS}, 0)"
+_PG_LOCK_USER = f"SELECT pg_advisory_xact_lock({_PG_LOCK_CLASS} + 1, hashtext(%s))"
+_PG_SCOPE = (
+    "SELECT set_config('memory.user_ids', %s, true), set_config('memory.operator', %s, true)"
+)
+_PG_NEXT_IDS = "SELECT nextval('memories_id_seq') FROM generate_series(1, %s)"
+_PG_PRIVILEGED = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+_PG_SIZE = (
+    "SELECT sum(pg_total_relation_size(to_regclass(name)))::bigint FROM unnest("
+    "ARRAY['memories', 'memory_words', 'memory_counts', 'store_settings']) AS name"
+)
+_PG_VACUUM = "VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts"
+_PG_READ_ONLY = "SET default_transaction_read_only = on"
+_PG_ASYNC_COMMIT = "SET synchronous_commit = off"
+
+
+def _postgres_form(sql: str) -> str:
+    """The PostgreSQL text of a statement that says the same in both dialects but for
+    placeholders, NULL-safe equality, a JSON list's elements and SQLite's NOT INDEXED."""
+    return (sql.replace("%", "%%")
+            .replace(" IS ?", " IS NOT DISTINCT FROM ?")
+            .replace("id IN (SELECT value FROM json_each(?))",
+                     "id IN (SELECT jsonb_array_elements_text(?::jsonb)::bigint)")
+            .replace("word IN (SELECT value FROM json_each(?))",
+                     "word IN (SELECT jsonb_array_elements_text(?::jsonb))")
+            .replace(" NOT INDEXED", "")
+            .replace("?", "%s"))
+
+
+_POSTGRES: dict[str, str] = {
+    sql: _postgres_form(sql) for sql in (
+        _SQL_INSERT, _SQL_EXPIRED_COUNT, _SQL_ANY_EXPIRING, _SQL_EXPIRED_ROWS,
+        _SQL_EXPIRED_OF_USER, _SQL_DELETE_OF_USER, _SQL_COUNT_SUBTRACT,
+        _SQL_COUNT_DROP_EMPTY, _SQL_ERASE_COUNTS, _SQL_MATCHING, _SQL_POSTINGS,
+        _SQL_POSTINGS_ROWS, _SQL_RECALLED, _SQL_INSERT_POSTINGS, _SQL_VISIBLE,
+        _SQL_VISIBLE_ID, _SQL_VISIBLE_SOURCE, _SQL_OWNED, _SQL_OWNED_TEXTS, _SQL_FORGET,
+        _SQL_ERASE, _SQL_ERASE_POSTINGS, _SQL_POSTINGS_SPAN, _SQL_REWRITE_POSTINGS,
+        _SQL_DROP_POSTINGS, _SQL_STATS, _SQL_USERS, _SQL_EXPIRED_USERS, "COMMIT", "ROLLBACK",
+    )
+} | {
+    # A write takes its locks after BEGIN (see _PG_LOCK_*); a read sees one snapshot.
+    "BEGIN IMMEDIATE": "BEGIN",
+    "BEGIN": "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    _SQL_EXPIRED: (
+        "SELECT coalesce(json_agg(id), '[]')::text FROM memories WHERE user_id = %s"
+        " AND (task_id IS NULL OR task_id = %s) AND expires_at <= %s"),
+    _SQL_COUNT: (
+        "SELECT coalesce(sum(memories), 0)::bigint FROM memory_counts WHERE user_id = %s"
+        " AND task_key IN ('', %s)"),
+    _SQL_COUNT_ADD: (
+        "INSERT INTO memory_counts (user_id, task_key, memories) VALUES (%s, %s, %s)"
+        " ON CONFLICT (user_id, task_key) DO UPDATE"
+        " SET memories = memory_counts.memories + excluded.memories"),
+    _SQL_SET_MATCHING: (
+        "INSERT INTO store_settings (name, value) VALUES ('matching', %s)"
+        " ON CONFLICT (name) DO UPDATE SET value = excluded.value"),
+    _SQL_POSTINGS_MAP: (
+        "SELECT word, coalesce(json_agg(first_id) FILTER (WHERE task_id IS NULL), '[]')::text,"
+        " coalesce(json_agg(first_id) FILTER (WHERE task_id IS NOT NULL), '[]')::text,"
+        " (sum(length(ids)) / 8)::bigint, bool_and(length(ids) %% 8 = 0)::int"
+        " FROM memory_words WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
+        " AND word IN (SELECT jsonb_array_elements_text(%s::jsonb)) GROUP BY word"),
+    _SQL_APPEND_POSTINGS: (
+        "UPDATE memory_words SET ids = ids || %s WHERE user_id = %s AND word = %s"
+        " AND first_id = (SELECT first_id FROM memory_words WHERE user_id = %s AND word = %s"
+        " AND task_id IS NOT DISTINCT FROM %s ORDER BY first_id DESC LIMIT 1)"
+        " AND task_id IS NOT DISTINCT FROM %s AND length(ids) <= %s"),
+} | {sql: sql for sql in (
+    *_PG_SCHEMA, _PG_TABLE_EXISTS, _PG_VERSION, _PG_SET_VERSION, _PG_LOCK_STORE,
+    _PG_LOCK_STORE_SHARED, _PG_LOCK_USER, _PG_SCOPE, _PG_NEXT_IDS, _PG_PRIVILEGED, _PG_SIZE,
+    _PG_VACUUM, _PG_READ_ONLY, _PG_ASYNC_COMMIT)}
+
+
 log = logging.getLogger("memory")
 _Row = TypeVar("_Row")
 
@@ -623,7 +761,7 @@ def _unpack(blob: object) -> array.array[int]:
 
 
 def _index_words(
-    db: sqlite3.Connection,
+    db: _Db,
     rows: Iterable[tuple[int, str, str | None, str]],
     append: bool,
     words_of: Callable[[str], set[str]],
@@ -653,7 +791,7 @@ def _index_words(
     db.executemany(_SQL_INSERT_POSTINGS, sorted(new_rows))
 
 
-def _unindex(db: sqlite3.Connection, user_id: str, rows: list[tuple[Any, ...]],
+def _unindex(db: _Db, user_id: str, rows: list[tuple[Any, ...]],
              words_of: Callable[[str], set[str]]) -> None:
     """Remove the postings and counts of the user's memories `rows` (id, task_id, text,
     ...)."""
@@ -683,8 +821,8 @@ def _unindex(db: sqlite3.Connection, user_id: str, rows: list[tuple[Any, ...]],
 
 @contextlib.contextmanager
 def _transaction(
-    db: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE"
-) -> Iterator[sqlite3.Connection]:
+    db: _Db, begin: str = "BEGIN IMMEDIATE"
+) -> Iterator[_Db]:
     """Run the block in one transaction: a write one taking the write lock up front, or
     with `begin="BEGIN"` a read one that sees a single snapshot."""
     # BEGIN inside the try: a signal handler's exception (KeyboardInterrupt, a timeout)
@@ -695,7 +833,7 @@ def _transaction(
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(sqlite3.Error, StoreError):
                 db.execute("ROLLBACK")
         raise
 
@@ -829,6 +967,111 @@ def _prepare(db: sqlite3.Connection, writable: bool, matching: str | None) -> No
         log.info("upgraded schema from version %d to %d", version, SCHEMA_VERSION)
 
 
+# -- PostgreSQL's connection and schema ------------------------------------------------
+
+def _is_postgres(path: str) -> bool:
+    return path.startswith(("postgresql://", "postgres://"))
+
+
+def _postgres_error(exc: Exception) -> StoreError:
+    # The driver's messages can quote a value (a duplicate key, the URL's user), so only
+    # the error's class and SQLSTATE go on.
+    state = getattr(exc, "sqlstate", None) or "none"
+    return StoreError(f"the PostgreSQL server could not do it ({type(exc).__name__},"
+                      f" SQLSTATE {state})")
+
+
+class _PostgresConnection:
+    """A psycopg 3 connection that takes the store's statements and runs their PostgreSQL
+    twins (_POSTGRES), its errors as StoreError; the store begins and ends transactions."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            self._psycopg: Any = importlib.import_module("psycopg")
+        except ImportError:
+            raise StoreError("a postgresql:// store needs psycopg 3:"
+                             " pip install 'memory-store[postgres]'") from None
+        try:
+            self._conn = self._psycopg.connect(url, autocommit=True)
+        except self._psycopg.Error as exc:
+            raise _postgres_error(exc) from None
+        self._trace: Callable[[str], object] | None = None
+
+    def _twin(self, sql: str) -> str:
+        text = _POSTGRES.get(sql)
+        if text is None:
+            raise StoreError("the store has no PostgreSQL form of a statement it needs")
+        if self._trace is not None:
+            self._trace(text)
+        return text
+
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        text = self._twin(sql)
+        try:
+            return self._conn.execute(text, parameters)
+        except self._psycopg.Error as exc:
+            raise _postgres_error(exc) from None
+
+    def executemany(self, sql: str, parameters: Iterable[Any]) -> Any:
+        text, cursor = self._twin(sql), self._conn.cursor()
+        try:
+            cursor.executemany(text, list(parameters))
+        except self._psycopg.Error as exc:
+            raise _postgres_error(exc) from None
+        return cursor
+
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self._conn.info.transaction_status
+                    != self._psycopg.pq.TransactionStatus.IDLE)
+
+    def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
+        self._trace = trace
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+_Db = sqlite3.Connection | _PostgresConnection
+
+
+def _postgres_version(db: _PostgresConnection) -> int:
+    (exists,) = db.execute(_PG_TABLE_EXISTS).fetchone()
+    row = db.execute(_PG_VERSION).fetchone() if exists else None
+    return int(row[0]) if row else 0
+
+
+# Version 2 and on: append (version, step); each step runs in the transaction that
+# creates or upgrades the schema, under the store's lock, with the version bump.
+POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresConnection], None]]] = []
+
+
+def _prepare_postgres(db: _PostgresConnection, writable: bool, matching: str | None) -> None:
+    """Create or upgrade the database's schema in one transaction under the store's lock,
+    so processes opening a new database at once create it once; refuse a newer one."""
+    version = _postgres_version(db)
+    if version > POSTGRES_SCHEMA_VERSION:
+        raise SchemaError(f"the database is at schema version {version}, newer than this"
+                          f" code's {POSTGRES_SCHEMA_VERSION}")
+    if version == POSTGRES_SCHEMA_VERSION:
+        return
+    if not writable:
+        raise StoreError("the database holds no memory store at this version and was opened"
+                         " read-only")
+    with _transaction(db):
+        db.execute(_PG_LOCK_STORE)
+        version = _postgres_version(db)  # again, under the lock
+        if version == 0:
+            for statement in _PG_SCHEMA:
+                db.execute(statement)
+            db.execute(_SQL_SET_MATCHING, (matching or "exact",))
+        for target, step in POSTGRES_MIGRATIONS:
+            if 0 < version < target:
+                step(db)
+        db.execute(_PG_SET_VERSION, (str(POSTGRES_SCHEMA_VERSION),))
+    log.info("prepared PostgreSQL schema version %d", POSTGRES_SCHEMA_VERSION)
+
+
 # -- the store -------------------------------------------------------------------------
 
 def _create_private(path: str, *, existing: bool) -> None:
@@ -875,7 +1118,7 @@ _FORKED = (
 
 # Connections a forked child inherited: never used, and never closed by this module,
 # since closing one in the child could checkpoint the WAL and delete it under the parent.
-_INHERITED: list[sqlite3.Connection] = []
+_INHERITED: list[_Db] = []
 
 
 def _after_fork_in_child() -> None:
@@ -1157,7 +1400,7 @@ class MemoryStore:
         self._file: tuple[int, int] | None = None
         self.matching = "exact"
         self._words: Callable[[str], set[str]] = words
-        self._db: sqlite3.Connection | None = self._connect(matching)
+        self._db: _Db | None = self._connect(matching)
         _OPEN_STORES.add(self)
 
     def _target(self) -> str:
@@ -1184,7 +1427,9 @@ class MemoryStore:
         # this store is open breaks that; README says so).
         return f"{uri}?mode=ro&immutable=1"
 
-    def _connect(self, matching: str | None) -> sqlite3.Connection:
+    def _connect(self, matching: str | None) -> _Db:
+        if _is_postgres(self.path):
+            return self._connect_postgres(matching)
         target = self._target()
         if self.path != ":memory:":
             stat = os.stat(self.path)
@@ -1218,7 +1463,29 @@ class MemoryStore:
         log.info("opened a store read_only=%s", self.read_only)
         return db
 
-    def _follow_rule(self, db: sqlite3.Connection) -> None:
+    def _connect_postgres(self, matching: str | None) -> _PostgresConnection:
+        db = _PostgresConnection(self.path)
+        try:
+            _prepare_postgres(db, writable=not self.read_only, matching=matching)
+            if self.read_only:
+                db.execute(_PG_READ_ONLY)
+            if not self.durable:
+                db.execute(_PG_ASYNC_COMMIT)
+            (privileged,) = db.execute(_PG_PRIVILEGED).fetchone()
+            if privileged:
+                log.warning("connected as a role that bypasses row-level security: only"
+                            " each statement's user filter confines the store's calls")
+            self._follow_rule(db)
+            if matching is not None and matching != self.matching:
+                raise MemoryInputError(f"matching={matching!r} was asked for, but the"
+                                       f" database's word index uses matching={self.matching!r}")
+        except BaseException:
+            db.close()
+            raise
+        log.info("opened a PostgreSQL store read_only=%s", self.read_only)
+        return db
+
+    def _follow_rule(self, db: _Db) -> None:
         """Use the file's matching rule: another process may have reindexed it."""
         try:
             (matching,) = db.execute(_SQL_MATCHING).fetchone()
@@ -1245,7 +1512,7 @@ class MemoryStore:
     # -- the object ----------------------------------------------------------------
 
     @property
-    def db(self) -> sqlite3.Connection:
+    def db(self) -> _Db:
         """The open connection (tests trace it)."""
         with self._lock:
             if self._db is None:
@@ -1271,7 +1538,7 @@ class MemoryStore:
         self.close()
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[sqlite3.Connection]:
+    def _reading(self) -> Iterator[_Db]:
         with self._lock:
             db = self.db
             try:
@@ -1280,18 +1547,45 @@ class MemoryStore:
                 raise _store_error(exc) from exc
 
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[sqlite3.Connection]:
+    def _writing(self, users: set[str] | None) -> Iterator[_Db]:
+        """A write transaction for `users` (None: every user, an operator's call)."""
         self._writable()
         with self._reading() as db, _transaction(db):
+            self._enter(db, users, write=True)
             self._follow_rule(db)
             yield db
 
     @contextlib.contextmanager
-    def _snapshot(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction: one consistent view, under the file's current rule."""
+    def _snapshot(self, users: set[str] | None) -> Iterator[_Db]:
+        """A read transaction for `users`: one consistent view, under the current rule."""
         with self._reading() as db, _transaction(db, "BEGIN"):
+            self._enter(db, users, write=False)
             self._follow_rule(db)
             yield db
+
+    def _enter(self, db: _Db, users: set[str] | None, write: bool) -> None:
+        """PostgreSQL only: name the users the transaction may see, for row-level security,
+        and for a write take the locks (SQLite's BEGIN IMMEDIATE has locked the file)."""
+        if not isinstance(db, _PostgresConnection):
+            return
+        named = sorted(users or ())
+        db.execute(_PG_SCOPE, (",".join(named), "off" if users is not None else "on"))
+        if write and users is None:
+            db.execute(_PG_LOCK_STORE)
+        elif write:
+            db.execute(_PG_LOCK_STORE_SHARED)
+            for user in named:
+                db.execute(_PG_LOCK_USER, (user,))
+
+    def _new_ids(self, db: _Db, count: int) -> list[int]:
+        """`count` ids, each larger than any handed out before, never to be handed out
+        again: from PostgreSQL's sequence, or past SQLite's AUTOINCREMENT record."""
+        if isinstance(db, _PostgresConnection):
+            return sorted(i for (i,) in db.execute(_PG_NEXT_IDS, (count,)))
+        (last_id,) = db.execute(_SQL_LAST_ID).fetchone()
+        if last_id > _MAX_ID - count:
+            raise StoreError(f"the store has used up its ids (the largest is {_MAX_ID})")
+        return list(range(last_id + 1, last_id + 1 + count))
 
     def _writable(self) -> None:
         if self.read_only:
@@ -1319,24 +1613,21 @@ class MemoryStore:
         return self._insert(_each_valid(records, _record_row, "record"))
 
     def _insert(self, rows: list[_NewMemory]) -> list[int]:
-        with self._writing() as db:
+        with self._writing({row.user_id for row in rows}) as db:
             ids = self._write(db, rows)
         task_level = sum(row.task_id is not None for row in rows)
         log.info("remembered %d memories (%d user level, %d task level), ids %s",
                  len(ids), len(ids) - task_level, task_level, _id_span(ids))
         return ids
 
-    def _write(self, db: sqlite3.Connection, rows: list[_NewMemory]) -> list[int]:
+    def _write(self, db: _Db, rows: list[_NewMemory]) -> list[int]:
         """Inside a write transaction: purge some expired memories of the rows' scopes,
         then write the rows, reading the clock once for each that has no created_at."""
         now = self._read_now()
         if now is not None:
             for user, task in sorted({(row.user_id, row.task_id or "") for row in rows}):
                 self._purge(db, user, task, now, PURGE_PER_WRITE)
-        (last_id,) = db.execute(_SQL_LAST_ID).fetchone()
-        if last_id > _MAX_ID - len(rows):
-            raise StoreError(f"the store has used up its ids (the largest is {_MAX_ID})")
-        ids = list(range(last_id + 1, last_id + 1 + len(rows)))
+        ids = self._new_ids(db, len(rows))
         values, reading = [], None
         for memory_id, row in zip(ids, rows, strict=True):
             created_at = row.created_at
@@ -1353,14 +1644,14 @@ class MemoryStore:
         db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
         return ids
 
-    def _purge(self, db: sqlite3.Connection, user: str, task: str, now: str,
+    def _purge(self, db: _Db, user: str, task: str, now: str,
                most: int) -> int:
         """Delete up to `most` expired memories the scope (user, task) would see, oldest
         expiry first, with their postings and counts."""
         return self._delete(db, (user, task),
                             db.execute(_SQL_EXPIRED_ROWS, (user, task, now, most)).fetchall())
 
-    def _delete(self, db: sqlite3.Connection, scoped: tuple[str, str],
+    def _delete(self, db: _Db, scoped: tuple[str, str],
                 rows: list[tuple[Any, ...]]) -> int:
         """Delete the scope's memories `rows` (id, task_id, text, ...) with their postings
         and counts; how many."""
@@ -1385,7 +1676,7 @@ class MemoryStore:
         reading = _check_timestamp("clock reading", self._read_clock())
         return _utc_form("clock reading", reading)
 
-    def _expired(self, db: sqlite3.Connection, scoped: tuple[str, str],
+    def _expired(self, db: _Db, scoped: tuple[str, str],
                  now: str | None) -> set[int]:
         """The ids the scope would see but that are no longer live at `now` (none if
         None, see _now_for)."""
@@ -1394,7 +1685,7 @@ class MemoryStore:
         (ids,) = db.execute(_SQL_EXPIRED, (*scoped, now)).fetchone()
         return set(json.loads(ids))
 
-    def _now_for(self, db: sqlite3.Connection, scoped: tuple[str, str]) -> str | None:
+    def _now_for(self, db: _Db, scoped: tuple[str, str]) -> str | None:
         """The time to judge the scope's memories at; None if none of them can expire."""
         now = self._read_now()
         if now is None and db.execute(_SQL_ANY_EXPIRING, scoped).fetchone():
@@ -1414,7 +1705,7 @@ class MemoryStore:
         _check_choice("rank", rank, RANKS)
         _check_text("query", query, MAX_QUERY, blank=True)
         scoped = (scope.user, scope.task)
-        with self._snapshot() as db:
+        with self._snapshot({scope.user}) as db:
             wanted = self._words(query)
             if not wanted:
                 return []
@@ -1438,7 +1729,7 @@ class MemoryStore:
             rows = {row[0]: row for row in found}
         return [_memory(rows[i], score=score) for score, i in best if i in rows]
 
-    def _top(self, db: sqlite3.Connection, scoped: tuple[str, str], listed: tuple[str, ...],
+    def _top(self, db: _Db, scoped: tuple[str, str], listed: tuple[str, ...],
              rank: str, expired: set[int], visible: int, limit: int
              ) -> list[tuple[float, int]]:
         """_top_scores over the postings of the words `listed`, read as it asks."""
@@ -1460,7 +1751,7 @@ class MemoryStore:
         expired ones not yet purged, found through the expiry index."""
         scope = _check_scope(scope)
         scoped = (scope.user, scope.task)
-        with self._snapshot() as db:
+        with self._snapshot({scope.user}) as db:
             (stored,) = db.execute(_SQL_COUNT, scoped).fetchone()
             now = self._now_for(db, scoped)
             if now is None:
@@ -1473,7 +1764,7 @@ class MemoryStore:
         """Rebuild the word index under the `matching` rule, user by user, in one
         transaction; `progress(users done, users)` is called after each user."""
         words_of = _words_of(_check_choice("matching", matching, MATCHING))
-        with self._writing() as db:
+        with self._writing(None) as db:
             users = [user for (user,) in db.execute(_SQL_USERS)]
             for done, user in enumerate(users, start=1):
                 db.execute(_SQL_ERASE_POSTINGS, (user,))
@@ -1491,7 +1782,7 @@ class MemoryStore:
         """Every live memory visible in the scope, oldest first, with its expires_at."""
         scope = _check_scope(scope)
         scoped = (scope.user, scope.task)
-        with self._snapshot() as db:
+        with self._snapshot({scope.user}) as db:
             expired = self._expired(db, scoped, self._now_for(db, scoped))
             rows = db.execute(_SQL_VISIBLE, scoped).fetchall()
         return [_memory(row, expires_at=row[5]) for row in rows if row[0] not in expired]
@@ -1511,7 +1802,7 @@ class MemoryStore:
 
     def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...]) -> int:
         scoped = (scope.user, scope.task)
-        with self._writing() as db:
+        with self._writing({scope.user}) as db:
             expired = self._expired(db, scoped, self._now_for(db, scoped))
             rows = [row for row in db.execute(select, arguments) if row[0] not in expired]
             deleted = self._delete(db, scoped, rows)
@@ -1530,7 +1821,7 @@ class MemoryStore:
         wanted = _check_id(memory_id)
         # Validated before the transaction; its level (task) is the old memory's, set below.
         new = _new_row(scope, "user", text, source, ttl)
-        with self._writing() as db:
+        with self._writing({scope.user}) as db:
             expired = self._expired(db, scoped, self._now_for(db, scoped))
             found = db.execute(_SQL_VISIBLE_ID, (*scoped, wanted))
             rows = [row for row in found if row[0] not in expired]
@@ -1551,7 +1842,7 @@ class MemoryStore:
             raise MemoryInputError("the clock's reading has no UTC offset, so whether a memory"
                                    " has expired is unknown")
         purged = 0
-        with self._writing() as db:
+        with self._writing(None) as db:
             for (user,) in db.execute(_SQL_EXPIRED_USERS, (now,)).fetchall():
                 rows = db.execute(_SQL_EXPIRED_OF_USER, (user, now)).fetchall()
                 _unindex(db, user, rows, self._words)
@@ -1564,7 +1855,7 @@ class MemoryStore:
     def erase_user(self, user: str) -> int:
         """Delete every memory the user owns, at every level and in every task."""
         user = _check_identifier("user", user)
-        with self._writing() as db:
+        with self._writing({user}) as db:
             db.execute(_SQL_ERASE_POSTINGS, (user,))
             db.execute(_SQL_ERASE_COUNTS, (user,))
             erased = db.execute(_SQL_ERASE, (user,)).rowcount
@@ -1577,7 +1868,7 @@ class MemoryStore:
         included, as records `import_memories` reads (keys RECORD_KEYS; task None at user
         level, expires_at None for never)."""
         user = _check_identifier("user", user)
-        with self._reading() as db:
+        with self._snapshot({user}) as db:
             rows = db.execute(_SQL_OWNED, (user,)).fetchall()
         return [{"id": memory_id, "user": user, "task": task_id, "level": _level_of(task_id),
                  "text": text, "source": source, "created_at": created_at,
@@ -1586,9 +1877,14 @@ class MemoryStore:
 
     def compact(self) -> None:
         """Rebuild the file so that no byte of what was deleted before remains in it or in
-        its -wal. It rewrites the whole file (every user's memories) under the write lock."""
+        its -wal. It rewrites the whole file (every user's memories) under the write lock.
+        On PostgreSQL: VACUUM FULL of the store's tables (see README for what it leaves)."""
         self._writable()
         with self._reading() as db:
+            if isinstance(db, _PostgresConnection):
+                db.execute(_PG_VACUUM)
+                log.info("vacuumed the store's tables")
+                return
             db.execute("VACUUM")
             busy, _, _ = db.execute(_SQL_CHECKPOINT).fetchone()
         if busy:
@@ -1600,6 +1896,8 @@ class MemoryStore:
         # secure_delete zeroed the deleted cells in the new page images; checkpointing
         # copies them over the old ones and truncating the WAL drops its older frames.
         with self._reading() as db:
+            if isinstance(db, _PostgresConnection):
+                return  # its dead rows wait for VACUUM: see compact()
             busy, _, _ = db.execute(_SQL_CHECKPOINT).fetchone()
         if busy:
             log.warning("checkpoint blocked by a reader; deleted text stays in the WAL until"
@@ -1608,23 +1906,32 @@ class MemoryStore:
     # -- operating -------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Counts by level and users, schema version and bytes on disk; never text."""
-        with self._reading() as db, _transaction(db, "BEGIN"):
+        """Counts by level and users, schema version and bytes on disk (PostgreSQL: of the
+        store's tables and indexes); never text."""
+        with self._snapshot(None) as db:
             total, task_level, users = db.execute(_SQL_STATS).fetchone()
-            (version,) = db.execute("PRAGMA user_version").fetchone()
-        files = [self.path, f"{self.path}-wal"]
+            if isinstance(db, _PostgresConnection):
+                version = _postgres_version(db)
+                (size,) = db.execute(_PG_SIZE).fetchone()
+            else:
+                (version,) = db.execute("PRAGMA user_version").fetchone()
+                files = [self.path, f"{self.path}-wal"]
+                size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
         return {
             "schema_version": version,
             "memories": total,
             "user_level": total - task_level,
             "task_level": task_level,
             "users": users,
-            "file_bytes": sum(os.path.getsize(f) for f in files if os.path.isfile(f)),
+            "file_bytes": size,
         }
 
     def check(self) -> dict[str, Any]:
         """SQLite's integrity check of the whole file, and its schema version."""
         with self._reading() as db:
+            if isinstance(db, _PostgresConnection):
+                raise StoreError("check() is SQLite's integrity check of the file; on"
+                                 " PostgreSQL use the amcheck extension")
             problems = [row[0] for row in db.execute("PRAGMA integrity_check")]
             (version,) = db.execute("PRAGMA user_version").fetchone()
         return {"ok": problems == ["ok"], "integrity": problems, "schema_version": version}
@@ -1633,6 +1940,8 @@ class MemoryStore:
         """Copy the store, as one consistent snapshot, to a new file readable by its owner
         alone; other processes may go on writing meanwhile."""
         target_path = _check_path(destination)
+        if isinstance(self.db, _PostgresConnection):
+            raise StoreError("backup() copies an SQLite file; on PostgreSQL use pg_dump")
         _create_private(target_path, existing=False)
         try:
             target = sqlite3.connect(target_path)
@@ -1640,6 +1949,7 @@ class MemoryStore:
             raise _store_error(exc) from exc
         try:
             with self._reading() as db:
+                assert isinstance(db, sqlite3.Connection)
                 db.backup(target)  # all pages in one step: one read snapshot
         finally:
             target.close()
@@ -1752,7 +2062,7 @@ _NOT_IN_SCOPE = "no memory with that id in this scope"
 
 def _existing(path: str) -> MemoryStore:
     """A writable store on a file that must already exist: no command creates one by typo."""
-    if not os.path.isfile(path):
+    if not _is_postgres(path) and not os.path.isfile(path):
         raise StoreError("no such memory store at PATH")
     return MemoryStore(path)
 
@@ -1846,7 +2156,8 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, run: Callable[[argparse.Namespace], int], summary: str,
                 user: bool = False, task: bool = False) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=summary, description=summary)
-        sub.add_argument("path", metavar="PATH", help="the store's SQLite file")
+        sub.add_argument("path", metavar="PATH",
+                         help="the store: an SQLite file, or a postgresql:// URL")
         if user:
             sub.add_argument("--user", required=True, type=_identifier, help="the user id")
         if task:

@@ -1,0 +1,377 @@
+"""The PostgreSQL engine, on a throw-away server the tests start and stop themselves.
+
+The server: initdb into a temporary folder (as the `postgres` user when the tests run as
+root, since initdb refuses root), pg_ctl start on a Unix socket in that folder only, with
+fsync off, stopped by its pid at the end. The store connects as a role that is neither a
+superuser nor BYPASSRLS, so row-level security binds it. Where the server's binaries are
+missing the tests skip, saying so; with MEMORY_REQUIRE_POSTGRES=1 (CI) they fail instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import memory
+from memory import MemoryInputError, MemoryStore, SchemaError, Scope, StoreError, fixed_clock
+from test_memory import TOUCHES_MEMORY_DATA
+
+REQUIRED = os.environ.get("MEMORY_REQUIRE_POSTGRES") == "1"
+ALICE = Scope("alice", "trip")
+ALICE_WORK = Scope("alice", "work")
+BOB = Scope("bob", "trip")
+APP_ROLE = "memory_app"
+
+
+def server_binaries() -> pathlib.Path | None:
+    pg_config = shutil.which("pg_config")
+    if pg_config is None:
+        return None
+    found = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=30)
+    folder = pathlib.Path(found.stdout.strip())
+    return folder if (folder / "initdb").exists() and (folder / "pg_ctl").exists() else None
+
+
+class Server:
+    """A PostgreSQL server in `folder`, listening only on a Unix socket there."""
+
+    def __init__(self, folder: pathlib.Path, binaries: pathlib.Path) -> None:
+        self.folder = folder
+        self.binaries = binaries
+        self.data = folder / "data"
+        self.as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self.databases = itertools.count()
+
+    def run(self, *command: str) -> None:
+        subprocess.run([*self.as_owner, *command], check=True, capture_output=True,
+                       timeout=120)
+
+    def start(self) -> None:
+        if self.as_owner:
+            shutil.chown(self.folder, "postgres", "postgres")
+        self.run(str(self.binaries / "initdb"), "-D", str(self.data), "-U", "postgres",
+                 "--auth=trust", "-E", "UTF8", "--no-sync")
+        options = f"-k {self.folder} -c listen_addresses='' -c fsync=off -c max_connections=60"
+        self.run(str(self.binaries / "pg_ctl"), "-D", str(self.data), "-l",
+                 str(self.folder / "server.log"), "-w", "-t", "60", "-o", options, "start")
+        self.admin(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS")
+
+    def stop(self) -> None:
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGQUIT)  # immediate shutdown: the data is thrown away
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+    def url(self, database: str, role: str = APP_ROLE) -> str:
+        return f"postgresql://{role}@/{database}?host={self.folder}"
+
+    def admin(self, statement: str, database: str = "postgres") -> Any:
+        import psycopg
+
+        with psycopg.connect(self.url(database, "postgres"), autocommit=True) as db:
+            cursor = db.execute(statement)
+            return cursor.fetchall() if cursor.description else None
+
+    def new_database(self) -> str:
+        name = f"store_{next(self.databases)}"
+        self.admin(f"CREATE DATABASE {name} OWNER {APP_ROLE}")
+        return self.url(name)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    binaries = server_binaries()
+    if binaries is None:
+        message = "PostgreSQL's server binaries are not installed (apt-get install postgresql)"
+        if REQUIRED:
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        message = "psycopg is not installed (pip install -e '.[test]')"
+        if REQUIRED:
+            pytest.fail(message)
+        pytest.skip(message)
+    # Its own folder under the system's temporary one, which the server's user can reach
+    # (pytest's are private to the user running the tests).
+    running = Server(pathlib.Path(tempfile.mkdtemp(prefix="memory-pg-")), binaries)
+    try:
+        running.start()
+        yield running
+    finally:
+        if (running.data / "postmaster.pid").exists():
+            running.stop()
+        shutil.rmtree(running.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def url(server: Server) -> str:
+    return server.new_database()
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[MemoryStore]:
+    with MemoryStore(url, clock=fixed_clock()) as opened:
+        yield opened
+
+
+def ids(results: list[dict[str, Any]]) -> list[int]:
+    return [result["id"] for result in results]
+
+
+# -- the same behaviour --------------------------------------------------------------
+
+def test_scope_rule_holds_on_postgres(store: MemoryStore) -> None:
+    own = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
+    task = store.remember(ALICE, "task", "Book the hotel by the river.", "s")
+    other_task = store.remember(ALICE_WORK, "task", "The hotel budget is fixed.", "s")
+    bobs = store.remember(BOB, "user", "Bob is vegetarian and likes hotels.", "s")
+    assert ids(store.recall(ALICE, "vegetarian hotel")) == [task, own]
+    assert ids(store.recall(ALICE_WORK, "vegetarian hotel")) == [other_task, own]
+    assert ids(store.recall(BOB, "vegetarian hotel")) == [bobs]
+    assert store.count(ALICE) == 2 and store.count(BOB) == 1
+    assert [m["id"] for m in store.memories(ALICE)] == [own, task]
+    assert store.forget(BOB, own) is False  # another user's id is "not found"
+    assert store.forget(ALICE_WORK, task) is False  # another task's too
+    assert store.forget(ALICE, task) is True
+    assert store.erase_user("alice") == 2
+    assert store.count(ALICE) == 0 and store.count(BOB) == 1
+
+
+def test_results_match_sqlite_on_the_same_writes(url: str, tmp_path: pathlib.Path) -> None:
+    """Every call, on both engines, from the same writes: the same answers."""
+    answers = []
+    for target in (url, str(tmp_path / "m.db")):
+        with MemoryStore(target, clock=fixed_clock()) as opened:
+            opened.remember_many([(scope, level, f"{word} note {n} river", "s", ttl)
+                                  for n, (scope, level, word, ttl) in enumerate(
+                                      itertools.product([ALICE, ALICE_WORK, BOB],
+                                                        ["user", "task"],
+                                                        ["hotel", "train", "vegetarian"],
+                                                        [None, 90]))])
+            opened.clock()
+            opened.clock()  # the ttl of 90 s has run out
+            first = opened.memories(ALICE)[0]["id"]
+            answers.append([
+                opened.recall(ALICE, "hotel river vegetarian", 20),
+                opened.recall(ALICE, "hotel river vegetarian", 5, rank="idf"),
+                opened.count(ALICE), opened.memories(ALICE_WORK),
+                opened.revise(ALICE, first, "The hotel is by the station.", "fix"),
+                opened.forget_source(ALICE_WORK, "s"), opened.purge_expired(),
+                opened.export_user("bob"), opened.stats()["memories"],
+            ])
+    assert answers[0] == answers[1]
+
+
+def test_every_statement_carries_the_user_filter(store: MemoryStore) -> None:
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+    store.remember(ALICE, "user", "Alice is vegetarian.", "s", ttl=30)
+    store.remember_many([(BOB, "user", "Bob reads with a screen reader.", "s"),
+                         (ALICE_WORK, "task", "Conference hotel.", "s")] * 10)
+    store.recall(ALICE_WORK, "vegetarian hotel reader")
+    store.recall(ALICE, "vegetarian hotel reader", rank="idf")
+    store.count(ALICE)
+    store.memories(ALICE)
+    memory_id = store.remember(ALICE, "task", "Book the hotel.", "s")
+    store.revise(ALICE, memory_id, "Book the hotel by the river.", "s")
+    store.forget(ALICE, memory_id)
+    store.forget_source(ALICE_WORK, "s")
+    store.export_user("alice")
+    store.erase_user("bob")
+    store.db.set_trace_callback(None)
+    touching = [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
+    assert len(touching) >= 15
+    for statement in touching:
+        assert "WHERE user_id = %s" in statement, statement
+        assert "%s" in statement and "alice" not in statement and "bob" not in statement
+
+
+def test_row_level_security_confines_a_statement_without_the_user_filter(
+        store: MemoryStore) -> None:
+    """A statement deliberately written without `WHERE user_id = ` still sees only the
+    users its transaction named."""
+    store.remember(ALICE, "user", "Alice is vegetarian.", "s")
+    store.remember(BOB, "user", "Bob is vegetarian.", "s")
+    unfiltered = "SELECT user_id, text FROM memories"
+    memory._POSTGRES[unfiltered] = unfiltered
+    try:
+        with store._snapshot({"alice"}) as db:
+            seen = db.execute(unfiltered).fetchall()
+        with store._snapshot(set()) as db:
+            nobody = db.execute(unfiltered).fetchall()
+        with store._writing({"alice"}) as db, pytest.raises(StoreError):
+            db.execute(memory._SQL_INSERT, (99, "bob", None, "planted", "s",
+                                            "2026-10-20T09:00:00+00:00", None))
+    finally:
+        del memory._POSTGRES[unfiltered]
+    assert seen == [("alice", "Alice is vegetarian.")]
+    assert nobody == []
+    assert [m["text"] for m in store.memories(BOB)] == ["Bob is vegetarian."]
+
+
+def test_a_statement_without_a_postgres_form_is_refused(store: MemoryStore) -> None:
+    with store._snapshot({"alice"}) as db, pytest.raises(StoreError, match="no PostgreSQL"):
+        db.execute("SELECT text FROM memories")
+
+
+def test_schema_keys_begin_with_user_id(url: str, server: Server) -> None:
+    MemoryStore(url).close()
+    database = url.split("@/", 1)[1].split("?")[0]
+    keys = server.admin(
+        "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE contype IN ('p', 'u') AND conrelid::regclass::text LIKE 'memor%'", database)
+    assert len(keys) == 3
+    assert all(definition.startswith("PRIMARY KEY (user_id,") for _, definition in keys)
+    forced = server.admin("SELECT relname, relrowsecurity, relforcerowsecurity FROM pg_class"
+                          " WHERE relname LIKE 'memor%' AND relkind = 'r'", database)
+    assert sorted(forced) == [(name, True, True)
+                              for name in ("memories", "memory_counts", "memory_words")]
+
+
+def test_newer_schema_is_refused_and_the_version_is_read(url: str, server: Server) -> None:
+    MemoryStore(url).close()
+    database = url.split("@/", 1)[1].split("?")[0]
+    server.admin("UPDATE store_settings SET value = '99' WHERE name = 'schema_version'",
+                 database)
+    with pytest.raises(SchemaError, match="newer"):
+        MemoryStore(url)
+
+
+def test_errors_carry_no_value_and_no_driver_error(url: str, server: Server) -> None:
+    secret = "hunter2-secret"
+    with pytest.raises(StoreError) as caught:
+        MemoryStore(url.replace(APP_ROLE, secret))
+    assert secret not in str(caught.value) and caught.value.__cause__ is None
+    with MemoryStore(url) as opened:
+        with pytest.raises(MemoryInputError):
+            opened.remember(ALICE, "user", "x\x00" + secret, "s")
+        assert opened.count(ALICE) == 0
+
+
+def test_read_only_and_operator_calls(url: str) -> None:
+    with MemoryStore(url, clock=fixed_clock()) as opened:
+        opened.remember(ALICE, "user", "Alice is vegetarian.", "s")
+        opened.remember(BOB, "task", "Bob reads.", "s")
+        assert opened.stats()["memories"] == 2 and opened.stats()["users"] == 2
+        assert opened.stats()["schema_version"] == memory.POSTGRES_SCHEMA_VERSION
+        opened.reindex("stems")
+        opened.compact()
+        with pytest.raises(StoreError, match="amcheck"):
+            opened.check()
+        with pytest.raises(StoreError, match="pg_dump"):
+            opened.backup("/nonexistent/x.db")
+    with MemoryStore(url, read_only=True) as reader:
+        assert reader.matching == "stems"
+        assert ids(reader.recall(ALICE, "vegetarians")) == [1]
+        with pytest.raises(StoreError, match="read_only"):
+            reader.remember(ALICE, "user", "more", "s")
+
+
+def test_cli_moves_a_user_between_engines(url: str, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStore(path) as opened:
+        opened.remember(ALICE, "user", "Alice is vegetarian.", "s")
+        opened.remember(ALICE, "task", "Book the hotel.", "s")
+    MemoryStore(url).close()
+    command = [sys.executable, "-m", "memory"]
+    exported = subprocess.run([*command, "export", str(path), "--user", "alice"],
+                              capture_output=True, timeout=60, check=True)
+    imported = subprocess.run([*command, "import", url, "-"], input=exported.stdout,
+                              capture_output=True, timeout=60)
+    assert imported.returncode == 0, imported.stderr
+    stats = subprocess.run([*command, "stats", url], capture_output=True, text=True,
+                           timeout=60, check=True)
+    assert json.loads(stats.stdout)["memories"] == 2
+    with MemoryStore(url) as opened:
+        assert [m["text"] for m in opened.memories(ALICE)] == [
+            "Alice is vegetarian.", "Book the hotel."]
+
+
+# -- processes -----------------------------------------------------------------------
+
+def open_and_write(target: str, user: str, count: int) -> list[int]:
+    written = []
+    with MemoryStore(target) as opened:
+        for n in range(count):
+            written.append(opened.remember(Scope(user, "t"), "user", f"note {n} of {user}", "s"))
+    return written
+
+
+def test_concurrent_first_opens_create_the_schema_once(url: str) -> None:
+    with multiprocessing.get_context("spawn").Pool(8) as pool:
+        results = [pool.apply_async(open_and_write, (url, f"user-{n}", 1)) for n in range(8)]
+        written = [result.get(timeout=120) for result in results]
+    assert len({i for ids in written for i in ids}) == 8
+    with MemoryStore(url) as opened:
+        assert opened.stats()["memories"] == 8
+
+
+def test_eight_processes_write_500_each_with_exact_counts(url: str) -> None:
+    MemoryStore(url).close()
+    with multiprocessing.get_context("spawn").Pool(8) as pool:
+        results = [pool.apply_async(open_and_write, (url, f"user-{n % 4}", 500))
+                   for n in range(8)]
+        written = [result.get(timeout=300) for result in results]
+    every = [i for ids in written for i in ids]
+    assert len(set(every)) == 4000
+    assert all(ids == sorted(ids) for ids in written)
+    with MemoryStore(url) as opened:
+        for n in range(4):
+            assert opened.count(Scope(f"user-{n}", "t")) == 1000
+        found = opened.recall(Scope("user-1", "t"), "note 7 of user-1", 20)
+        assert len(found) == 20
+
+
+def write_forever(target: str, user: str, acknowledged: Any) -> None:
+    with MemoryStore(target) as opened:
+        for n in itertools.count():
+            memory_id = opened.remember(Scope(user, "t"), "user", f"note {n}", "s")
+            acknowledged.put(memory_id)
+
+
+def test_sigkill_of_writers_loses_nothing_acknowledged(url: str) -> None:
+    MemoryStore(url).close()
+    context = multiprocessing.get_context("spawn")
+    acknowledged = context.Queue()
+    writers = [context.Process(target=write_forever, args=(url, f"user-{n}", acknowledged))
+               for n in range(4)]
+    for writer in writers:
+        writer.start()
+    seen: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 200 and time.monotonic() < deadline:
+        seen.append(acknowledged.get(timeout=60))
+    for writer in writers:
+        os.kill(writer.pid or 0, signal.SIGKILL)
+    for writer in writers:
+        writer.join(timeout=30)
+    while not acknowledged.empty():
+        seen.append(acknowledged.get(timeout=5))
+    with MemoryStore(url) as opened:
+        stored = {m["id"] for n in range(4) for m in opened.memories(Scope(f"user-{n}", "t"))}
+        total = sum(opened.count(Scope(f"user-{n}", "t")) for n in range(4))
+        opened.remember(ALICE, "user", "still writable", "s")
+    assert len(seen) >= 200
+    assert set(seen) <= stored
+    assert total == len(stored)
