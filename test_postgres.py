@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import os
 import pathlib
+import random
 import shutil
 import signal
 import subprocess
@@ -22,12 +23,17 @@ import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
 
 import memory
 from memory import MemoryInputError, MemoryStore, SchemaError, Scope, StoreError, fixed_clock
 from test_memory import TOUCHES_MEMORY_DATA
+from test_properties import Memory, Model, StoreMatchesModel, index_problems
 
 REQUIRED = os.environ.get("MEMORY_REQUIRE_POSTGRES") == "1"
 ALICE = Scope("alice", "trip")
@@ -375,3 +381,75 @@ def test_sigkill_of_writers_loses_nothing_acknowledged(url: str) -> None:
     assert len(seen) >= 200
     assert set(seen) <= stored
     assert total == len(stored)
+
+
+# -- the model -----------------------------------------------------------------------
+
+class PostgresMatchesModel(StoreMatchesModel):
+    """The state machine of test_properties.py, on a new database per example: the same
+    rules, the same model, the same invariants (the index read by the server's owner)."""
+
+    server: Server
+
+    @initialize(matching=st.sampled_from(memory.MATCHING))
+    def open_a_new_store(self, matching: str) -> None:
+        self.url = self.server.new_database()
+        self.store = MemoryStore(self.url, clock=self.clock, matching=matching)
+        self.model = Model(matching)
+
+    def purged_text_is_gone(self, gone: list[Memory]) -> None:
+        pass  # PostgreSQL keeps dead rows' bytes until VACUUM and in its WAL: README says
+
+    @rule(name_the_rule=st.booleans())
+    def reopen(self, name_the_rule: bool) -> None:
+        self.store.close()
+        self.store = MemoryStore(self.url, clock=self.clock,
+                                 matching=self.model.matching if name_the_rule else None)
+        assert self.store.matching == self.model.matching
+
+    @invariant()
+    def index_matches_the_memories(self) -> None:
+        import psycopg
+
+        owner = self.url.replace(APP_ROLE, "postgres")
+        with psycopg.connect(owner, autocommit=True) as db:
+            assert index_problems(db) == []  # type: ignore[arg-type]
+
+
+def test_state_machine_against_the_model(server: Server) -> None:
+    PostgresMatchesModel.server = server
+    run_state_machine_as_test(PostgresMatchesModel, settings=settings(
+        max_examples=25, stateful_step_count=30, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow]))
+
+
+def test_top_k_reads_newest_first_and_agrees_with_the_model(url: str) -> None:
+    """Small postings rows and no reading everything at once: recall on PostgreSQL crosses
+    row boundaries, probes and reads rare words through, with the model's answers."""
+    rng = random.Random(7)
+    words = "sun sun sun sun sun sea sea sea sky sky owl elk fig".split()
+    clock, created = fixed_clock(), fixed_clock()
+    model = Model()
+    scopes = [ALICE, ALICE_WORK, BOB]
+    with mock.patch.object(memory, "POSTINGS_PER_ROW", 3), \
+            mock.patch.object(memory, "_READ_ALL_UP_TO", 0), \
+            MemoryStore(url, clock=clock) as opened:
+        for batch in range(12):
+            items = [(rng.choice(scopes), rng.choice(["user", "task"]),
+                      " ".join(rng.choices(words, k=rng.randint(1, 5))), "s",
+                      rng.choice([None, None, None, 30.0])) for _ in range(1 + 3 * (batch % 4))]
+            for memory_id, (scope, level, text, _, ttl) in zip(
+                    opened.remember_many(items), items, strict=True):
+                stamp = created()
+                expires = None if ttl is None else \
+                    memory.datetime.fromisoformat(stamp) + memory.timedelta(seconds=ttl)
+                model.memories.append(Memory(memory_id, scope.user,
+                                             scope.task if level == "task" else None,
+                                             text, "s", stamp, expires))
+            clock()
+            model.now = created()
+        for _ in range(60):
+            query = " ".join(rng.choices(words, k=rng.randint(1, 4)))
+            limit, rank, scope = rng.randint(1, 20), rng.choice(memory.RANKS), rng.choice(scopes)
+            assert opened.recall(scope, query, limit, rank=rank) == \
+                model.recall(scope, query, limit, rank)

@@ -280,9 +280,12 @@ class StoreMatchesModel(RuleBasedStateMachine):
         gone = [m for m in self.model.memories if not m.live_at(self.model.now)]
         assert self.store.purge_expired() == len(gone)
         self.model.memories = [m for m in self.model.memories if m not in gone]
-        # Under the deletion guarantee: after compact(), no purged text is in the file.
-        # Only texts that nothing kept holds are looked for (the rest may be kept data).
         self.store.compact()
+        self.purged_text_is_gone(gone)
+
+    def purged_text_is_gone(self, gone: list[Memory]) -> None:
+        """Under the deletion guarantee: after compact(), no purged text is in the file.
+        Only texts that nothing kept holds are looked for (the rest may be kept data)."""
         kept = [f"{m.text}\0{m.source}".encode() for m in self.model.memories]
         data = (self.folder / "memory.db").read_bytes()
         for m in gone:
