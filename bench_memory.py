@@ -18,11 +18,14 @@ eight threads.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
+import multiprocessing
 import os
 import platform
 import random
+import shutil
 import sqlite3
 import statistics
 import tempfile
@@ -475,6 +478,83 @@ def durability(folder: Path) -> list[dict[str, float]]:
     return rows
 
 
+def write_singles(target: str, user: str, count: int) -> float:
+    """Durable single remembers by one process; seconds taken."""
+    rng = random.Random(user)
+    zipf = Zipf(rng, 2_000)
+    with MemoryStore(target) as store:
+        began = time.perf_counter()
+        for _ in range(count):
+            store.remember(Scope(user, "task-1"), "user", zipf.text(), "s")
+        return time.perf_counter() - began
+
+
+def postgres(new_database: Callable[[], str], size: int) -> list[dict[str, Any]]:
+    """The uniform and Zipf workloads on PostgreSQL, `size` memories for one user and as
+    many for ten others, over the server's Unix socket: bulk and durable writes, recall,
+    recall with row-level security switched off (its cost), and 8 processes writing."""
+    rows = []
+    me = Scope("bench-user", "task-1")
+    for workload in ("uniform", "Zipf"):
+        rng = random.Random(SEED)
+        text: Callable[[], str]
+        if workload == "uniform":
+            text = functools.partial(sentence, rng, vocabulary(rng))
+            queries = [text() for _ in range(QUERIES)]
+        else:
+            zipf = Zipf(rng)
+            text = zipf.text
+            queries = [" ".join(zipf.words(2, 4)) for _ in range(QUERIES)]
+        url = new_database()
+        items = [(Scope(f"other-{n % OTHER_USERS}", "task-1"), "user", text(), "s")
+                 for n in range(size)] + [(me, "user", text(), "s") for _ in range(size)]
+        with MemoryStore(url) as store:
+            began = time.perf_counter()
+            for start in range(0, len(items), 10_000):
+                store.remember_many(items[start:start + 10_000])
+            row: dict[str, Any] = {"workload": workload, "size": size,
+                                   "remember_many/s": len(items) / (time.perf_counter() - began)}
+            memory._POSTGRES[_FULL_SCAN_SQL] = memory._postgres_form(_FULL_SCAN_SQL)
+            for query in queries[:20]:  # the top-k agrees with the full scan on a sample
+                with store._snapshot({me.user}) as db:
+                    expected = full_scan_recall(db, me, query, 5)
+                assert store.recall(me, query, 5) == expected
+            recall = [timed(lambda q=q: store.recall(me, q, 5), 1)[0] for q in queries]
+            row["recall p50 ms"] = statistics.median(recall)
+            row["recall p99 ms"] = percentile(recall, 0.99)
+            singles = timed(lambda t=text: store.remember(me, "user", t(), "s"), SINGLE_WRITES)
+            row["durable remember/s"] = 1000 / statistics.mean(singles)
+            # The owner is bound by the policies only while they are forced on it.
+            toggles = {force: [f"ALTER TABLE {table} {force} ROW LEVEL SECURITY"
+                               for table in ("memories", "memory_words", "memory_counts")]
+                       for force in ("FORCE", "NO FORCE")}
+            memory._POSTGRES.update({sql: sql for sqls in toggles.values() for sql in sqls})
+            for sql in toggles["NO FORCE"]:
+                store.db.execute(sql)
+            unguarded = [timed(lambda q=q: store.recall(me, q, 5), 1)[0] for q in queries]
+            for sql in toggles["FORCE"]:
+                store.db.execute(sql)
+            row["recall p50 ms, no RLS"] = statistics.median(unguarded)
+            row["RLS cost"] = row["recall p50 ms"] / row["recall p50 ms, no RLS"]
+        rows.append(row)
+    url = new_database()
+    MemoryStore(url).close()
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        one = 500 / pool.apply(write_singles, (url, "solo", 500))
+    with context.Pool(8) as pool:
+        began = time.perf_counter()
+        results = [pool.apply_async(write_singles, (url, f"writer-{n}", 250)) for n in range(8)]
+        for result in results:
+            result.get(timeout=600)
+        eight = 8 * 250 / (time.perf_counter() - began)
+    rows.append({"workload": "8 processes, durable remember", "remember_many/s": None,
+                 "durable remember/s": eight, "vs 1 process": eight / one})
+    rows.insert(2, {"workload": "1 process, durable remember", "remember_many/s": None,
+                    "durable remember/s": one})
+    return rows
+
+
 def format_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
     columns = columns or list(rows[0])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -498,7 +578,14 @@ def main() -> None:
                         help="memories for the user in the Zipf workload (default 100,000)")
     parser.add_argument("--rules-size", type=int, default=100_000,
                         help="memories for the rules-and-ranks table (default 100,000)")
+    parser.add_argument("--engine", choices=["sqlite", "postgres"], default="sqlite",
+                        help="postgres: measure the PostgreSQL engine only")
+    parser.add_argument("--url", help="with --engine postgres: a server to create databases"
+                        " on (postgresql://owner@/postgres?host=...); default: start one")
     args = parser.parse_args()
+    if args.engine == "postgres":
+        main_postgres(args.url, (args.sizes or [100_000])[0])
+        return
     sizes = args.sizes or [1_000, 10_000, 100_000] + ([1_000_000] if args.million else [])
     print(f"memory.py {memory.__version__}, Python {platform.python_version()}, SQLite "
           f"{sqlite3.sqlite_version}, {platform.machine()}, {os.cpu_count()} cores")
@@ -539,6 +626,45 @@ def main() -> None:
     if args.json:
         print(json.dumps({"sizes": rows, "durability": durable, "rules": rules,
                           "expiry": expiring, "zipf": zipf, "threads": readers}))
+
+
+def main_postgres(url: str | None, size: int) -> None:
+    import psycopg
+
+    from test_postgres import Server, server_binaries
+
+    server = None
+    if url is None:
+        binaries = server_binaries()
+        if binaries is None:
+            raise SystemExit("no PostgreSQL server binaries here: apt-get install postgresql")
+        server = Server(Path(tempfile.mkdtemp(prefix="memory-pg-bench-")), binaries, fsync=True)
+        server.start()
+    names = itertools.count()
+
+    def new_database() -> str:
+        if server is not None:
+            return server.new_database()
+        name = f"memory_bench_{os.getpid()}_{next(names)}"
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {name}")
+        return url.replace("/postgres?", f"/{name}?") if url else ""
+
+    try:
+        with psycopg.connect(new_database().replace("memory_app", "postgres")
+                             if server else url or "") as probe:
+            version = probe.info.server_version
+        print(f"memory.py {memory.__version__}, Python {platform.python_version()},"
+              f" PostgreSQL {version // 10000}.{version % 10000}, {os.cpu_count()} cores,"
+              " Unix socket, fsync on")
+        print(format_table(postgres(new_database, size),
+                           ["workload", "size", "remember_many/s", "durable remember/s",
+                            "vs 1 process", "recall p50 ms", "recall p99 ms",
+                            "recall p50 ms, no RLS", "RLS cost"]))
+    finally:
+        if server is not None:
+            server.stop()
+            shutil.rmtree(server.folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

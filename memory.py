@@ -208,22 +208,28 @@ _SQL_POSTINGS = (
     f"SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
     " AND word IN (SELECT value FROM json_each(?))"
 )
-# The rows recall needs of one word, by key.
+# The rows recall needs, by key: each word's rows and each first id are looked up, one
+# statement a round; the caller keeps the (word, first id) pairs it asked for.
 _SQL_POSTINGS_ROWS = (
-    f"SELECT first_id, ids FROM memory_words {_IN_SCOPE}"
-    " AND word = ? AND first_id IN (SELECT value FROM json_each(?))"
+    f"SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
+    " AND word IN (SELECT value FROM json_each(?))"
+    " AND first_id IN (SELECT value FROM json_each(?))"
 )
 # NOT INDEXED: look the few ids up by primary key rather than walk the user's index range.
 _SQL_RECALLED = (
     f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"
     " AND id IN (SELECT value FROM json_each(?))"
 )
-# Append ids to the newest row of their (user, word, task) if it has room for them; one
-# statement, so a single write costs one per word unless the word is new.
+# For each listed word, the newest row of its (user, word, task) as [first_id, bytes]:
+# one statement for all the words a write holds, then one executemany to append.
+_SQL_NEWEST_POSTINGS = (
+    "SELECT value, (SELECT json_array(first_id, length(ids)) FROM memory_words"
+    " WHERE user_id = ? AND task_id IS ? AND word = value ORDER BY first_id DESC LIMIT 1)"
+    " FROM json_each(?)"
+)
 _SQL_APPEND_POSTINGS = (
-    "UPDATE memory_words SET ids = CAST(ids || ? AS BLOB) WHERE user_id = ? AND word = ?"
-    " AND first_id = (SELECT first_id FROM memory_words WHERE user_id = ? AND word = ?"
-    " AND task_id IS ? ORDER BY first_id DESC LIMIT 1) AND task_id IS ? AND length(ids) <= ?"
+    "UPDATE memory_words SET ids = CAST(ids || ? AS BLOB)"
+    " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
 )
 _SQL_INSERT_POSTINGS = (
     "INSERT INTO memory_words (user_id, word, first_id, task_id, ids) VALUES (?, ?, ?, ?, ?)"
@@ -329,11 +335,17 @@ _PG_SET_VERSION = (
 # reindex, the schema) holds the store's lock exclusively. Users in sorted order.
 _PG_LOCK_CLASS = 0x6D656D  # "mem"
 _PG_LOCK_STORE = f"SELECT pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
-_PG_LOCK_STORE_SHARED = f"SELECT pg_advisory_xact_lock_shared({_PG_LOCK_CLASS}, 0)"
-_PG_LOCK_USER = f"SELECT pg_advisory_xact_lock({_PG_LOCK_CLASS} + 1, hashtext(%s))"
+# A transaction's first statement: the users it may see, and for a write its locks, in
+# one round trip (a write would otherwise spend three more on them).
 _PG_SCOPE = (
     "SELECT set_config('memory.user_ids', %s, true), set_config('memory.operator', %s, true)"
 )
+_PG_SCOPE_WRITE = (
+    f"{_PG_SCOPE}, pg_advisory_xact_lock_shared({_PG_LOCK_CLASS}, 0), (SELECT"
+    f" count(pg_advisory_xact_lock({_PG_LOCK_CLASS} + 1, hashtext(name))) FROM (SELECT"
+    " DISTINCT unnest(string_to_array(%s, ',')) AS name ORDER BY name) AS users)"
+)
+_PG_SCOPE_WRITE_ALL = f"{_PG_SCOPE}, pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
 _PG_NEXT_IDS = "SELECT nextval('memories_id_seq') FROM generate_series(1, %s)"
 _PG_PRIVILEGED = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
 _PG_SIZE = (
@@ -347,13 +359,14 @@ _PG_ASYNC_COMMIT = "SET synchronous_commit = off"
 
 def _postgres_form(sql: str) -> str:
     """The PostgreSQL text of a statement that says the same in both dialects but for
-    placeholders, NULL-safe equality, a JSON list's elements and SQLite's NOT INDEXED."""
+    placeholders, NULL-safe equality, a JSON list's elements and SQLite's NOT INDEXED.
+    A list becomes an array first, so that the planner looks its elements up by index."""
     return (sql.replace("%", "%%")
             .replace(" IS ?", " IS NOT DISTINCT FROM ?")
             .replace("id IN (SELECT value FROM json_each(?))",
-                     "id IN (SELECT jsonb_array_elements_text(?::jsonb)::bigint)")
+                     "id = ANY (ARRAY(SELECT jsonb_array_elements_text(?::jsonb)::bigint))")
             .replace("word IN (SELECT value FROM json_each(?))",
-                     "word IN (SELECT jsonb_array_elements_text(?::jsonb))")
+                     "word = ANY (ARRAY(SELECT jsonb_array_elements_text(?::jsonb)))")
             .replace(" NOT INDEXED", "")
             .replace("?", "%s"))
 
@@ -390,15 +403,17 @@ _POSTGRES: dict[str, str] = {
         " coalesce(json_agg(first_id) FILTER (WHERE task_id IS NOT NULL), '[]')::text,"
         " (sum(length(ids)) / 8)::bigint, bool_and(length(ids) %% 8 = 0)::int"
         " FROM memory_words WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
-        " AND word IN (SELECT jsonb_array_elements_text(%s::jsonb)) GROUP BY word"),
+        " AND word = ANY (ARRAY(SELECT jsonb_array_elements_text(%s::jsonb))) GROUP BY word"),
+    _SQL_NEWEST_POSTINGS: (
+        "SELECT value, (SELECT json_build_array(first_id, length(ids))::text FROM memory_words"
+        " WHERE user_id = %s AND task_id IS NOT DISTINCT FROM %s AND word = value"
+        " ORDER BY first_id DESC LIMIT 1) FROM jsonb_array_elements_text(%s::jsonb) AS value"),
     _SQL_APPEND_POSTINGS: (
-        "UPDATE memory_words SET ids = ids || %s WHERE user_id = %s AND word = %s"
-        " AND first_id = (SELECT first_id FROM memory_words WHERE user_id = %s AND word = %s"
-        " AND task_id IS NOT DISTINCT FROM %s ORDER BY first_id DESC LIMIT 1)"
-        " AND task_id IS NOT DISTINCT FROM %s AND length(ids) <= %s"),
+        "UPDATE memory_words SET ids = ids || %s WHERE user_id = %s"
+        " AND task_id IS NOT DISTINCT FROM %s AND word = %s AND first_id = %s"),
 } | {sql: sql for sql in (
     *_PG_SCHEMA, _PG_TABLE_EXISTS, _PG_VERSION, _PG_SET_VERSION, _PG_LOCK_STORE,
-    _PG_LOCK_STORE_SHARED, _PG_LOCK_USER, _PG_SCOPE, _PG_NEXT_IDS, _PG_PRIVILEGED, _PG_SIZE,
+    _PG_SCOPE, _PG_SCOPE_WRITE, _PG_SCOPE_WRITE_ALL, _PG_NEXT_IDS, _PG_PRIVILEGED, _PG_SIZE,
     _PG_VACUUM, _PG_READ_ONLY, _PG_ASYNC_COMMIT)}
 
 
@@ -774,20 +789,22 @@ def _index_words(
             by_word = owners[user_id, task_id] = collections.defaultdict(list)
         for word in words_of(text):
             by_word[word].append(memory_id)
-    groups = (
-        (user_id, word, task_id, ids)
-        for (user_id, task_id), by_word in owners.items()
-        for word, ids in by_word.items()
-    )
-    new_rows = []
-    for user_id, word, task_id, ids in groups:
-        room = (POSTINGS_PER_ROW - len(ids)) * 8
-        if append and room >= 0 and db.execute(_SQL_APPEND_POSTINGS, (
-                _pack(ids), user_id, word, user_id, word, task_id, task_id, room)).rowcount:
-            continue
-        for start in range(0, len(ids), POSTINGS_PER_ROW):
-            run = ids[start : start + POSTINGS_PER_ROW]
-            new_rows.append((user_id, word, run[0], task_id, _pack(run)))
+    appends, new_rows = [], []
+    for (user_id, task_id), by_word in owners.items():
+        newest = {}
+        if append:
+            found = db.execute(_SQL_NEWEST_POSTINGS,
+                               (user_id, task_id, json.dumps(sorted(by_word)))).fetchall()
+            newest = {word: json.loads(row) for word, row in found if row is not None}
+        for word, ids in by_word.items():
+            first_id, size = newest.get(word, (None, _MAX_ID))
+            if size // 8 + len(ids) <= POSTINGS_PER_ROW:
+                appends.append((_pack(ids), user_id, task_id, word, first_id))
+                continue
+            for start in range(0, len(ids), POSTINGS_PER_ROW):
+                run = ids[start : start + POSTINGS_PER_ROW]
+                new_rows.append((user_id, word, run[0], task_id, _pack(run)))
+    db.executemany(_SQL_APPEND_POSTINGS, appends)
     db.executemany(_SQL_INSERT_POSTINGS, sorted(new_rows))
 
 
@@ -1191,16 +1208,21 @@ def _postings_map(rows: Iterable[tuple[str, str, str, int, int]]
     return held, groups
 
 
+# Recall's reader: the postings rows of each word's listed first ids.
+_Fetch = Callable[[dict[str, list[int]]], Iterable[tuple[str, int, bytes]]]
+
+
 def _expired_holders(groups: list[_Group], expired: set[int],
-                     fetch: Callable[[str, list[int]], Iterable[tuple[int, bytes]]]
+                     fetch: _Fetch
                      ) -> collections.Counter[str]:
     """How many of the `expired` ids each word's postings hold, from the rows that can
     hold them (at most all of the word's)."""
-    held: collections.Counter[str] = collections.Counter()
+    wanted: dict[str, list[int]] = collections.defaultdict(list)
     for group in groups:
-        firsts = sorted({group.row_holding(i) or 0 for i in expired} - {0})
-        for _, blob in fetch(group.word, firsts):
-            held[group.word] += len(expired.intersection(_unpack(blob)))
+        wanted[group.word] += sorted({group.row_holding(i) or 0 for i in expired} - {0})
+    held: collections.Counter[str] = collections.Counter()
+    for word, _, blob in fetch(wanted):
+        held[word] += len(expired.intersection(_unpack(blob)))
     return held
 
 
@@ -1228,7 +1250,7 @@ def _scores_of_all(postings: list[tuple[str, array.array[int]]], rank: str,
 
 
 def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired: set[int],
-                limit: int, fetch: Callable[[str, list[int]], Iterable[tuple[int, bytes]]]
+                limit: int, fetch: _Fetch
                 ) -> list[tuple[float, int]]:
     """The `limit` best (score, id) pairs, best first, over the postings `groups`:
     a memory's score is the number of query words it holds (weights None), or the sum
@@ -1261,9 +1283,6 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
             values[mask] = score
         return score
 
-    def read(word: str, firsts: list[int]) -> Iterator[tuple[int, array.array[int]]]:
-        for first_id, blob in fetch(word, firsts):
-            yield first_id, _unpack(blob)
 
     seen: dict[int, int] = {}  # id -> the words it was seen holding, below the boundary
     best: list[tuple[float, int]] = []  # a min-heap of the best finished (score, id)
@@ -1275,11 +1294,11 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
         elif entry > best[0]:
             heapq.heapreplace(best, entry)
 
-    def take(word: str, rows: Iterable[tuple[int, bytes]]) -> int:
-        """Note the ids of `word`'s `rows` as seen; the newest of them."""
-        bit, newest, was = bits[word], 0, seen.get
-        for _, blob in rows:
-            ids = _unpack(blob)
+    def take(rows: Iterable[tuple[str, int, bytes]]) -> int:
+        """Note the ids of the words' `rows` as seen; the newest of them."""
+        newest, was = 0, seen.get
+        for word, _, blob in rows:
+            bit, ids = bits[word], _unpack(blob)
             for memory_id in set(ids).difference(expired) if expired else ids:
                 seen[memory_id] = was(memory_id, 0) | bit
             newest = max(newest, *ids[-1:])
@@ -1308,8 +1327,8 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
                             first = group.row_holding(memory_id)
                             if first is not None:
                                 rows[first].append(memory_id)
-                for first_id, ids in read(word, sorted(rows)):
-                    row = set(ids)
+                for _, first_id, blob in fetch({word: sorted(rows)}):
+                    row = set(_unpack(blob))
                     for memory_id in rows[first_id]:
                         if memory_id in row:
                             masks[memory_id] |= bits[word]
@@ -1322,10 +1341,8 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
         wanted: dict[str, list[int]] = collections.defaultdict(list)
         for group in groups:
             wanted[group.word] += group.rows_down_to(boundary)
-        newest = boundary
-        for word, firsts in wanted.items():
-            rows_read += len(firsts)
-            newest = max(newest, take(word, fetch(word, firsts)))
+        rows_read += sum(map(len, wanted.values()))
+        newest = max(boundary, take(fetch(wanted)))
         unread = 0
         for group in groups:
             if group.unread:
@@ -1357,7 +1374,7 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
                 firsts = [first for group in groups if group.word == rarest
                           for first in group.rows_down_to(-1)]
                 rows_read += len(firsts)
-                take(rarest, fetch(rarest, firsts))
+                take(fetch({rarest: firsts}))
                 continue
         gap = max(2 * gap, newest - boundary, limit)
         boundary -= gap
@@ -1568,14 +1585,13 @@ class MemoryStore:
         and for a write take the locks (SQLite's BEGIN IMMEDIATE has locked the file)."""
         if not isinstance(db, _PostgresConnection):
             return
-        named = sorted(users or ())
-        db.execute(_PG_SCOPE, (",".join(named), "off" if users is not None else "on"))
-        if write and users is None:
-            db.execute(_PG_LOCK_STORE)
+        named = ",".join(sorted(users or ()))
+        if users is None:
+            db.execute(_PG_SCOPE_WRITE_ALL if write else _PG_SCOPE, ("", "on"))
         elif write:
-            db.execute(_PG_LOCK_STORE_SHARED)
-            for user in named:
-                db.execute(_PG_LOCK_USER, (user,))
+            db.execute(_PG_SCOPE_WRITE, (named, "off", named))
+        else:
+            db.execute(_PG_SCOPE, (named, "off"))
 
     def _new_ids(self, db: _Db, count: int) -> list[int]:
         """`count` ids, each larger than any handed out before, never to be handed out
@@ -1735,8 +1751,13 @@ class MemoryStore:
         """_top_scores over the postings of the words `listed`, read as it asks."""
         held, groups = _postings_map(db.execute(_SQL_POSTINGS_MAP, listed))
 
-        def fetch(word: str, firsts: list[int]) -> sqlite3.Cursor:
-            return db.execute(_SQL_POSTINGS_ROWS, (*scoped, word, json.dumps(firsts)))
+        def fetch(wanted: dict[str, list[int]]) -> list[tuple[str, int, bytes]]:
+            keys = {(word, first) for word, firsts in wanted.items() for first in firsts}
+            if not keys:
+                return []
+            words, firsts = (json.dumps(sorted({key[n] for key in keys})) for n in (0, 1))
+            rows = db.execute(_SQL_POSTINGS_ROWS, (*scoped, words, firsts))
+            return [row for row in rows if (row[0], row[1]) in keys]
 
         weights = None
         if rank == "idf":
