@@ -1732,24 +1732,38 @@ class MemoryStore:
             if rank == "idf":  # N and df count live memories only
                 (stored,) = db.execute(_SQL_COUNT, scoped).fetchone()
                 visible = stored - len(expired)
-            postings, read = [], 0
-            for word, _, blob in db.execute(_SQL_POSTINGS, listed):
-                postings.append((word, _unpack(blob)))
-                read += len(postings[-1][1])
-                if read > _READ_ALL_UP_TO:
-                    best = self._top(db, scoped, listed, rank, expired, visible, limit)
-                    break
-            else:
+            postings, mapped = self._few_postings(db, listed)
+            if mapped is None:
                 best = _scores_of_all(postings, rank, expired, visible, limit)
+            else:
+                best = self._top(db, scoped, *mapped, rank, expired, visible, limit)
             found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
         return [_memory(rows[i], score=score) for score, i in best if i in rows]
 
-    def _top(self, db: _Db, scoped: tuple[str, str], listed: tuple[str, ...],
-             rank: str, expired: set[int], visible: int, limit: int
+    def _few_postings(self, db: _Db, listed: tuple[str, ...]) -> tuple[
+            list[tuple[str, array.array[int]]], tuple[collections.Counter[str], list[_Group]]
+            | None]:
+        """Every posting of the words `listed` if they are at most _READ_ALL_UP_TO, else
+        the map of their rows. SQLite hands rows over as they are asked for, so reading
+        stops once they are too many; PostgreSQL sends a whole result at once, so there
+        the map is read first."""
+        if isinstance(db, _PostgresConnection):
+            mapped = _postings_map(db.execute(_SQL_POSTINGS_MAP, listed))
+            if sum(mapped[0].values()) > _READ_ALL_UP_TO:
+                return [], mapped
+        postings, read = [], 0
+        for word, _, blob in db.execute(_SQL_POSTINGS, listed):
+            postings.append((word, _unpack(blob)))
+            read += len(postings[-1][1])
+            if read > _READ_ALL_UP_TO:
+                return [], _postings_map(db.execute(_SQL_POSTINGS_MAP, listed))
+        return postings, None
+
+    def _top(self, db: _Db, scoped: tuple[str, str], held: collections.Counter[str],
+             groups: list[_Group], rank: str, expired: set[int], visible: int, limit: int
              ) -> list[tuple[float, int]]:
-        """_top_scores over the postings of the words `listed`, read as it asks."""
-        held, groups = _postings_map(db.execute(_SQL_POSTINGS_MAP, listed))
+        """_top_scores over the postings rows `groups`, read as it asks."""
 
         def fetch(wanted: dict[str, list[int]]) -> list[tuple[str, int, bytes]]:
             keys = {(word, first) for word, firsts in wanted.items() for first in firsts}
