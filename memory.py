@@ -336,16 +336,17 @@ _PG_SET_VERSION = (
 _PG_LOCK_CLASS = 0x6D656D  # "mem"
 _PG_LOCK_STORE = f"SELECT pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
 # A transaction's first statement: the users it may see, and for a write its locks, in
-# one round trip (a write would otherwise spend three more on them).
-_PG_SCOPE = (
-    "SELECT set_config('memory.user_ids', %s, true), set_config('memory.operator', %s, true)"
-)
+# one round trip (a write would otherwise spend three more on them). A read also reads
+# the matching rule there, in its snapshot; a write must read it after its locks, in a
+# statement of its own, since a reindex may commit while the write waits for them.
+_PG_USERS = "set_config('memory.user_ids', %s, true), set_config('memory.operator', %s, true)"
+_PG_SCOPE = f"SELECT (SELECT value FROM store_settings WHERE name = 'matching'), {_PG_USERS}"
 _PG_SCOPE_WRITE = (
-    f"{_PG_SCOPE}, pg_advisory_xact_lock_shared({_PG_LOCK_CLASS}, 0), (SELECT"
+    f"SELECT {_PG_USERS}, pg_advisory_xact_lock_shared({_PG_LOCK_CLASS}, 0), (SELECT"
     f" count(pg_advisory_xact_lock({_PG_LOCK_CLASS} + 1, hashtext(name))) FROM (SELECT"
     " DISTINCT unnest(string_to_array(%s, ',')) AS name ORDER BY name) AS users)"
 )
-_PG_SCOPE_WRITE_ALL = f"{_PG_SCOPE}, pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
+_PG_SCOPE_WRITE_ALL = f"SELECT {_PG_USERS}, pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
 _PG_NEXT_IDS = "SELECT nextval('memories_id_seq') FROM generate_series(1, %s)"
 _PG_PRIVILEGED = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
 _PG_SIZE = (
@@ -1502,10 +1503,12 @@ class MemoryStore:
         log.info("opened a PostgreSQL store read_only=%s", self.read_only)
         return db
 
-    def _follow_rule(self, db: _Db) -> None:
-        """Use the file's matching rule: another process may have reindexed it."""
+    def _follow_rule(self, db: _Db, matching: object = None) -> None:
+        """Use the file's matching rule (`matching` if the caller has read it already):
+        another process may have reindexed it."""
         try:
-            (matching,) = db.execute(_SQL_MATCHING).fetchone()
+            if matching is None:
+                (matching,) = db.execute(_SQL_MATCHING).fetchone()
         except (sqlite3.Error, TypeError) as exc:
             raise SchemaError("the file records no matching rule") from exc
         if matching != self.matching:
@@ -1568,30 +1571,32 @@ class MemoryStore:
         """A write transaction for `users` (None: every user, an operator's call)."""
         self._writable()
         with self._reading() as db, _transaction(db):
-            self._enter(db, users, write=True)
-            self._follow_rule(db)
+            self._follow_rule(db, self._enter(db, users, write=True))
             yield db
 
     @contextlib.contextmanager
     def _snapshot(self, users: set[str] | None) -> Iterator[_Db]:
         """A read transaction for `users`: one consistent view, under the current rule."""
         with self._reading() as db, _transaction(db, "BEGIN"):
-            self._enter(db, users, write=False)
-            self._follow_rule(db)
+            self._follow_rule(db, self._enter(db, users, write=False))
             yield db
 
-    def _enter(self, db: _Db, users: set[str] | None, write: bool) -> None:
+    def _enter(self, db: _Db, users: set[str] | None, write: bool) -> object:
         """PostgreSQL only: name the users the transaction may see, for row-level security,
-        and for a write take the locks (SQLite's BEGIN IMMEDIATE has locked the file)."""
+        and for a write take the locks (SQLite's BEGIN IMMEDIATE has locked the file); the
+        matching rule a read finds in the same round trip (None for a write, and on
+        SQLite)."""
         if not isinstance(db, _PostgresConnection):
-            return
+            return None
         named = ",".join(sorted(users or ()))
+        operator = "off" if users is not None else "on"
+        if not write:
+            return db.execute(_PG_SCOPE, (named, operator)).fetchone()[0]
         if users is None:
-            db.execute(_PG_SCOPE_WRITE_ALL if write else _PG_SCOPE, ("", "on"))
-        elif write:
-            db.execute(_PG_SCOPE_WRITE, (named, "off", named))
+            db.execute(_PG_SCOPE_WRITE_ALL, (named, operator))
         else:
-            db.execute(_PG_SCOPE, (named, "off"))
+            db.execute(_PG_SCOPE_WRITE, (named, operator, named))
+        return None
 
     def _new_ids(self, db: _Db, count: int) -> list[int]:
         """`count` ids, each larger than any handed out before, never to be handed out
