@@ -1446,8 +1446,24 @@ class MemoryStore:
         return f"{uri}?mode=ro&immutable=1"
 
     def _connect(self, matching: str | None) -> _Db:
+        """Open, prepare and configure the engine's connection, then follow its rule."""
         if _is_postgres(self.path):
-            return self._connect_postgres(matching)
+            db: _Db = self._open_postgres(matching)
+        else:
+            db = self._open_sqlite(matching)
+        try:
+            self._follow_rule(db)
+            if matching is not None and matching != self.matching:
+                raise MemoryInputError(f"matching={matching!r} was asked for, but the store's"
+                                       f" word index uses matching={self.matching!r}")
+        except BaseException:
+            db.close()
+            raise
+        log.info("opened a store on %s read_only=%s",
+                 "PostgreSQL" if _is_postgres(self.path) else "SQLite", self.read_only)
+        return db
+
+    def _open_sqlite(self, matching: str | None) -> sqlite3.Connection:
         target = self._target()
         if self.path != ":memory:":
             stat = os.stat(self.path)
@@ -1471,17 +1487,12 @@ class MemoryStore:
             # A failure to create or upgrade re-raises sqlite3's own error, as it came.
             _prepare(db, writable=not self.read_only, matching=matching)
             self._configure(db)
-            self._follow_rule(db)
-            if matching is not None and matching != self.matching:
-                raise MemoryInputError(f"matching={matching!r} was asked for, but the file's"
-                                       f" word index uses matching={self.matching!r}")
         except BaseException:
             db.close()
             raise
-        log.info("opened a store read_only=%s", self.read_only)
         return db
 
-    def _connect_postgres(self, matching: str | None) -> _PostgresConnection:
+    def _open_postgres(self, matching: str | None) -> _PostgresConnection:
         db = _PostgresConnection(self.path)
         try:
             _prepare_postgres(db, writable=not self.read_only, matching=matching)
@@ -1493,14 +1504,9 @@ class MemoryStore:
             if privileged:
                 log.warning("connected as a role that bypasses row-level security: only"
                             " each statement's user filter confines the store's calls")
-            self._follow_rule(db)
-            if matching is not None and matching != self.matching:
-                raise MemoryInputError(f"matching={matching!r} was asked for, but the"
-                                       f" database's word index uses matching={self.matching!r}")
         except BaseException:
             db.close()
             raise
-        log.info("opened a PostgreSQL store read_only=%s", self.read_only)
         return db
 
     def _follow_rule(self, db: _Db, matching: object = None) -> None:

@@ -289,14 +289,8 @@ def test_top_k_reads_less_and_agrees_with_the_model(
             mock.patch.object(memory, "_READ_ALL_UP_TO", read_all_up_to), \
             MemoryStore(pathlib.Path(folder) / "m.db", clock=clock) as store:
         for batch in batches:
-            ids = store.remember_many([(s, lv, t, "s", ttl) for s, lv, t, ttl in batch])
-            for memory_id, (scope, level, text, ttl) in zip(ids, batch, strict=True):
-                stamp = created()
-                expires = None if ttl is None else \
-                    memory.datetime.fromisoformat(stamp) + memory.timedelta(seconds=ttl)
-                model.memories.append(Memory(memory_id, scope.user,
-                                             scope.task if level == "task" else None,
-                                             text, "s", stamp, expires))
+            items = [(scope, level, text, "s", ttl) for scope, level, text, ttl in batch]
+            model.remembered(store.remember_many(items), items, created)
             clock()  # one minute passes: what had a ttl of 30 s has expired
             model.now = created()
         for scope in (Scope("alice", "trip"), Scope("alice", "work"), Scope("bob", "none")):

@@ -446,14 +446,7 @@ def test_top_k_reads_newest_first_and_agrees_with_the_model(url: str) -> None:
             items = [(rng.choice(scopes), rng.choice(["user", "task"]),
                       " ".join(rng.choices(words, k=rng.randint(1, 5))), "s",
                       rng.choice([None, None, None, 30.0])) for _ in range(1 + 3 * (batch % 4))]
-            for memory_id, (scope, level, text, _, ttl) in zip(
-                    opened.remember_many(items), items, strict=True):
-                stamp = created()
-                expires = None if ttl is None else \
-                    memory.datetime.fromisoformat(stamp) + memory.timedelta(seconds=ttl)
-                model.memories.append(Memory(memory_id, scope.user,
-                                             scope.task if level == "task" else None,
-                                             text, "s", stamp, expires))
+            model.remembered(opened.remember_many(items), items, created)
             clock()
             model.now = created()
         for _ in range(60):

@@ -148,6 +148,17 @@ class Model:
     def count(self, scope: Scope) -> int:
         return len(self.visible(scope))
 
+    def remembered(self, ids: list[int], items: list[tuple[Scope, str, str, str, float | None]],
+                   created: Callable[[], str]) -> None:
+        """What a remember_many of (scope, level, text, source, ttl) `items` that returned
+        `ids` wrote, each memory taking the next reading of the clock `created`."""
+        for memory_id, (scope, level, text, source, ttl) in zip(ids, items, strict=True):
+            stamp = created()
+            expires = None if ttl is None else utc(stamp) + timedelta(seconds=ttl)
+            self.memories.append(Memory(memory_id, scope.user,
+                                        scope.task if level == "task" else None,
+                                        text, source, stamp, expires))
+
 
 def index_problems(db: sqlite3.Connection) -> list[str]:
     """How the word index and the counts differ from the memories they describe: every
