@@ -856,6 +856,14 @@ def _transaction(
         raise
 
 
+def _batched(db: _Db) -> contextlib.AbstractContextManager[object]:
+    """The block's statements in order, sent together where the engine can: over a
+    network each one's round trip is most of a small write's time."""
+    if isinstance(db, _PostgresConnection):
+        return db.batch()
+    return contextlib.nullcontext()
+
+
 def _execute_script(db: sqlite3.Connection, script: str) -> None:
     # executescript() would commit on its own, outside the caller's transaction.
     for statement in script.split(";"):
@@ -1014,6 +1022,7 @@ class _PostgresConnection:
         except self._psycopg.Error as exc:
             raise _postgres_error(exc) from None
         self._trace: Callable[[str], object] | None = None
+        self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
 
     def _twin(self, sql: str) -> str:
         text = _POSTGRES.get(sql)
@@ -1025,8 +1034,18 @@ class _PostgresConnection:
 
     def execute(self, sql: str, parameters: Any = ()) -> Any:
         text = self._twin(sql)
+        if sql in ("BEGIN", "BEGIN IMMEDIATE"):
+            self._begin = text  # sent with the transaction's first statement: a round trip
+            return None
+        begin, self._begin = self._begin, None
+        if begin is not None and sql in ("COMMIT", "ROLLBACK"):
+            return None  # nothing was sent
         try:
-            return self._conn.execute(text, parameters)
+            if begin is None:
+                return self._conn.execute(text, parameters)
+            with self._conn.pipeline():
+                self._conn.execute(begin)
+                return self._conn.execute(text, parameters)
         except self._psycopg.Error as exc:
             raise _postgres_error(exc) from None
 
@@ -1038,10 +1057,20 @@ class _PostgresConnection:
             raise _postgres_error(exc) from None
         return cursor
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Send the block's statements without waiting for each one's result (psycopg's
+        pipeline); a statement whose result is read waits for all before it."""
+        try:
+            with self._conn.pipeline():
+                yield
+        except self._psycopg.Error as exc:
+            raise _postgres_error(exc) from None
+
     @property
     def in_transaction(self) -> bool:
-        return bool(self._conn.info.transaction_status
-                    != self._psycopg.pq.TransactionStatus.IDLE)
+        return self._begin is not None or bool(
+            self._conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE)
 
     def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
         self._trace = trace
@@ -1590,19 +1619,20 @@ class MemoryStore:
     def _enter(self, db: _Db, users: set[str] | None, write: bool) -> object:
         """PostgreSQL only: name the users the transaction may see, for row-level security,
         and for a write take the locks (SQLite's BEGIN IMMEDIATE has locked the file); the
-        matching rule a read finds in the same round trip (None for a write, and on
-        SQLite)."""
+        matching rule, read in the same round trip (None on SQLite)."""
         if not isinstance(db, _PostgresConnection):
             return None
         named = ",".join(sorted(users or ()))
         operator = "off" if users is not None else "on"
         if not write:
             return db.execute(_PG_SCOPE, (named, operator)).fetchone()[0]
-        if users is None:
-            db.execute(_PG_SCOPE_WRITE_ALL, (named, operator))
-        else:
-            db.execute(_PG_SCOPE_WRITE, (named, operator, named))
-        return None
+        with db.batch():  # the rule is read after the locks, but in the same round trip
+            if users is None:
+                db.execute(_PG_SCOPE_WRITE_ALL, (named, operator))
+            else:
+                db.execute(_PG_SCOPE_WRITE, (named, operator, named))
+            found = db.execute(_SQL_MATCHING)
+        return found.fetchone()[0]
 
     def _new_ids(self, db: _Db, count: int) -> list[int]:
         """`count` ids, each larger than any handed out before, never to be handed out
@@ -1664,11 +1694,12 @@ class MemoryStore:
             if row.ttl is not None:
                 expires_at = _expiry(created_at, row.ttl)
             values.append((memory_id, *row[:4], created_at, expires_at))
-        db.executemany(_SQL_INSERT, values)
-        new = ((memory_id, *row[:3]) for memory_id, row in zip(ids, rows, strict=True))
-        _index_words(db, new, append=len(rows) <= _APPEND_UP_TO, words_of=self._words)
         added = collections.Counter((row.user_id, row.task_id or "") for row in rows)
-        db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
+        new = ((memory_id, *row[:3]) for memory_id, row in zip(ids, rows, strict=True))
+        with _batched(db):
+            db.executemany(_SQL_INSERT, values)
+            _index_words(db, new, append=len(rows) <= _APPEND_UP_TO, words_of=self._words)
+            db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
         return ids
 
     def _purge(self, db: _Db, user: str, task: str, now: str,
