@@ -454,3 +454,21 @@ def test_top_k_reads_newest_first_and_agrees_with_the_model(url: str) -> None:
             limit, rank, scope = rng.randint(1, 20), rng.choice(memory.RANKS), rng.choice(scopes)
             assert opened.recall(scope, query, limit, rank=rank) == \
                 model.recall(scope, query, limit, rank)
+
+
+def test_a_server_error_inside_a_write_is_a_store_error_and_writes_nothing(
+        url: str, server: Server) -> None:
+    """A write's last statements go to the server together; one of them failing still
+    raises StoreError (no driver error), rolls the whole write back, and frees the store."""
+    database = url.split("@/", 1)[1].split("?")[0]
+    with MemoryStore(url, clock=fixed_clock()) as opened:
+        opened.remember(ALICE, "user", "Alice is vegetarian.", "s")
+        server.admin("ALTER TABLE memory_counts ADD CONSTRAINT at_most_one"
+                     " CHECK (memories <= 1)", database)
+        with pytest.raises(StoreError, match="SQLSTATE 23514") as caught:
+            opened.remember(ALICE, "user", "Alice likes trains.", "s")
+        assert caught.value.__cause__ is None
+        assert [m["text"] for m in opened.memories(ALICE)] == ["Alice is vegetarian."]
+        assert ids(opened.recall(ALICE, "trains")) == []
+        opened.remember(BOB, "user", "Bob is next.", "s")
+        assert opened.count(BOB) == 1
