@@ -489,7 +489,50 @@ def write_singles(target: str, user: str, count: int) -> float:
         return time.perf_counter() - began
 
 
-def postgres(new_database: Callable[[], str], size: int) -> list[dict[str, Any]]:
+def gin_peers(owner_url: str, rows: list[tuple[Scope, str]], queries: list[str],
+              me: Scope) -> list[dict[str, Any]]:
+    """Top-5 recall from GIN indexes on the same rows: over word arrays (`&&`, ranked by
+    the words shared, newer first) and over tsvector (ts_rank); the store's own table of
+    postings is the other row of the table."""
+    import psycopg
+
+    with psycopg.connect(owner_url, autocommit=True) as db:
+        db.execute("CREATE TABLE gin_docs (user_id TEXT, id BIGINT, words TEXT[],"
+                   " tsv TSVECTOR, PRIMARY KEY (user_id, id))")
+        with db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO gin_docs VALUES (%s, %s, %s, to_tsvector('simple', %s))",
+                [(scope.user, n, sorted(words(text)), text)
+                 for n, (scope, text) in enumerate(rows)])
+        db.execute("CREATE INDEX gin_words ON gin_docs USING gin (words)")
+        db.execute("CREATE INDEX gin_tsv ON gin_docs USING gin (tsv)")
+        db.execute("ANALYZE gin_docs")
+
+        def by_array(query: str) -> list[Any]:
+            wanted = sorted(words(query))
+            return db.execute(
+                "SELECT id FROM gin_docs WHERE user_id = %s AND words && %s::text[] ORDER BY"
+                " cardinality(ARRAY(SELECT unnest(words) INTERSECT SELECT unnest(%s::text[])))"
+                " DESC, id DESC LIMIT 5", (me.user, wanted, wanted)).fetchall()
+
+        def by_tsvector(query: str) -> list[Any]:
+            wanted = " | ".join(sorted(words(query)))
+            return db.execute(
+                "SELECT id FROM gin_docs WHERE user_id = %s AND tsv @@ to_tsquery('simple', %s)"
+                " ORDER BY ts_rank(tsv, to_tsquery('simple', %s)) DESC, id DESC LIMIT 5",
+                (me.user, wanted, wanted)).fetchall()
+
+        found = []
+        for name, recall in (("Zipf, GIN over word arrays", by_array),
+                             ("Zipf, GIN over tsvector, ts_rank", by_tsvector)):
+            times = [timed(lambda q=q, r=recall: r(q), 1)[0] for q in queries]
+            found.append({"workload": name, "recall p50 ms": statistics.median(times),
+                          "recall p99 ms": percentile(times, 0.99)})
+    return found
+
+
+def postgres(new_database: Callable[[], str], size: int,
+             gin: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
     """The uniform and Zipf workloads on PostgreSQL, `size` memories for one user and as
     many for ten others, over the server's Unix socket: bulk and durable writes, recall,
     recall with row-level security switched off (its cost), and 8 processes writing."""
@@ -537,6 +580,9 @@ def postgres(new_database: Callable[[], str], size: int) -> list[dict[str, Any]]
             row["recall p50 ms, no RLS"] = statistics.median(unguarded)
             row["RLS cost"] = row["recall p50 ms"] / row["recall p50 ms, no RLS"]
         rows.append(row)
+        if gin is not None and workload == "Zipf":
+            rows += gin_peers(gin(url), [(scope, text) for scope, _, text, _ in items],
+                              queries, me)
     url = new_database()
     MemoryStore(url).close()
     context = multiprocessing.get_context("spawn")
@@ -548,10 +594,9 @@ def postgres(new_database: Callable[[], str], size: int) -> list[dict[str, Any]]
         for result in results:
             result.get(timeout=600)
         eight = 8 * 250 / (time.perf_counter() - began)
-    rows.append({"workload": "8 processes, durable remember", "remember_many/s": None,
-                 "durable remember/s": eight, "vs 1 process": eight / one})
-    rows.insert(2, {"workload": "1 process, durable remember", "remember_many/s": None,
-                    "durable remember/s": one})
+    rows.append({"workload": "1 process, durable remember", "durable remember/s": one})
+    rows.append({"workload": "8 processes, durable remember", "durable remember/s": eight,
+                 "vs 1 process": eight / one})
     return rows
 
 
@@ -582,9 +627,11 @@ def main() -> None:
                         help="postgres: measure the PostgreSQL engine only")
     parser.add_argument("--url", help="with --engine postgres: a server to create databases"
                         " on (postgresql://owner@/postgres?host=...); default: start one")
+    parser.add_argument("--gin", action="store_true", help="with --engine postgres: add"
+                        " top-5 recall from GIN indexes on the Zipf rows (a server it starts)")
     args = parser.parse_args()
     if args.engine == "postgres":
-        main_postgres(args.url, (args.sizes or [100_000])[0])
+        main_postgres(args.url, (args.sizes or [100_000])[0], args.gin)
         return
     sizes = args.sizes or [1_000, 10_000, 100_000] + ([1_000_000] if args.million else [])
     print(f"memory.py {memory.__version__}, Python {platform.python_version()}, SQLite "
@@ -628,7 +675,7 @@ def main() -> None:
                           "expiry": expiring, "zipf": zipf, "threads": readers}))
 
 
-def main_postgres(url: str | None, size: int) -> None:
+def main_postgres(url: str | None, size: int, gin: bool = False) -> None:
     import psycopg
 
     from test_postgres import Server, server_binaries
@@ -657,7 +704,9 @@ def main_postgres(url: str | None, size: int) -> None:
         print(f"memory.py {memory.__version__}, Python {platform.python_version()},"
               f" PostgreSQL {version // 10000}.{version % 10000}, {os.cpu_count()} cores,"
               " Unix socket, fsync on")
-        print(format_table(postgres(new_database, size),
+        owner = (lambda store_url: store_url.replace("memory_app", "postgres")) \
+            if gin and server is not None else None
+        print(format_table(postgres(new_database, size, owner),
                            ["workload", "size", "remember_many/s", "durable remember/s",
                             "vs 1 process", "recall p50 ms", "recall p99 ms",
                             "recall p50 ms, no RLS", "RLS cost"]))
