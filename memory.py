@@ -30,7 +30,7 @@ import threading
 import time
 import unicodedata
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
@@ -1219,6 +1219,15 @@ class _Group:
         at = bisect.bisect_right(self.firsts, memory_id) - 1
         return self.firsts[at] if at >= 0 else None
 
+    def rows_for(self, ids: Collection[int]) -> set[int]:
+        """The rows that can hold `ids`: every row across their span where those are no
+        more than the ids, else each id's own row."""
+        start = max(0, bisect.bisect_right(self.firsts, min(ids)) - 1)
+        end = bisect.bisect_right(self.firsts, max(ids))
+        if end - start <= len(ids):
+            return set(self.firsts[start:end])
+        return {first for first in map(self.row_holding, ids) if first is not None}
+
 
 def _postings_map(rows: Iterable[tuple[str, str, str, int, int]]
                   ) -> tuple[collections.Counter[str], list[_Group]]:
@@ -1339,8 +1348,9 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
 
     def probe(hopeful: list[int], unread: int) -> None:
         """Finish the `hopeful` ids below the boundary: newest first, a batch at a time,
-        look each up in the rows of the unread words that can hold it, rarest word
-        first, dropping an id once it cannot beat the limit-th best."""
+        look them up in the rows of the unread words that can hold them, rarest word
+        first, dropping an id once it cannot beat the limit-th best. Where the batch is
+        dense, every row across its ids is read, and intersected with it at C speed."""
         hopeful.sort(reverse=True)
         start, size = 0, 4 * limit
         while start < len(hopeful):
@@ -1350,18 +1360,16 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
             for word in sorted((w for w in order if unread & bits[w]), key=unread_rows):
                 masks = {i: mask for i, mask in masks.items() if value(mask | left) > best[0][0]}
                 left &= ~bits[word]
-                rows: dict[int, list[int]] = collections.defaultdict(list)
+                if not masks:
+                    break
+                firsts: set[int] = set()
                 for group in groups:
                     if group.word == word:
-                        for memory_id in masks:
-                            first = group.row_holding(memory_id)
-                            if first is not None:
-                                rows[first].append(memory_id)
-                for _, first_id, blob in fetch({word: sorted(rows)}):
-                    row = set(_unpack(blob))
-                    for memory_id in rows[first_id]:
-                        if memory_id in row:
-                            masks[memory_id] |= bits[word]
+                        firsts |= group.rows_for(masks.keys())
+                wanted = set(masks)
+                for _, _, blob in fetch({word: sorted(firsts)}):
+                    for memory_id in wanted.intersection(_unpack(blob)):
+                        masks[memory_id] |= bits[word]
             for memory_id, mask in masks.items():
                 finish(memory_id, mask)
 
@@ -1389,13 +1397,13 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
         if not unread:
             break
         if len(best) == limit and value(unread) <= best[0][0]:
-            # No id below the boundary that is not in `seen` can win any more.
+            # No id below the boundary that is not in `seen` can win any more: finish
+            # those that still can, at C speed, rather than read on in Python.
             floor = best[0][0]
             can_win = {mask for mask in set(seen.values()) if value(mask | unread) > floor}
             hopeful = [i for i, mask in seen.items() if mask in can_win]
-            if len(hopeful) <= sum(group.unread for group in groups):
-                probe(hopeful, unread)
-                break
+            probe(hopeful, unread)
+            break
         if len(best) == limit:
             # An id below the boundary holding the unread words could still win: read
             # the rarest of them through, if that costs at most half what has been read.
