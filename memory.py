@@ -1301,7 +1301,7 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
     can score more than the limit-th best: the unread words together add up to no more,
     and the ids seen below that still could are looked up row by row in the unread
     words, newest first (MaxScore's probing). While a rare word keeps that bound up, it
-    is read through, if that costs at most half of what has been read. The answer is
+    is read through, if that costs no more than has been read. The answer is
     the full scan's, to the bit: each bound is a score as the rule adds it up, and a
     float sum never drops when a positive weight joins it."""
     order = sorted({group.word for group in groups})
@@ -1406,9 +1406,9 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
             break
         if len(best) == limit:
             # An id below the boundary holding the unread words could still win: read
-            # the rarest of them through, if that costs at most half what has been read.
+            # the rarest of them through, if that costs no more than has been read.
             rarest = min((w for w in order if unread & bits[w]), key=unread_rows)
-            if 2 * unread_rows(rarest) <= rows_read:
+            if unread_rows(rarest) <= rows_read:
                 firsts = [first for group in groups if group.word == rarest
                           for first in group.rows_down_to(-1)]
                 rows_read += len(firsts)
