@@ -1298,12 +1298,12 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
     The rows are read from the newest ids down, a window at a time: every id at or
     above the window's lower boundary has all its words read, so its score is final;
     every id below it is older, so on a tie it loses. Reading stops once nothing below
-    can score more than the limit-th best: the unread words together add up to no more,
-    and the ids seen below that still could are looked up row by row in the unread
-    words, newest first (MaxScore's probing). While a rare word keeps that bound up, it
-    is read through, if that costs no more than has been read. The answer is
-    the full scan's, to the bit: each bound is a score as the rule adds it up, and a
-    float sum never drops when a positive weight joins it."""
+    can score more than the limit-th best: once the unread words together add up to no
+    more, the ids seen below that still could are looked up in the unread words' rows,
+    newest first, and intersected with them at C speed (MaxScore's probing). While a
+    rare word keeps that bound up, it is read through, if that costs no more than has
+    been read. The answer is the full scan's, to the bit: each bound is a score as the
+    rule adds it up, and a float sum never drops when a positive weight joins it."""
     order = sorted({group.word for group in groups})
     bits = {word: 1 << n for n, word in enumerate(order)}
     values: dict[int, float] = {}
@@ -1321,7 +1321,6 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
                         score += weights[word]
             values[mask] = score
         return score
-
 
     seen: dict[int, int] = {}  # id -> the words it was seen holding, below the boundary
     best: list[tuple[float, int]] = []  # a min-heap of the best finished (score, id)
