@@ -67,16 +67,16 @@ _SCRIPT_PART = re.compile(f"[{_CJK}]+|[^{_CJK}]+")
 _CJK_PART = re.compile(f"[{_CJK}]")
 # Sized so a row stays on its B-tree page (no overflow page) and rewriting one is cheap.
 POSTINGS_PER_ROW = 96
-# A write of this many memories or fewer appends each word's ids to the newest row of its
-# (user, word, task) when it has room, so single writes do not leave one-id rows for recall
-# to read; a larger write makes rows of its own, sparing a lookup per word.
-_APPEND_UP_TO = 16
 # Each connection's page cache: the word index of a large store is written in key order
 # per word, i.e. all over the file.
 _CACHE_KIB = 64 * 1024
 # Recall scores all the query words' postings at once when they are this few: reading
 # the newest first saves less than its extra statements cost.
 _READ_ALL_UP_TO = 4096
+# Reading the newest first gives up, and scores every posting at C speed instead, once it
+# has read more than this fraction (1/_TOP_K_BUDGET) of them in Python: on queries of many
+# words of like frequency it would read most of them anyway.
+_TOP_K_BUDGET = 3
 _MAX_ID = 2**63 - 1
 # A write first deletes up to this many expired memories of each scope it writes in, so
 # expired text does not wait for purge_expired() where the user is active.
@@ -1289,8 +1289,8 @@ def _scores_of_all(postings: list[tuple[str, array.array[int]]], rank: str,
 
 
 def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired: set[int],
-                limit: int, fetch: _Fetch
-                ) -> list[tuple[float, int]]:
+                limit: int, fetch: _Fetch, budget: int
+                ) -> list[tuple[float, int]] | None:
     """The `limit` best (score, id) pairs, best first, over the postings `groups`:
     a memory's score is the number of query words it holds (weights None), or the sum
     of their weights in sorted word order. Expired ids are left out.
@@ -1303,7 +1303,9 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
     newest first, and intersected with them at C speed (MaxScore's probing). While a
     rare word keeps that bound up, it is read through, if that costs no more than has
     been read. The answer is the full scan's, to the bit: each bound is a score as the
-    rule adds it up, and a float sum never drops when a positive weight joins it."""
+    rule adds it up, and a float sum never drops when a positive weight joins it.
+    None once the rounds have read more than `budget` postings: then scoring them all at
+    C speed costs less than reading on in Python."""
     order = sorted({group.word for group in groups})
     bits = {word: 1 << n for n, word in enumerate(order)}
     values: dict[int, float] = {}
@@ -1322,6 +1324,7 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
             values[mask] = score
         return score
 
+    read = 0  # postings the rounds have read
     seen: dict[int, int] = {}  # id -> the words it was seen holding, below the boundary
     best: list[tuple[float, int]] = []  # a min-heap of the best finished (score, id)
 
@@ -1334,9 +1337,11 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
 
     def take(rows: Iterable[tuple[str, int, bytes]]) -> int:
         """Note the ids of the words' `rows` as seen; the newest of them."""
+        nonlocal read
         newest, was = 0, seen.get
         for word, _, blob in rows:
             bit, ids = bits[word], _unpack(blob)
+            read += len(ids)
             for memory_id in set(ids).difference(expired) if expired else ids:
                 seen[memory_id] = was(memory_id, 0) | bit
             newest = max(newest, *ids[-1:])
@@ -1380,6 +1385,8 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
             wanted[group.word] += group.rows_down_to(boundary)
         rows_read += sum(map(len, wanted.values()))
         newest = max(boundary, take(fetch(wanted)))
+        if read > budget:
+            return None
         unread = 0
         for group in groups:
             if group.unread:
@@ -1412,6 +1419,8 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
                           for first in group.rows_down_to(-1)]
                 rows_read += len(firsts)
                 take(fetch({rarest: firsts}))
+                if read > budget:
+                    return None
                 continue
         gap = max(2 * gap, newest - boundary, limit)
         boundary -= gap
@@ -1705,7 +1714,7 @@ class MemoryStore:
         new = ((memory_id, *row[:3]) for memory_id, row in zip(ids, rows, strict=True))
         with _batched(db):
             db.executemany(_SQL_INSERT, values)
-            _index_words(db, new, append=len(rows) <= _APPEND_UP_TO, words_of=self._words)
+            _index_words(db, new, append=True, words_of=self._words)
             db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
         return ids
 
@@ -1785,7 +1794,7 @@ class MemoryStore:
             if mapped is None:
                 best = _scores_of_all(postings, rank, expired, visible, limit)
             else:
-                best = self._top(db, scoped, *mapped, rank, expired, visible, limit)
+                best = self._top(db, scoped, listed, *mapped, rank, expired, visible, limit)
             found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
         return [_memory(rows[i], score=score) for score, i in best if i in rows]
@@ -1809,10 +1818,11 @@ class MemoryStore:
                 return [], _postings_map(db.execute(_SQL_POSTINGS_MAP, listed))
         return postings, None
 
-    def _top(self, db: _Db, scoped: tuple[str, str], held: collections.Counter[str],
-             groups: list[_Group], rank: str, expired: set[int], visible: int, limit: int
-             ) -> list[tuple[float, int]]:
-        """_top_scores over the postings rows `groups`, read as it asks."""
+    def _top(self, db: _Db, scoped: tuple[str, str], listed: tuple[str, ...],
+             held: collections.Counter[str], groups: list[_Group], rank: str,
+             expired: set[int], visible: int, limit: int) -> list[tuple[float, int]]:
+        """_top_scores over the postings rows `groups`, read as it asks; or, once it
+        reads more than a third of them, all of them scored at once."""
 
         def fetch(wanted: dict[str, list[int]]) -> list[tuple[str, int, bytes]]:
             keys = {(word, first) for word, firsts in wanted.items() for first in firsts}
@@ -1828,7 +1838,13 @@ class MemoryStore:
                 held.subtract(_expired_holders(groups, expired, fetch))
             weights = {word: math.log(1 + (visible - df + 0.5) / (df + 0.5))
                        for word, df in held.items()}
-        return _top_scores(groups, weights, expired, limit, fetch)
+        best = _top_scores(groups, weights, expired, limit, fetch,
+                           budget=sum(held.values()) // _TOP_K_BUDGET)
+        if best is None:
+            postings = [(word, _unpack(blob))
+                        for word, _, blob in db.execute(_SQL_POSTINGS, listed)]
+            best = _scores_of_all(postings, rank, expired, visible, limit)
+        return best
 
     def count(self, scope: Scope) -> int:
         """How many live memories are visible in the scope: the stored count less the
