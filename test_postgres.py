@@ -472,3 +472,32 @@ def test_a_server_error_inside_a_write_is_a_store_error_and_writes_nothing(
         assert ids(opened.recall(ALICE, "trains")) == []
         opened.remember(BOB, "user", "Bob is next.", "s")
         assert opened.count(BOB) == 1
+
+
+def test_a_role_that_bypasses_row_level_security_is_warned_of(
+        url: str, caplog: pytest.LogCaptureFixture) -> None:
+    MemoryStore(url).close()
+    with caplog.at_level("WARNING", logger="memory"):
+        MemoryStore(url).close()
+        assert not caplog.records
+        MemoryStore(url.replace(APP_ROLE, "postgres")).close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "connected as a role that bypasses row-level security: only each statement's"
+        " user filter confines the store's calls"]
+
+
+def test_durable_and_read_only_set_the_session(url: str) -> None:
+    MemoryStore(url).close()
+    shows = ["SHOW synchronous_commit", "SHOW default_transaction_read_only"]
+    memory._POSTGRES.update({show: show for show in shows})
+    try:
+        found = {}
+        for options in ({}, {"durable": False}, {"read_only": True}):
+            with MemoryStore(url, **options) as opened:  # type: ignore[arg-type]
+                found[tuple(options)] = [opened.db.execute(show).fetchone()[0]
+                                         for show in shows]
+    finally:
+        for show in shows:
+            del memory._POSTGRES[show]
+    assert found == {(): ["on", "off"], ("durable",): ["off", "off"],
+                     ("read_only",): ["on", "on"]}
