@@ -192,10 +192,10 @@ _SQL_COUNT_DROP_EMPTY = (
 _SQL_ERASE_COUNTS = "DELETE FROM memory_counts WHERE user_id = ?"
 _SQL_MATCHING = "SELECT value FROM store_settings WHERE name = 'matching'"
 _SQL_SET_MATCHING = "INSERT OR REPLACE INTO store_settings (name, value) VALUES ('matching', ?)"
-# Recall's map of the query words' postings: every row's key and size, without its ids
-# (the blob stays in SQLite), and whether the row is a whole run of int64 ids.
-# One row per word, since a row apiece costs more than the lookup: the first ids of its
-# user-level rows, then of the task's (the scope lets in no other task).
+# Recall's map of the query words' postings, one row per word (a row apiece costs more
+# than the lookup): the first ids of its user-level rows, then of the task's (the scope
+# lets in no other task), how many ids they hold, and whether every row is a whole run
+# of int64 ids. The blobs stay in SQLite.
 _SQL_POSTINGS_MAP = (
     "SELECT word, json_group_array(first_id) FILTER (WHERE task_id IS NULL),"
     " json_group_array(first_id) FILTER (WHERE task_id IS NOT NULL), sum(length(ids)) / 8,"
@@ -340,7 +340,7 @@ _PG_LOCK_STORE = f"SELECT pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
 # the matching rule there, in its snapshot; a write must read it after its locks, in a
 # statement of its own, since a reindex may commit while the write waits for them.
 _PG_USERS = "set_config('memory.user_ids', %s, true), set_config('memory.operator', %s, true)"
-_PG_SCOPE = f"SELECT (SELECT value FROM store_settings WHERE name = 'matching'), {_PG_USERS}"
+_PG_SCOPE = f"SELECT ({_SQL_MATCHING}), {_PG_USERS}"
 _PG_SCOPE_WRITE = (
     f"SELECT {_PG_USERS}, pg_advisory_xact_lock_shared({_PG_LOCK_CLASS}, 0), (SELECT"
     f" count(pg_advisory_xact_lock({_PG_LOCK_CLASS} + 1, hashtext(name))) FROM (SELECT"
@@ -1201,10 +1201,10 @@ class _Group:
 
     __slots__ = ("word", "firsts", "unread")
 
-    def __init__(self, word: str) -> None:
+    def __init__(self, word: str, firsts: list[int]) -> None:
         self.word = word
-        self.firsts: list[int] = []
-        self.unread = 0  # rows [0, unread) are not read yet
+        self.firsts = sorted(firsts)
+        self.unread = len(self.firsts)  # rows [0, unread) are not read yet
 
     def rows_down_to(self, boundary: int) -> list[int]:
         """The unread rows that may hold an id at or above `boundary`, marked read."""
@@ -1233,17 +1233,12 @@ def _postings_map(rows: Iterable[tuple[str, str, str, int, int]]
                   ) -> tuple[collections.Counter[str], list[_Group]]:
     """Each query word's number of postings, and its rows grouped by task."""
     held: collections.Counter[str] = collections.Counter()
-    groups = []
+    groups: list[_Group] = []
     for word, *by_task, size, sound in rows:
         if not sound:
             raise SchemaError("the word index is damaged: a postings row is not a run of ids")
         held[word] = size
-        for firsts in by_task:
-            group = _Group(word)
-            group.firsts = sorted(json.loads(firsts))
-            group.unread = len(group.firsts)
-            if group.unread:
-                groups.append(group)
+        groups += [_Group(word, firsts) for firsts in map(json.loads, by_task) if firsts]
     return held, groups
 
 
@@ -1258,7 +1253,7 @@ def _expired_holders(groups: list[_Group], expired: set[int],
     hold them (at most all of the word's)."""
     wanted: dict[str, list[int]] = collections.defaultdict(list)
     for group in groups:
-        wanted[group.word] += sorted({group.row_holding(i) or 0 for i in expired} - {0})
+        wanted[group.word] += sorted(group.rows_for(expired))
     held: collections.Counter[str] = collections.Counter()
     for word, _, blob in fetch(wanted):
         held[word] += len(expired.intersection(_unpack(blob)))
@@ -1554,12 +1549,12 @@ class MemoryStore:
             raise
         return db
 
-    def _follow_rule(self, db: _Db, matching: object = None) -> None:
-        """Use the file's matching rule (`matching` if the caller has read it already):
-        another process may have reindexed it."""
+    def _follow_rule(self, db: _Db, found: Any = None) -> None:
+        """Use the file's matching rule, from the first column of `found` (a cursor that
+        has read it) or read now: another process may have reindexed it."""
         try:
-            if matching is None:
-                (matching,) = db.execute(_SQL_MATCHING).fetchone()
+            matching = (found if found is not None else db.execute(_SQL_MATCHING)
+                        ).fetchone()[0]
         except (sqlite3.Error, TypeError) as exc:
             raise SchemaError("the file records no matching rule") from exc
         if matching != self.matching:
@@ -1632,23 +1627,22 @@ class MemoryStore:
             self._follow_rule(db, self._enter(db, users, write=False))
             yield db
 
-    def _enter(self, db: _Db, users: set[str] | None, write: bool) -> object:
+    def _enter(self, db: _Db, users: set[str] | None, write: bool) -> Any:
         """PostgreSQL only: name the users the transaction may see, for row-level security,
-        and for a write take the locks (SQLite's BEGIN IMMEDIATE has locked the file); the
-        matching rule, read in the same round trip (None on SQLite)."""
+        and for a write take the locks (SQLite's BEGIN IMMEDIATE has locked the file); a
+        cursor that read the matching rule in the same round trip (None on SQLite)."""
         if not isinstance(db, _PostgresConnection):
             return None
         named = ",".join(sorted(users or ()))
         operator = "off" if users is not None else "on"
         if not write:
-            return db.execute(_PG_SCOPE, (named, operator)).fetchone()[0]
+            return db.execute(_PG_SCOPE, (named, operator))
         with db.batch():  # the rule is read after the locks, but in the same round trip
             if users is None:
                 db.execute(_PG_SCOPE_WRITE_ALL, (named, operator))
             else:
                 db.execute(_PG_SCOPE_WRITE, (named, operator, named))
-            found = db.execute(_SQL_MATCHING)
-        return found.fetchone()[0]
+            return db.execute(_SQL_MATCHING)
 
     def _new_ids(self, db: _Db, count: int) -> list[int]:
         """`count` ids, each larger than any handed out before, never to be handed out
