@@ -848,12 +848,24 @@ def _transaction(
     try:
         db.execute(begin)
         yield db
-        db.execute("COMMIT")
+        if db.in_transaction:  # not if _last_statement committed
+            db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
             with contextlib.suppress(sqlite3.Error, StoreError):
                 db.execute("ROLLBACK")
         raise
+
+
+def _last_statement(db: _Db, sql: str, parameters: Any) -> Any:
+    """The cursor of a read transaction's last statement. On PostgreSQL the COMMIT goes
+    in the same round trip; SQLite commits once the rows are read (_transaction)."""
+    if not isinstance(db, _PostgresConnection):
+        return db.execute(sql, parameters)
+    with db.batch():
+        found = db.execute(sql, parameters)
+        db.execute("COMMIT")
+    return found
 
 
 def _batched(db: _Db) -> contextlib.AbstractContextManager[object]:
@@ -1778,30 +1790,34 @@ class MemoryStore:
             if not wanted:
                 return []
             now = self._now_for(db, scoped)
-            expired = self._expired(db, scoped, now)
             listed = (*scoped, json.dumps(sorted(wanted)))
+            with _batched(db):  # sent together when the expired ids are read
+                # PostgreSQL sends a whole result at once, so there the rows' map comes
+                # first; SQLite's postings are read until they are too many.
+                row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
+                           if isinstance(db, _PostgresConnection) else None)
+                counted = db.execute(_SQL_COUNT, scoped) if rank == "idf" else None
+                expired = self._expired(db, scoped, now)
             visible = 0
-            if rank == "idf":  # N and df count live memories only
-                (stored,) = db.execute(_SQL_COUNT, scoped).fetchone()
-                visible = stored - len(expired)
-            postings, mapped = self._few_postings(db, listed)
+            if counted is not None:  # N and df count live memories only
+                visible = counted.fetchone()[0] - len(expired)
+            postings, mapped = self._few_postings(db, listed, row_map)
             if mapped is None:
                 best = _scores_of_all(postings, rank, expired, visible, limit)
             else:
                 best = self._top(db, scoped, listed, *mapped, rank, expired, visible, limit)
-            found = db.execute(_SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
+            found = _last_statement(
+                db, _SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
         return [_memory(rows[i], score=score) for score, i in best if i in rows]
 
-    def _few_postings(self, db: _Db, listed: tuple[str, ...]) -> tuple[
+    def _few_postings(self, db: _Db, listed: tuple[str, ...], row_map: Any) -> tuple[
             list[tuple[str, array.array[int]]], tuple[collections.Counter[str], list[_Group]]
             | None]:
         """Every posting of the words `listed` if they are at most _READ_ALL_UP_TO, else
-        the map of their rows. SQLite hands rows over as they are asked for, so reading
-        stops once they are too many; PostgreSQL sends a whole result at once, so there
-        the map is read first."""
-        if isinstance(db, _PostgresConnection):
-            mapped = _postings_map(db.execute(_SQL_POSTINGS_MAP, listed))
+        the map of their rows, from `row_map` if it was read already (or None)."""
+        if row_map is not None:
+            mapped = _postings_map(row_map)
             if sum(mapped[0].values()) > _READ_ALL_UP_TO:
                 return [], mapped
         postings, read = [], 0

@@ -31,7 +31,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
 
 import memory
-from memory import MemoryInputError, MemoryStore, SchemaError, Scope, StoreError, fixed_clock
+from memory import (
+    RANKS,
+    MemoryInputError,
+    MemoryStore,
+    SchemaError,
+    Scope,
+    StoreError,
+    fixed_clock,
+)
 from test_memory import TOUCHES_MEMORY_DATA
 from test_properties import Memory, Model, StoreMatchesModel, index_problems
 
@@ -501,3 +509,33 @@ def test_durable_and_read_only_set_the_session(url: str) -> None:
             del memory._POSTGRES[show]
     assert found == {(): ["on", "off"], ("durable",): ["off", "off"],
                      ("read_only",): ["on", "on"]}
+
+
+def round_trips(store: MemoryStore, call: Any, folder: pathlib.Path) -> int:
+    """How many times `call` waited on the server: the Syncs in libpq's protocol trace."""
+    import psycopg
+
+    connection = store.db._conn.pgconn  # type: ignore[union-attr]
+    with open(folder / "protocol.trace", "w") as trace:
+        connection.trace(trace.fileno())
+        connection.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            call()
+        finally:
+            connection.untrace()
+    return (folder / "protocol.trace").read_text().count("F\t4\tSync")
+
+
+def test_a_recall_waits_on_the_server_four_times(store: MemoryStore,
+                                                 tmp_path: pathlib.Path) -> None:
+    """BEGIN with the scope; the rows' map with the expired ids (and, for idf, the count);
+    the postings; the recalled memories with COMMIT. Over a network each wait is most of
+    a recall's time."""
+    for n in range(20):
+        store.remember(ALICE, "user", f"Alice likes trains {n}.", "s", ttl=3600)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for rank in RANKS:
+        assert round_trips(store, lambda r=rank: found.update(
+            {r: store.recall(ALICE, "likes trains", 3, rank=r)}), tmp_path) == 4
+    assert [ids(found[rank]) for rank in RANKS] == [[20, 19, 18]] * len(RANKS)
+    assert not store.db.in_transaction
