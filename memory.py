@@ -220,12 +220,15 @@ _SQL_RECALLED = (
     f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"
     " AND id IN (SELECT value FROM json_each(?))"
 )
-# For each listed word, the newest row of its (user, word, task) as [first_id, bytes]:
-# one statement for all the words a write holds, then one executemany to append.
+# For each listed word that has one, the newest row of its (user, word, task): its first
+# id and size in bytes. One statement for all the words a write holds, then one
+# executemany to append.
 _SQL_NEWEST_POSTINGS = (
-    "SELECT value, (SELECT json_array(first_id, length(ids)) FROM memory_words"
-    " WHERE user_id = ? AND task_id IS ? AND word = value ORDER BY first_id DESC LIMIT 1)"
-    " FROM json_each(?)"
+    "SELECT memory_words.word, memory_words.first_id, length(ids) FROM (SELECT value AS word,"
+    " (SELECT first_id FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = value"
+    " ORDER BY first_id DESC LIMIT 1) AS first_id FROM json_each(?)) AS newest"
+    " CROSS JOIN memory_words ON memory_words.user_id = ? AND memory_words.word = newest.word"
+    " AND memory_words.first_id = newest.first_id"
 )
 _SQL_APPEND_POSTINGS = (
     "UPDATE memory_words SET ids = CAST(ids || ? AS BLOB)"
@@ -406,9 +409,12 @@ _POSTGRES: dict[str, str] = {
         " FROM memory_words WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
         " AND word = ANY (ARRAY(SELECT jsonb_array_elements_text(%s::jsonb))) GROUP BY word"),
     _SQL_NEWEST_POSTINGS: (
-        "SELECT value, (SELECT json_build_array(first_id, length(ids))::text FROM memory_words"
-        " WHERE user_id = %s AND task_id IS NOT DISTINCT FROM %s AND word = value"
-        " ORDER BY first_id DESC LIMIT 1) FROM jsonb_array_elements_text(%s::jsonb) AS value"),
+        "SELECT memory_words.word, memory_words.first_id, length(ids) FROM (SELECT value AS word,"
+        " (SELECT first_id FROM memory_words WHERE user_id = %s AND task_id IS NOT DISTINCT"
+        " FROM %s AND word = value ORDER BY first_id DESC LIMIT 1) AS first_id"
+        " FROM jsonb_array_elements_text(%s::jsonb) AS value) AS newest"
+        " JOIN memory_words ON memory_words.user_id = %s AND memory_words.word = newest.word"
+        " AND memory_words.first_id = newest.first_id"),
     _SQL_APPEND_POSTINGS: (
         "UPDATE memory_words SET ids = ids || %s WHERE user_id = %s"
         " AND task_id IS NOT DISTINCT FROM %s AND word = %s AND first_id = %s"),
@@ -795,8 +801,8 @@ def _index_words(
         newest = {}
         if append:
             found = db.execute(_SQL_NEWEST_POSTINGS,
-                               (user_id, task_id, json.dumps(sorted(by_word)))).fetchall()
-            newest = {word: json.loads(row) for word, row in found if row is not None}
+                               (user_id, task_id, json.dumps(sorted(by_word)), user_id))
+            newest = {word: (first_id, size) for word, first_id, size in found}
         for word, ids in by_word.items():
             first_id, size = newest.get(word, (None, _MAX_ID))
             if size // 8 + len(ids) <= POSTINGS_PER_ROW:
