@@ -1310,15 +1310,18 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
 
     The rows are read from the newest ids down, a window at a time: every id at or
     above the window's lower boundary has all its words read, so its score is final;
-    every id below it is older, so on a tie it loses. Reading stops once nothing below
-    can score more than the limit-th best: once the unread words together add up to no
-    more, the ids seen below that still could are looked up in the unread words' rows,
-    newest first, and intersected with them at C speed (MaxScore's probing). While a
-    rare word keeps that bound up, it is read through, if that costs no more than has
-    been read. The answer is the full scan's, to the bit: each bound is a score as the
-    rule adds it up, and a float sum never drops when a positive weight joins it.
-    None once the rounds have read more than `budget` postings: then scoring them all at
-    C speed costs less than reading on in Python."""
+    every id below it is older, so on a tie it loses to every id finished before it.
+    Once the limit-th best is known, the most common words that together cannot lift
+    an id past it are no longer read (MaxScore): a memory holding only those cannot
+    win, and the ids the other words hold are looked up in their rows and intersected
+    with them at C speed. Reading stops once nothing below can score more than the
+    limit-th best: once the unread words together add up to no more, the ids seen
+    below that still could are looked up the same way, newest first. While a rare
+    word keeps that bound up, it is read through, if that costs no more than has been
+    read. Each row is read from the store at most once. The answer is the full scan's,
+    to the bit: each bound is a score as the rule adds it up, and a float sum never
+    drops when a positive weight joins it. None once the rounds have read more than
+    `budget` postings in Python: then scoring them all at C speed costs less."""
     order = sorted({group.word for group in groups})
     bits = {word: 1 << n for n, word in enumerate(order)}
     values: dict[int, float] = {}
@@ -1348,12 +1351,23 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
         elif entry > best[0]:
             heapq.heapreplace(best, entry)
 
-    def take(rows: Iterable[tuple[str, int, bytes]]) -> int:
+    cache: dict[tuple[str, int], array.array[int]] = {}
+
+    def rows_of(wanted: dict[str, list[int]]) -> list[tuple[str, array.array[int]]]:
+        """The ids of each word's rows `wanted`, each row read from the store once."""
+        missing = {word: [first for first in firsts if (word, first) not in cache]
+                   for word, firsts in wanted.items()}
+        for word, first, blob in fetch(missing):
+            cache[word, first] = _unpack(blob)
+        return [(word, cache[word, first]) for word, firsts in wanted.items()
+                for first in firsts]
+
+    def take(rows: Iterable[tuple[str, array.array[int]]]) -> int:
         """Note the ids of the words' `rows` as seen; the newest of them."""
         nonlocal read
         newest, was = 0, seen.get
-        for word, _, blob in rows:
-            bit, ids = bits[word], _unpack(blob)
+        for word, ids in rows:
+            bit = bits[word]
             read += len(ids)
             for memory_id in set(ids).difference(expired) if expired else ids:
                 seen[memory_id] = was(memory_id, 0) | bit
@@ -1364,55 +1378,83 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
         return sum(group.unread for group in groups if group.word == word)
 
     def probe(hopeful: list[int], unread: int) -> None:
-        """Finish the `hopeful` ids below the boundary: newest first, a batch at a time,
-        look them up in the rows of the unread words that can hold them, rarest word
-        first, dropping an id once it cannot beat the limit-th best. Where the batch is
-        dense, every row across its ids is read, and intersected with it at C speed."""
+        """Finish the `hopeful` ids, whose words but the `unread` ones are read: newest
+        first, a batch at a time, look them up in the rows of the unread words that can
+        hold them, rarest word first, dropping ids once they cannot beat the limit-th
+        best. A batch's ids are kept in sets by the words they hold, so each word's rows
+        meet them at C speed."""
         hopeful.sort(reverse=True)
         start, size = 0, 4 * limit
         while start < len(hopeful):
             batch, start, size = hopeful[start:start + size], start + size, 2 * size
-            masks = {memory_id: seen.pop(memory_id) for memory_id in batch}
+            holding: dict[int, set[int]] = collections.defaultdict(set)
+            for memory_id in batch:
+                holding[seen.pop(memory_id)].add(memory_id)
             left = unread
             for word in sorted((w for w in order if unread & bits[w]), key=unread_rows):
-                masks = {i: mask for i, mask in masks.items() if value(mask | left) > best[0][0]}
+                holding = {mask: ids for mask, ids in holding.items()
+                           if value(mask | left) > best[0][0]}
                 left &= ~bits[word]
-                if not masks:
+                if not holding:
                     break
+                batch_ids = set().union(*holding.values())
                 firsts: set[int] = set()
                 for group in groups:
                     if group.word == word:
-                        firsts |= group.rows_for(masks.keys())
-                wanted = set(masks)
-                for _, _, blob in fetch({word: sorted(firsts)}):
-                    for memory_id in wanted.intersection(_unpack(blob)):
-                        masks[memory_id] |= bits[word]
-            for memory_id, mask in masks.items():
-                finish(memory_id, mask)
+                        firsts |= group.rows_for(batch_ids)
+                found: set[int] = set()
+                for _, row in rows_of({word: sorted(firsts)}):
+                    found.update(batch_ids.intersection(row))
+                moved: dict[int, set[int]] = collections.defaultdict(set)
+                for mask, held in holding.items():
+                    hits = held & found
+                    if hits:
+                        held -= hits
+                        moved[mask | bits[word]] |= hits
+                for mask, hits in moved.items():
+                    holding.setdefault(mask, set()).update(hits)
+            for mask, held in holding.items():
+                if len(best) == limit and value(mask) < best[0][0]:
+                    continue
+                for memory_id in heapq.nlargest(limit, held):
+                    finish(memory_id, mask)
 
     boundary = max(group.firsts[-1] for group in groups)
     gap, rows_read = 0, 0
+    by_commonness = sorted(order, key=unread_rows, reverse=True)
+    probed = 0  # the common words whose rows only meet candidates (MaxScore)
     while True:
+        if len(best) == limit:
+            # Words that together cannot lift an id past the limit-th best need not be
+            # read: the ids the others hold are looked up in their rows instead.
+            for word in by_commonness:
+                if value(probed | bits[word]) > best[0][0]:
+                    break
+                probed |= bits[word]
         wanted: dict[str, list[int]] = collections.defaultdict(list)
         for group in groups:
-            wanted[group.word] += group.rows_down_to(boundary)
+            if not probed & bits[group.word]:
+                wanted[group.word] += group.rows_down_to(boundary)
         rows_read += sum(map(len, wanted.values()))
-        newest = max(boundary, take(fetch(wanted)))
+        newest = max(boundary, take(rows_of(wanted)))
         if read > budget:
             return None
-        unread = 0
+        unread = probed
         for group in groups:
             if group.unread:
                 unread |= bits[group.word]
-        done: dict[int, list[int]] = collections.defaultdict(list)
-        for memory_id in [i for i in seen if i >= boundary] if unread else list(seen):
-            done[seen.pop(memory_id)].append(memory_id)
-        # Of the ids holding the same words only the newest `limit` can enter.
-        for mask in sorted(done, key=value, reverse=True):
-            if len(best) == limit and value(mask) < best[0][0]:
-                break
-            for memory_id in heapq.nlargest(limit, done[mask]):
-                finish(memory_id, mask)
+        if probed:
+            probe([i for i in seen if i >= boundary], probed)
+        else:
+            done: dict[int, list[int]] = collections.defaultdict(list)
+            for memory_id in [i for i in seen if i >= boundary] if unread else list(seen):
+                done[seen.pop(memory_id)].append(memory_id)
+            # Of the ids holding the same words only the newest `limit` can enter.
+            for mask in sorted(done, key=value, reverse=True):
+                if len(best) == limit and value(mask) < best[0][0]:
+                    break
+                for memory_id in heapq.nlargest(limit, done[mask]):
+                    finish(memory_id, mask)
         if not unread:
             break
         if len(best) == limit and value(unread) <= best[0][0]:
@@ -1426,12 +1468,12 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
         if len(best) == limit:
             # An id below the boundary holding the unread words could still win: read
             # the rarest of them through, if that costs no more than has been read.
-            rarest = min((w for w in order if unread & bits[w]), key=unread_rows)
+            rarest = min((w for w in order if unread & ~probed & bits[w]), key=unread_rows)
             if unread_rows(rarest) <= rows_read:
                 firsts = [first for group in groups if group.word == rarest
                           for first in group.rows_down_to(-1)]
                 rows_read += len(firsts)
-                take(fetch({rarest: firsts}))
+                take(rows_of({rarest: firsts}))
                 if read > budget:
                     return None
                 continue

@@ -323,3 +323,26 @@ def test_top_k_probes_old_rare_matches_instead_of_reading_a_common_word(
     per_row = memory.POSTINGS_PER_ROW
     assert sum(unpacked) <= memory._READ_ALL_UP_TO + per_row + 3 + 2 * per_row + per_row
     assert sum(unpacked) < 20_000 / 3
+
+
+@pytest.mark.parametrize("rank", memory.RANKS)
+def test_top_k_finds_an_old_memory_of_common_words_only(tmp_path: pathlib.Path,
+                                                        rank: str) -> None:
+    """Once the limit-th best is known, the most common words stop being read, but only
+    those that together cannot beat it: an old memory holding just two common words
+    still outscores the newer ones holding one word each."""
+    clock, created = fixed_clock(), fixed_clock()
+    model = Model()
+    items: list[tuple[Scope, str, str, str, float | None]] = [
+        (ALICE, "user", "sun sea", "s", None)]
+    items += [(ALICE, "user", f"{word} note{n}", "s", None)
+              for n in range(60) for word in ("sun", "sun", "sea")]
+    items += [(ALICE, "user", "owl", "s", None)]
+    with mock.patch.object(memory, "POSTINGS_PER_ROW", 4), \
+            mock.patch.object(memory, "_READ_ALL_UP_TO", 0), \
+            MemoryStore(tmp_path / "m.db", clock=clock) as store:
+        model.remembered(store.remember_many(items), items, created)
+        found = store.recall(ALICE, "owl sea sun", 1, rank=rank)
+        assert found == model.recall(ALICE, "owl sea sun", 1, rank)
+    if rank == "shared":
+        assert [(r["id"], r["score"]) for r in found] == [(1, 2)]
