@@ -220,15 +220,17 @@ _SQL_RECALLED = (
     f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"
     " AND id IN (SELECT value FROM json_each(?))"
 )
-# For each listed word that has one, the newest row of its (user, word, task): its first
-# id and size in bytes. One statement for all the words a write holds, then one
-# executemany to append.
+# For each listed word, the first id and size in bytes of the newest row of its (user,
+# word, task), or NULLs: one statement for all the words a write holds, then one
+# executemany to append. Two scalar subqueries, each an index descent per word, read the
+# same in both dialects and leave the planner no join to choose.
+_SQL_NEWEST_ROW = (
+    "SELECT {column} FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = value"
+    " ORDER BY first_id DESC LIMIT 1"
+)
 _SQL_NEWEST_POSTINGS = (
-    "SELECT memory_words.word, memory_words.first_id, length(ids) FROM (SELECT value AS word,"
-    " (SELECT first_id FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = value"
-    " ORDER BY first_id DESC LIMIT 1) AS first_id FROM json_each(?)) AS newest"
-    " CROSS JOIN memory_words ON memory_words.user_id = ? AND memory_words.word = newest.word"
-    " AND memory_words.first_id = newest.first_id"
+    f"SELECT value, ({_SQL_NEWEST_ROW.format(column='first_id')}),"
+    f" ({_SQL_NEWEST_ROW.format(column='length(ids)')}) FROM json_each(?)"
 )
 _SQL_APPEND_POSTINGS = (
     "UPDATE memory_words SET ids = CAST(ids || ? AS BLOB)"
@@ -408,13 +410,8 @@ _POSTGRES: dict[str, str] = {
         " (sum(length(ids)) / 8)::bigint, bool_and(length(ids) %% 8 = 0)::int"
         " FROM memory_words WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
         " AND word = ANY (ARRAY(SELECT jsonb_array_elements_text(%s::jsonb))) GROUP BY word"),
-    _SQL_NEWEST_POSTINGS: (
-        "SELECT memory_words.word, memory_words.first_id, length(ids) FROM (SELECT value AS word,"
-        " (SELECT first_id FROM memory_words WHERE user_id = %s AND task_id IS NOT DISTINCT"
-        " FROM %s AND word = value ORDER BY first_id DESC LIMIT 1) AS first_id"
-        " FROM jsonb_array_elements_text(%s::jsonb) AS value) AS newest"
-        " JOIN memory_words ON memory_words.user_id = %s AND memory_words.word = newest.word"
-        " AND memory_words.first_id = newest.first_id"),
+    _SQL_NEWEST_POSTINGS: _postgres_form(_SQL_NEWEST_POSTINGS).replace(
+        "FROM json_each(%s)", "FROM jsonb_array_elements_text(%s::jsonb) AS value"),
     _SQL_APPEND_POSTINGS: (
         "UPDATE memory_words SET ids = ids || %s WHERE user_id = %s"
         " AND task_id IS NOT DISTINCT FROM %s AND word = %s AND first_id = %s"),
@@ -800,9 +797,10 @@ def _index_words(
     for (user_id, task_id), by_word in owners.items():
         newest = {}
         if append:
-            found = db.execute(_SQL_NEWEST_POSTINGS,
-                               (user_id, task_id, json.dumps(sorted(by_word)), user_id))
-            newest = {word: (first_id, size) for word, first_id, size in found}
+            found = db.execute(_SQL_NEWEST_POSTINGS, (
+                user_id, task_id, user_id, task_id, json.dumps(sorted(by_word))))
+            newest = {word: (first_id, size) for word, first_id, size in found
+                      if first_id is not None}
         for word, ids in by_word.items():
             first_id, size = newest.get(word, (None, _MAX_ID))
             if size // 8 + len(ids) <= POSTINGS_PER_ROW:
