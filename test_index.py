@@ -275,18 +275,21 @@ def skewed_text(parts: list[str]) -> str:
     per_row=st.integers(min_value=1, max_value=6),
     rank=st.sampled_from(memory.RANKS),
     read_all_up_to=st.sampled_from([0, 0, 40, memory._READ_ALL_UP_TO]),
+    skip_common=st.booleans(),
 )
 def test_top_k_reads_less_and_agrees_with_the_model(
         batches: list[list[tuple[Scope, str, str, float | None]]], query: str, limit: int,
-        per_row: int, rank: str, read_all_up_to: int) -> None:
+        per_row: int, rank: str, read_all_up_to: int, skip_common: bool) -> None:
     """Recall stops reading once nothing unread can win; with rows of a few ids and
-    skewed words it crosses many row boundaries, stops early and probes, and must still
-    give the model's answer (ids, scores to the bit, order), expired memories left out."""
+    skewed words it crosses many row boundaries, stops early and probes, with the common
+    words skipped (SQLite) or read (PostgreSQL), and must still give the model's answer
+    (ids, scores to the bit, order), expired memories left out."""
     clock, created = fixed_clock(), fixed_clock()
     model = Model()
     with tempfile.TemporaryDirectory() as folder, \
             mock.patch.object(memory, "POSTINGS_PER_ROW", per_row), \
             mock.patch.object(memory, "_READ_ALL_UP_TO", read_all_up_to), \
+            mock.patch.object(memory, "_skips_common_words", lambda db: skip_common), \
             MemoryStore(pathlib.Path(folder) / "m.db", clock=clock) as store:
         for batch in batches:
             items = [(scope, level, text, "s", ttl) for scope, level, text, ttl in batch]
