@@ -852,7 +852,7 @@ def _transaction(
     try:
         db.execute(begin)
         yield db
-        if db.in_transaction:  # not if _last_statement committed
+        if db.in_transaction:  # not if the block's last statement committed
             db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
@@ -1039,6 +1039,7 @@ class _PostgresConnection:
             raise _postgres_error(exc) from None
         self._trace: Callable[[str], object] | None = None
         self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
+        self._batching = False
 
     def _twin(self, sql: str) -> str:
         text = _POSTGRES.get(sql)
@@ -1059,7 +1060,8 @@ class _PostgresConnection:
         try:
             if begin is None:
                 return self._conn.execute(text, parameters)
-            with self._conn.pipeline():
+            # In a batch already, BEGIN joins it: a pipeline of its own would wait here.
+            with contextlib.nullcontext() if self._batching else self._conn.pipeline():
                 self._conn.execute(begin)
                 return self._conn.execute(text, parameters)
         except self._psycopg.Error as exc:
@@ -1079,9 +1081,12 @@ class _PostgresConnection:
         pipeline); a statement whose result is read waits for all before it."""
         try:
             with self._conn.pipeline():
+                self._batching = True
                 yield
         except self._psycopg.Error as exc:
             raise _postgres_error(exc) from None
+        finally:
+            self._batching = False
 
     @property
     def in_transaction(self) -> bool:
@@ -1753,8 +1758,9 @@ class MemoryStore:
         return ids
 
     def _write(self, db: _Db, rows: list[_NewMemory]) -> list[int]:
-        """Inside a write transaction: purge some expired memories of the rows' scopes,
-        then write the rows, reading the clock once for each that has no created_at."""
+        """The last step of a write transaction: purge some expired memories of the rows'
+        scopes, write the rows, reading the clock once for each that has no created_at,
+        and commit (with the last statements, in one round trip on PostgreSQL)."""
         now = self._read_now()
         if now is not None:
             for user, task in sorted({(row.user_id, row.task_id or "") for row in rows}):
@@ -1775,6 +1781,7 @@ class MemoryStore:
             db.executemany(_SQL_INSERT, values)
             _index_words(db, new, append=True, words_of=self._words)
             db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
+            db.execute("COMMIT")
         return ids
 
     def _purge(self, db: _Db, user: str, task: str, now: str,
@@ -1813,10 +1820,16 @@ class MemoryStore:
                  now: str | None) -> set[int]:
         """The ids the scope would see but that are no longer live at `now` (none if
         None, see _now_for)."""
+        return self._ask_expired(db, scoped, now)()
+
+    def _ask_expired(self, db: _Db, scoped: tuple[str, str],
+                     now: str | None) -> Callable[[], set[int]]:
+        """_expired, asked now and read when the returned function is called: in a
+        batch, once the batch has gone."""
         if now is None:
-            return set()
-        (ids,) = db.execute(_SQL_EXPIRED, (*scoped, now)).fetchone()
-        return set(json.loads(ids))
+            return set
+        found = db.execute(_SQL_EXPIRED, (*scoped, now))
+        return lambda: set(json.loads(found.fetchone()[0]))
 
     def _now_for(self, db: _Db, scoped: tuple[str, str]) -> str | None:
         """The time to judge the scope's memories at; None if none of them can expire."""
@@ -1844,13 +1857,14 @@ class MemoryStore:
                 return []
             now = self._now_for(db, scoped)
             listed = (*scoped, json.dumps(sorted(wanted)))
-            with _batched(db):  # sent together when the expired ids are read
+            with _batched(db):  # sent together, the results read after
                 # PostgreSQL sends a whole result at once, so there the rows' map comes
                 # first; SQLite's postings are read until they are too many.
                 row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
                            if isinstance(db, _PostgresConnection) else None)
                 counted = db.execute(_SQL_COUNT, scoped) if rank == "idf" else None
-                expired = self._expired(db, scoped, now)
+                expired_ids = self._ask_expired(db, scoped, now)
+            expired = expired_ids()
             visible = 0
             if counted is not None:  # N and df count live memories only
                 visible = counted.fetchone()[0] - len(expired)

@@ -512,7 +512,8 @@ def test_durable_and_read_only_set_the_session(url: str) -> None:
 
 
 def round_trips(store: MemoryStore, call: Any, folder: pathlib.Path) -> int:
-    """How many times `call` waited on the server: the Syncs in libpq's protocol trace."""
+    """How many times `call` waited on the server: in libpq's protocol trace, each turn
+    from messages sent to messages received."""
     import psycopg
 
     connection = store.db._conn.pgconn  # type: ignore[union-attr]
@@ -523,7 +524,9 @@ def round_trips(store: MemoryStore, call: Any, folder: pathlib.Path) -> int:
             call()
         finally:
             connection.untrace()
-    return (folder / "protocol.trace").read_text().count("F\t4\tSync")
+    directions = [line[:1] for line in (folder / "protocol.trace").read_text().splitlines()]
+    return sum(1 for sent, received in itertools.pairwise(directions)
+               if (sent, received) == ("F", "B"))
 
 
 def test_a_recall_waits_on_the_server_four_times(store: MemoryStore,
@@ -558,3 +561,15 @@ def test_a_write_looks_its_words_newest_rows_up_by_key(url: str) -> None:
             del memory._POSTGRES[explain]
     assert plan.count("Index Scan Backward using memory_words_pkey") == 2, plan
     assert "Join" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
+
+
+def test_a_remember_waits_on_the_server_five_times(store: MemoryStore,
+                                                   tmp_path: pathlib.Path) -> None:
+    """BEGIN with the scope, the locks and the matching rule; the expired memories to
+    purge; the new id; the row, with its words' newest index rows read back; the index
+    rows, the count and COMMIT."""
+    store.remember(ALICE, "user", "Alice likes trains.", "s")
+    assert round_trips(store, lambda: store.remember(
+        ALICE, "user", "Alice likes night trains.", "s"), tmp_path) == 5
+    assert not store.db.in_transaction
+    assert ids(store.recall(ALICE, "night trains")) == [2, 1]
