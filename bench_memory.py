@@ -18,6 +18,7 @@ eight threads.
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import itertools
 import json
@@ -304,6 +305,22 @@ def wal_pages_per_write(db: sqlite3.Connection, path: Path, write: Callable[[], 
     return (os.path.getsize(f"{path}-wal") - 32) / (page_size + 24) / count
 
 
+def wal_pages_by_object(db: sqlite3.Connection, path: Path, write: Callable[[], object],
+                        count: int = 50) -> dict[str, float]:
+    """WAL frames appended per commit of `write`, from an emptied WAL, by the table or
+    index each page belongs to (the frame headers' page numbers, named by dbstat)."""
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (page_size,) = db.execute("PRAGMA page_size").fetchone()
+    for _ in range(count):
+        write()
+    wal = Path(f"{path}-wal").read_bytes()
+    pages = [int.from_bytes(wal[at:at + 4], "big")
+             for at in range(32, len(wal) - 23, page_size + 24)]
+    owners = dict(db.execute("SELECT pageno, name FROM dbstat"))
+    found = collections.Counter(owners.get(page, "other") for page in pages)
+    return {name: n / count for name, n in found.most_common()}
+
+
 def zipf_with_peers(folder: Path, size: int, peers: bool) -> list[dict[str, Any]]:
     """The Zipf workload at `size` memories for one user (and as many for ten others):
     memory.py, and with `peers` SQLite FTS5 (bm25, user as a column filter) and a plain
@@ -342,7 +359,9 @@ def zipf_with_peers(folder: Path, size: int, peers: bool) -> list[dict[str, Any]
     ours["index / rows"] = index_bytes / row_bytes
     writers: list[tuple[dict[str, Any], Callable[[], object]]] = [
         (ours, lambda: store.remember(me, "user", next(singles), "s"))]
-    ours["WAL pages/write"] = wal_pages_per_write(store.db, path, writers[0][1])
+    by_object = wal_pages_by_object(store.db, path, writers[0][1])
+    ours["WAL pages/write"] = sum(by_object.values())
+    ours["WAL pages by object"] = ", ".join(f"{name} {n:.2f}" for name, n in by_object.items())
     results = [ours]
     if peers:
         results += peer_tables(folder, rows, queries, singles, me, writers)
@@ -695,6 +714,7 @@ def main() -> None:
     print(format_table(zipf, ["size", "engine", "bulk insert/s", "durable insert/s",
                               "WAL pages/write", "index / rows", "bulk vs FTS5",
                               "durable vs floor", "WAL pages vs floor"]))
+    print(f"memory.py's WAL pages a write, by table or index: {zipf[0]['WAL pages by object']}")
     print()
     print(format_table(readers))
     if args.json:
