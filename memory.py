@@ -1481,7 +1481,7 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
                 if read > budget:
                     return None
                 continue
-        gap = max(2 * gap, newest - boundary, limit)
+        gap = max(4 * gap, newest - boundary, limit)
         boundary -= gap
     return sorted(best, reverse=True)
 
