@@ -1317,15 +1317,15 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
     With `skip_common`, once the limit-th best is known, the most common words that
     together cannot lift an id past it are no longer read (MaxScore): a memory holding
     only those cannot win, and the ids the other words hold are looked up in their rows
-    and intersected with them at C speed, each window's in a statement of its own per
-    word. Reading stops once nothing below can score more than the
-    limit-th best: once the unread words together add up to no more, the ids seen
-    below that still could are looked up the same way, newest first. While a rare
-    word keeps that bound up, it is read through, if that costs no more than has been
-    read. Each row is read from the store at most once. The answer is the full scan's,
-    to the bit: each bound is a score as the rule adds it up, and a float sum never
-    drops when a positive weight joins it. None once the rounds have read more than
-    `budget` postings in Python: then scoring them all at C speed costs less."""
+    and intersected with them at C speed (a statement per window and word). Reading
+    stops once nothing below can score more than the limit-th best: once the unread
+    words together add up to no more, the ids seen below that still could are looked
+    up the same way, newest first. While a rare word keeps that bound up, it is read
+    through, if that costs no more than has been read. Each row is fetched at most
+    once. The answer is the full scan's, to the bit: each bound is a score as the rule
+    adds it up, and a float sum never drops when a positive weight joins it. None once
+    the rounds have read more than `budget` postings in Python: then scoring them all
+    at C speed costs less."""
     order = sorted({group.word for group in groups})
     bits = {word: 1 << n for n, word in enumerate(order)}
     values: dict[int, float] = {}

@@ -547,7 +547,7 @@ def test_a_recall_waits_on_the_server_four_times(store: MemoryStore,
 def test_a_write_looks_its_words_newest_rows_up_by_key(url: str) -> None:
     """The look-up every write makes descends the primary key once per word; a join the
     planner could turn into a scan of the user's whole index (as one version of this
-    statement did, 8 ms a write at 50,000 memories) is not there to choose."""
+    statement did: 12.8 ms a write at 50,000 memories) is not there to choose."""
     with MemoryStore(url) as opened:
         opened.remember_many([(ALICE, "user", f"note{n % 500} word{n % 7} hotel", "s")
                               for n in range(5_000)])
