@@ -573,3 +573,25 @@ def test_a_remember_waits_on_the_server_five_times(store: MemoryStore,
         ALICE, "user", "Alice likes night trains.", "s"), tmp_path) == 5
     assert not store.db.in_transaction
     assert ids(store.recall(ALICE, "night trains")) == [2, 1]
+
+
+def test_a_top_k_recall_waits_three_times_and_once_per_read_of_index_rows(
+        store: MemoryStore, tmp_path: pathlib.Path) -> None:
+    """Past the words' read-all limit: BEGIN with the scope; the rows' map with the count
+    and the expired ids; the recalled memories with COMMIT; and one wait per statement
+    that reads index rows (a window, a read-through, a probe)."""
+    reads: list[str] = []
+    rows_statement = memory._POSTGRES[memory._SQL_POSTINGS_ROWS]
+    with mock.patch.object(memory, "_READ_ALL_UP_TO", 0), \
+            mock.patch.object(memory, "POSTINGS_PER_ROW", 4):
+        store.remember_many([(ALICE, "user", f"sun owl {n}", "s") for n in range(3)]
+                            + [(ALICE, "user", f"sun day {n}", "s") for n in range(300)])
+        store.db.set_trace_callback(lambda sql: reads.append(sql) if sql == rows_statement
+                                    else None)
+        found: list[list[dict[str, Any]]] = []
+        waits = round_trips(store, lambda: found.append(
+            store.recall(ALICE, "owl sun", 3, rank="idf")), tmp_path)
+        store.db.set_trace_callback(None)
+    assert ids(found[0]) == [3, 2, 1]
+    assert len(reads) >= 2
+    assert waits == 3 + len(reads)
