@@ -295,16 +295,6 @@ class Counting:
         memory._unpack = self.real
 
 
-def wal_pages_per_write(db: sqlite3.Connection, path: Path, write: Callable[[], object],
-                        count: int = 50) -> float:
-    """WAL frames appended per commit of `write`, from an emptied WAL."""
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    (page_size,) = db.execute("PRAGMA page_size").fetchone()
-    for _ in range(count):
-        write()
-    return (os.path.getsize(f"{path}-wal") - 32) / (page_size + 24) / count
-
-
 def wal_pages_by_object(db: sqlite3.Connection, path: Path, write: Callable[[], object],
                         count: int = 50) -> dict[str, float]:
     """WAL frames appended per commit of `write`, from an emptied WAL, by the table or
@@ -416,7 +406,7 @@ def peer_tables(folder: Path, rows: list[tuple[str, str]], queries: list[str],
     def fts_write() -> None:
         fts.execute("INSERT INTO fts (user, text) VALUES (?, ?)", (me.user, next(singles)))
 
-    fts_row["WAL pages/write"] = wal_pages_per_write(fts, fts_path, fts_write)
+    fts_row["WAL pages/write"] = sum(wal_pages_by_object(fts, fts_path, fts_write).values())
     writers.append((fts_row, fts_write))
     plain_path = folder / f"plain-{len(rows)}.db"
     plain = sqlite3.connect(plain_path, isolation_level=None, check_same_thread=False)
@@ -438,7 +428,8 @@ def peer_tables(folder: Path, rows: list[tuple[str, str]], queries: list[str],
     def plain_write() -> None:
         plain.execute(insert, (me.user, None, next(singles), "s", system_clock()))
 
-    floor["WAL pages/write"] = wal_pages_per_write(plain, plain_path, plain_write)
+    floor["WAL pages/write"] = sum(
+        wal_pages_by_object(plain, plain_path, plain_write).values())
     writers.append((floor, plain_write))
     return [fts_row, floor]
 
