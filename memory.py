@@ -1715,15 +1715,17 @@ class MemoryStore:
                 db.execute(_PG_SCOPE_WRITE, (named, operator, named))
             return db.execute(_SQL_MATCHING)
 
-    def _new_ids(self, db: _Db, count: int) -> list[int]:
+    def _ask_new_ids(self, db: _Db, count: int) -> Callable[[], list[int]]:
         """`count` ids, each larger than any handed out before, never to be handed out
-        again: from PostgreSQL's sequence, or past SQLite's AUTOINCREMENT record."""
+        again: from PostgreSQL's sequence, or past SQLite's AUTOINCREMENT record. Asked
+        now and read when the returned function is called: in a batch, once it has gone."""
         if isinstance(db, _PostgresConnection):
-            return sorted(i for (i,) in db.execute(_PG_NEXT_IDS, (count,)))
+            found = db.execute(_PG_NEXT_IDS, (count,))
+            return lambda: sorted(i for (i,) in found)
         (last_id,) = db.execute(_SQL_LAST_ID).fetchone()
         if last_id > _MAX_ID - count:
             raise StoreError(f"the store has used up its ids (the largest is {_MAX_ID})")
-        return list(range(last_id + 1, last_id + 1 + count))
+        return lambda: list(range(last_id + 1, last_id + 1 + count))
 
     def _writable(self) -> None:
         if self.read_only:
@@ -1763,10 +1765,16 @@ class MemoryStore:
         scopes, write the rows, reading the clock once for each that has no created_at,
         and commit (with the last statements, in one round trip on PostgreSQL)."""
         now = self._read_now()
-        if now is not None:
-            for user, task in sorted({(row.user_id, row.task_id or "") for row in rows}):
-                self._purge(db, user, task, now, PURGE_PER_WRITE)
-        ids = self._new_ids(db, len(rows))
+        scopes = [] if now is None else sorted({(row.user_id, row.task_id or "") for row in rows})
+        with _batched(db):  # the ids and the first scope's expired memories: one round trip
+            ask_ids = self._ask_new_ids(db, len(rows))
+            expired = [db.execute(_SQL_EXPIRED_ROWS, (*scoped, now, PURGE_PER_WRITE))
+                       for scoped in scopes[:1]]
+        for scoped in scopes:  # scopes of one user overlap: each looks after the last purged
+            found = expired.pop() if expired else db.execute(
+                _SQL_EXPIRED_ROWS, (*scoped, now, PURGE_PER_WRITE))
+            self._delete(db, scoped, found.fetchall())
+        ids = ask_ids()
         values, reading = [], None
         for memory_id, row in zip(ids, rows, strict=True):
             created_at = row.created_at
@@ -1784,13 +1792,6 @@ class MemoryStore:
             db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
             db.execute("COMMIT")
         return ids
-
-    def _purge(self, db: _Db, user: str, task: str, now: str,
-               most: int) -> int:
-        """Delete up to `most` expired memories the scope (user, task) would see, oldest
-        expiry first, with their postings and counts."""
-        return self._delete(db, (user, task),
-                            db.execute(_SQL_EXPIRED_ROWS, (user, task, now, most)).fetchall())
 
     def _delete(self, db: _Db, scoped: tuple[str, str],
                 rows: list[tuple[Any, ...]]) -> int:

@@ -563,14 +563,14 @@ def test_a_write_looks_its_words_newest_rows_up_by_key(url: str) -> None:
     assert "Join" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
 
 
-def test_a_remember_waits_on_the_server_five_times(store: MemoryStore,
+def test_a_remember_waits_on_the_server_four_times(store: MemoryStore,
                                                    tmp_path: pathlib.Path) -> None:
-    """BEGIN with the scope, the locks and the matching rule; the expired memories to
-    purge; the new id; the row, with its words' newest index rows read back; the index
+    """BEGIN with the scope, the locks and the matching rule; the new id with the expired
+    memories to purge; the row, with its words' newest index rows read back; the index
     rows, the count and COMMIT."""
     store.remember(ALICE, "user", "Alice likes trains.", "s")
     assert round_trips(store, lambda: store.remember(
-        ALICE, "user", "Alice likes night trains.", "s"), tmp_path) == 5
+        ALICE, "user", "Alice likes night trains.", "s"), tmp_path) == 4
     assert not store.db.in_transaction
     assert ids(store.recall(ALICE, "night trains")) == [2, 1]
 
