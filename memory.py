@@ -795,13 +795,15 @@ def _index_words(
             by_word[word].append(memory_id)
     appends, new_rows = [], []
     for (user_id, task_id), by_word in owners.items():
+        listed = sorted(by_word)  # key order: the writes then walk the index pages in turn
         newest = {}
         if append:
             found = db.execute(_SQL_NEWEST_POSTINGS, (
-                user_id, task_id, user_id, task_id, json.dumps(sorted(by_word))))
+                user_id, task_id, user_id, task_id, json.dumps(listed)))
             newest = {word: (first_id, size) for word, first_id, size in found
                       if first_id is not None}
-        for word, ids in by_word.items():
+        for word in listed:
+            ids = by_word[word]
             first_id, size = newest.get(word, (None, _MAX_ID))
             if size // 8 + len(ids) <= POSTINGS_PER_ROW:
                 appends.append((_pack(ids), user_id, task_id, word, first_id))
@@ -810,7 +812,7 @@ def _index_words(
                 run = ids[start : start + POSTINGS_PER_ROW]
                 new_rows.append((user_id, word, run[0], task_id, _pack(run)))
     db.executemany(_SQL_APPEND_POSTINGS, appends)
-    db.executemany(_SQL_INSERT_POSTINGS, sorted(new_rows))
+    db.executemany(_SQL_INSERT_POSTINGS, new_rows)
 
 
 def _unindex(db: _Db, user_id: str, rows: list[tuple[Any, ...]],
