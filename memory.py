@@ -1768,14 +1768,14 @@ class MemoryStore:
         and commit (with the last statements, in one round trip on PostgreSQL)."""
         now = self._read_now()
         scopes = [] if now is None else sorted({(row.user_id, row.task_id or "") for row in rows})
+        def expired(scoped: tuple[str, str]) -> Any:
+            return db.execute(_SQL_EXPIRED_ROWS, (*scoped, now, PURGE_PER_WRITE))
+
         with _batched(db):  # the ids and the first scope's expired memories: one round trip
             ask_ids = self._ask_new_ids(db, len(rows))
-            expired = [db.execute(_SQL_EXPIRED_ROWS, (*scoped, now, PURGE_PER_WRITE))
-                       for scoped in scopes[:1]]
+            asked = [expired(scoped) for scoped in scopes[:1]]
         for scoped in scopes:  # scopes of one user overlap: each looks after the last purged
-            found = expired.pop() if expired else db.execute(
-                _SQL_EXPIRED_ROWS, (*scoped, now, PURGE_PER_WRITE))
-            self._delete(db, scoped, found.fetchall())
+            self._delete(db, scoped, (asked.pop() if asked else expired(scoped)).fetchall())
         ids = ask_ids()
         values, reading = [], None
         for memory_id, row in zip(ids, rows, strict=True):
