@@ -1768,6 +1768,7 @@ class MemoryStore:
         and commit (with the last statements, in one round trip on PostgreSQL)."""
         now = self._read_now()
         scopes = [] if now is None else sorted({(row.user_id, row.task_id or "") for row in rows})
+
         def expired(scoped: tuple[str, str]) -> Any:
             return db.execute(_SQL_EXPIRED_ROWS, (*scoped, now, PURGE_PER_WRITE))
 
