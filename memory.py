@@ -82,60 +82,125 @@ _MAX_ID = 2**63 - 1
 # expired text does not wait for purge_expired() where the user is active.
 PURGE_PER_WRITE = 100
 
-# AUTOINCREMENT: an id is never handed out twice, even after the newest is forgotten.
-_CREATE_MEMORIES = """CREATE TABLE memories (
+# -- statements ------------------------------------------------------------------------
+# A statement the store runs on both engines is an _Sql: its SQLite text, carrying its
+# PostgreSQL text as `.pg`. Most twins differ only in how they say it (placeholders,
+# NULL-safe equality, a JSON list, no NOT INDEXED), and _postgres_form rewrites those;
+# the rest are written out where the statement is defined. The PostgreSQL engine runs
+# only `.pg` and refuses a statement without one before sending it.
+
+def _postgres_form(sql: str) -> str:
+    """The PostgreSQL text of a statement that says the same in both dialects but for
+    placeholders, NULL-safe equality, a JSON list's elements and SQLite's NOT INDEXED.
+    A list becomes an array first, so that the planner looks its elements up by index."""
+    return (sql.replace("%", "%%")
+            .replace(" IS ?", " IS NOT DISTINCT FROM ?")
+            .replace("id IN (SELECT value FROM json_each(?))",
+                     "id = ANY (ARRAY(SELECT jsonb_array_elements_text(?::jsonb)::bigint))")
+            .replace("word IN (SELECT value FROM json_each(?))",
+                     "word = ANY (ARRAY(SELECT jsonb_array_elements_text(?::jsonb)))")
+            .replace(" NOT INDEXED", "")
+            .replace("?", "%s"))
+
+
+class _Sql(str):
+    """A statement's SQLite text; `pg` is the same statement in PostgreSQL's dialect."""
+
+    pg: str
+
+
+def _sql(sqlite: str, pg: str | None = None) -> _Sql:
+    """A statement for both engines: its PostgreSQL text is `pg` where written out, else
+    _postgres_form's rewrite of the SQLite text."""
+    statement = _Sql(sqlite)
+    statement.pg = _postgres_form(sqlite) if pg is None else pg
+    return statement
+
+
+# -- SQLite's schema, version by version -----------------------------------------------
+# Each layout's statements as the release that wrote it ran them, to the letter: a file
+# is recognized by comparing its objects with what they make, and upgraded by the steps
+# after its layout, so none of this text ever changes. A new layout is a new entry.
+
+# Version 2. AUTOINCREMENT: an id is never handed out twice, even after the newest is
+# forgotten. The word index: for each (user, word, task), the ids of the memories holding
+# the word, packed as little-endian int64 in ascending runs of up to POSTINGS_PER_ROW.
+# Recall reads only the rows of the query's words under one user, so its cost follows the
+# memories that share a word with the query, not the user's total. A row holds ids of one
+# task (or of the user level) and the rows of one (user, word, task) cover disjoint id
+# ranges, so the row holding an id is the one with the greatest first_id at or below it.
+_SQLITE_VERSION_2 = (
+    """CREATE TABLE memories (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     user_id TEXT NOT NULL,
     task_id TEXT,
     text TEXT NOT NULL,
     source TEXT NOT NULL,
     created_at TEXT NOT NULL
-)"""
-_CREATE_SCOPE_INDEX = "CREATE INDEX memories_scope ON memories (user_id, task_id)"
-# The word index: for each (user, word, task), the ids of the memories holding the word,
-# packed as little-endian int64 in ascending runs of up to POSTINGS_PER_ROW. Recall reads
-# only the rows of the query's words under one user, so its cost follows the memories that
-# share a word with the query, not the user's total. A row holds ids of one task (or of
-# the user level) and the rows of one (user, word, task) cover disjoint id ranges, so the
-# row holding an id is the one with the greatest first_id at or below it.
-_CREATE_WORDS = """CREATE TABLE memory_words (
+)""",
+    "CREATE INDEX memories_scope ON memories (user_id, task_id)",
+    """CREATE TABLE memory_words (
     user_id TEXT NOT NULL,
     word TEXT NOT NULL,
     first_id INTEGER NOT NULL,
     task_id TEXT,
     ids BLOB NOT NULL,
     PRIMARY KEY (user_id, word, first_id)
-) WITHOUT ROWID"""
-# The file's own settings: the matching rule its word index was built with.
-_CREATE_SETTINGS = """CREATE TABLE store_settings (
+) WITHOUT ROWID""",
+)
+# Version 3 adds the file's own settings (the matching rule its word index was built
+# with) and how many memories each (user, task) holds, kept in the transaction of every
+# write and deletion, so count() is two point lookups. The user level is task_key ''
+# (no task id can be empty), since a NULL in a key would not be unique.
+_SQLITE_VERSION_3 = (
+    *_SQLITE_VERSION_2,
+    """CREATE TABLE store_settings (
     name TEXT PRIMARY KEY,
     value TEXT NOT NULL
-) WITHOUT ROWID"""
-# How many memories each (user, task) holds, kept in the transaction of every write and
-# deletion, so count() is two point lookups. The user level is task_key '' (no task id
-# can be empty), since a NULL in a key would not be unique.
-_CREATE_COUNTS = """CREATE TABLE memory_counts (
+) WITHOUT ROWID""",
+    """CREATE TABLE memory_counts (
     user_id TEXT NOT NULL,
     task_key TEXT NOT NULL,
     memories INTEGER NOT NULL,
     PRIMARY KEY (user_id, task_key)
-) WITHOUT ROWID"""
-# When a memory stops being live: a UTC time in one fixed-width form, so that SQL compares
-# it as text. A new file is made by the same ALTER as an upgraded one, so the two files'
-# schemas are alike to the letter. The index holds only memories that expire.
-_ADD_EXPIRY = "ALTER TABLE memories ADD COLUMN expires_at TEXT"
-_CREATE_EXPIRY_INDEX = (
-    "CREATE INDEX memories_expiry ON memories (user_id, expires_at, task_id)"
-    " WHERE expires_at IS NOT NULL"
+) WITHOUT ROWID""",
 )
-# The statements each version's file is made of, to create it and to recognize it.
-_STATEMENTS = {
-    2: (_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS),
-    3: (_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS, _CREATE_SETTINGS, _CREATE_COUNTS),
-    4: (_CREATE_MEMORIES, _CREATE_SCOPE_INDEX, _CREATE_WORDS, _CREATE_SETTINGS, _CREATE_COUNTS,
-        _ADD_EXPIRY, _CREATE_EXPIRY_INDEX),
-}
-SCHEMA = ";\n".join(_STATEMENTS[SCHEMA_VERSION])
+# Version 4 adds when a memory stops being live: a UTC time in one fixed-width form, so
+# that SQL compares it as text, and an index of the memories that expire. Its first
+# release (34098a4) indexed (user_id, expires_at); the next made the index cover the
+# scope by adding task_id, under the same version number, so version 4 has two layouts.
+_SQLITE_ADD_EXPIRY = "ALTER TABLE memories ADD COLUMN expires_at TEXT"
+_SQLITE_DROP_EXPIRY_INDEX = "DROP INDEX memories_expiry"
+_SQLITE_VERSION_4_FIRST = (
+    *_SQLITE_VERSION_3,
+    _SQLITE_ADD_EXPIRY,
+    "CREATE INDEX memories_expiry ON memories (user_id, expires_at)"
+    " WHERE expires_at IS NOT NULL",
+)
+_SQLITE_VERSION_4 = (
+    *_SQLITE_VERSION_3,
+    _SQLITE_ADD_EXPIRY,
+    "CREATE INDEX memories_expiry ON memories (user_id, expires_at, task_id)"
+    " WHERE expires_at IS NOT NULL",
+)
+
+
+class _Layout(NamedTuple):
+    """A schema a release of this code wrote: the version it stamps, its statements."""
+
+    version: int
+    statements: tuple[str, ...]
+
+
+# In the order releases wrote them; the last is what a new file gets. A new file is made
+# by the same ALTER as an upgraded one, so the two files' schemas are alike to the letter.
+SQLITE_LAYOUTS = (
+    _Layout(2, _SQLITE_VERSION_2),
+    _Layout(3, _SQLITE_VERSION_3),
+    _Layout(4, _SQLITE_VERSION_4_FIRST),
+    _Layout(4, _SQLITE_VERSION_4),
+)
+SCHEMA = ";\n".join(SQLITE_LAYOUTS[-1].statements)
 # A version-1 file (the core layout: one table and an index, named as its writer chose):
 # the table's columns as PRAGMA table_info gives them (name, declared type, pk).
 _VERSION_1_COLUMNS = [
@@ -143,18 +208,13 @@ _VERSION_1_COLUMNS = [
     ("text", "TEXT", 0), ("source", "TEXT", 0), ("created_at", "TEXT", 0),
 ]
 
+# -- the statements of both engines ----------------------------------------------------
+
 # The one scope predicate: user-level rows (task_id IS NULL) and this task's rows,
 # both under this user, so no branch can reach another user's row.
 _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
 
-_SQL_LAYOUT = "SELECT (SELECT user_version FROM pragma_user_version), count(*) FROM sqlite_master"
-_SQL_OBJECTS = "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_master"
-_SQL_VERSION_1_COLUMNS = "SELECT name, upper(type), pk FROM pragma_table_info('memories')"
-# Under the write lock the next ids are known, so a batch is one executemany. AUTOINCREMENT
-# keeps sqlite_sequence at the largest id ever written, forgotten ones included; memories
-# is the only table that can have a row there (memory_words has no rowid).
-_SQL_LAST_ID = "SELECT coalesce(max(seq), 0) FROM sqlite_sequence"
-_SQL_INSERT = (
+_SQL_INSERT = _sql(
     "INSERT INTO memories (id, user_id, task_id, text, source, created_at, expires_at)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
@@ -162,61 +222,75 @@ _MEMORY_COLUMNS = "id, task_id, text, source, created_at, expires_at"
 # The scope's memories that are no longer live, from the expiry index alone (it holds
 # task_id, and id is the rowid): few, since writes and purge_expired() delete them, and
 # returned as one JSON array, since a row apiece costs more than the lookup.
-_SQL_EXPIRED = f"SELECT json_group_array(id) FROM memories {_IN_SCOPE} AND expires_at <= ?"
-_SQL_EXPIRED_COUNT = f"SELECT count(*) FROM memories {_IN_SCOPE} AND expires_at <= ?"
-_SQL_ANY_EXPIRING = f"SELECT 1 FROM memories {_IN_SCOPE} AND expires_at IS NOT NULL LIMIT 1"
-_SQL_EXPIRED_ROWS = (
+_SQL_EXPIRED = _sql(
+    f"SELECT json_group_array(id) FROM memories {_IN_SCOPE} AND expires_at <= ?",
+    "SELECT coalesce(json_agg(id), '[]')::text FROM memories WHERE user_id = %s"
+    " AND (task_id IS NULL OR task_id = %s) AND expires_at <= %s")
+_SQL_EXPIRED_COUNT = _sql(f"SELECT count(*) FROM memories {_IN_SCOPE} AND expires_at <= ?")
+_SQL_ANY_EXPIRING = _sql(
+    f"SELECT 1 FROM memories {_IN_SCOPE} AND expires_at IS NOT NULL LIMIT 1")
+_SQL_EXPIRED_ROWS = _sql(
     f"SELECT id, task_id, text FROM memories {_IN_SCOPE} AND expires_at <= ?"
     " ORDER BY expires_at, id LIMIT ?"
 )
-_SQL_EXPIRED_OF_USER = (
+_SQL_EXPIRED_OF_USER = _sql(
     "SELECT id, task_id, text FROM memories WHERE user_id = ? AND expires_at <= ?"
 )
-_SQL_DELETE_OF_USER = (
+_SQL_DELETE_OF_USER = _sql(
     "DELETE FROM memories NOT INDEXED WHERE user_id = ? AND id IN (SELECT value FROM json_each(?))"
 )
-_SQL_COUNT = (
+_SQL_COUNT = _sql(
     "SELECT coalesce(sum(memories), 0) FROM memory_counts WHERE user_id = ? AND task_key IN"
-    " ('', ?)"
-)
-_SQL_COUNT_ADD = (
+    " ('', ?)",
+    "SELECT coalesce(sum(memories), 0)::bigint FROM memory_counts WHERE user_id = %s"
+    " AND task_key IN ('', %s)")
+_SQL_COUNT_ADD = _sql(
     "INSERT INTO memory_counts (user_id, task_key, memories) VALUES (?, ?, ?)"
-    " ON CONFLICT (user_id, task_key) DO UPDATE SET memories = memories + excluded.memories"
-)
-_SQL_COUNT_SUBTRACT = (
+    " ON CONFLICT (user_id, task_key) DO UPDATE SET memories = memories + excluded.memories",
+    "INSERT INTO memory_counts (user_id, task_key, memories) VALUES (%s, %s, %s)"
+    " ON CONFLICT (user_id, task_key) DO UPDATE"
+    " SET memories = memory_counts.memories + excluded.memories")
+_SQL_COUNT_SUBTRACT = _sql(
     "UPDATE memory_counts SET memories = memories - ? WHERE user_id = ? AND task_key = ?"
 )
-_SQL_COUNT_DROP_EMPTY = (
+_SQL_COUNT_DROP_EMPTY = _sql(
     "DELETE FROM memory_counts WHERE user_id = ? AND task_key = ? AND memories <= 0"
 )
-_SQL_ERASE_COUNTS = "DELETE FROM memory_counts WHERE user_id = ?"
-_SQL_MATCHING = "SELECT value FROM store_settings WHERE name = 'matching'"
-_SQL_SET_MATCHING = "INSERT OR REPLACE INTO store_settings (name, value) VALUES ('matching', ?)"
+_SQL_ERASE_COUNTS = _sql("DELETE FROM memory_counts WHERE user_id = ?")
+_SQL_MATCHING = _sql("SELECT value FROM store_settings WHERE name = 'matching'")
+_SQL_SET_MATCHING = _sql(
+    "INSERT OR REPLACE INTO store_settings (name, value) VALUES ('matching', ?)",
+    "INSERT INTO store_settings (name, value) VALUES ('matching', %s)"
+    " ON CONFLICT (name) DO UPDATE SET value = excluded.value")
 # Recall's map of the query words' postings, one row per word (a row apiece costs more
 # than the lookup): the first ids of its user-level rows, then of the task's (the scope
 # lets in no other task), how many ids they hold, and whether every row is a whole run
-# of int64 ids. The blobs stay in SQLite.
-_SQL_POSTINGS_MAP = (
+# of int64 ids. The blobs stay in the database.
+_SQL_POSTINGS_MAP = _sql(
     "SELECT word, json_group_array(first_id) FILTER (WHERE task_id IS NULL),"
     " json_group_array(first_id) FILTER (WHERE task_id IS NOT NULL), sum(length(ids)) / 8,"
     " min(typeof(ids) = 'blob' AND length(ids) % 8 = 0)"
     f" FROM memory_words {_IN_SCOPE} AND word IN (SELECT value FROM json_each(?))"
-    " GROUP BY word"
-)
+    " GROUP BY word",
+    "SELECT word, coalesce(json_agg(first_id) FILTER (WHERE task_id IS NULL), '[]')::text,"
+    " coalesce(json_agg(first_id) FILTER (WHERE task_id IS NOT NULL), '[]')::text,"
+    " (sum(length(ids)) / 8)::bigint, bool_and(length(ids) %% 8 = 0)::int"
+    " FROM memory_words WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
+    " AND word = ANY (ARRAY(SELECT jsonb_array_elements_text(%s::jsonb))) GROUP BY word")
 # All rows of the query words, when they are few.
-_SQL_POSTINGS = (
+_SQL_POSTINGS = _sql(
     f"SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
     " AND word IN (SELECT value FROM json_each(?))"
 )
 # The rows recall needs, by key: each word's rows and each first id are looked up, one
 # statement a round; the caller keeps the (word, first id) pairs it asked for.
-_SQL_POSTINGS_ROWS = (
+_SQL_POSTINGS_ROWS = _sql(
     f"SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
     " AND word IN (SELECT value FROM json_each(?))"
     " AND first_id IN (SELECT value FROM json_each(?))"
 )
 # NOT INDEXED: look the few ids up by primary key rather than walk the user's index range.
-_SQL_RECALLED = (
+_SQL_RECALLED = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"
     " AND id IN (SELECT value FROM json_each(?))"
 )
@@ -224,62 +298,75 @@ _SQL_RECALLED = (
 # word, task), or NULLs: one statement for all the words a write holds, then one
 # executemany to append. Two scalar subqueries, each an index descent per word, read the
 # same in both dialects and leave the planner no join to choose.
-_SQL_NEWEST_ROW = (
+_NEWEST_ROW = (
     "SELECT {column} FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = value"
     " ORDER BY first_id DESC LIMIT 1"
 )
-_SQL_NEWEST_POSTINGS = (
-    f"SELECT value, ({_SQL_NEWEST_ROW.format(column='first_id')}),"
-    f" ({_SQL_NEWEST_ROW.format(column='length(ids)')}) FROM json_each(?)"
+_NEWEST_POSTINGS = (
+    f"SELECT value, ({_NEWEST_ROW.format(column='first_id')}),"
+    f" ({_NEWEST_ROW.format(column='length(ids)')}) FROM json_each(?)"
 )
-_SQL_APPEND_POSTINGS = (
+_SQL_NEWEST_POSTINGS = _sql(_NEWEST_POSTINGS, _postgres_form(_NEWEST_POSTINGS).replace(
+    "FROM json_each(%s)", "FROM jsonb_array_elements_text(%s::jsonb) AS value"))
+_SQL_APPEND_POSTINGS = _sql(
     "UPDATE memory_words SET ids = CAST(ids || ? AS BLOB)"
-    " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
-)
-_SQL_INSERT_POSTINGS = (
+    " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?",
+    "UPDATE memory_words SET ids = ids || %s WHERE user_id = %s"
+    " AND task_id IS NOT DISTINCT FROM %s AND word = %s AND first_id = %s")
+_SQL_INSERT_POSTINGS = _sql(
     "INSERT INTO memory_words (user_id, word, first_id, task_id, ids) VALUES (?, ?, ?, ?, ?)"
 )
-_SQL_VISIBLE = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER BY id"
-_SQL_VISIBLE_ID = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?"
-_SQL_VISIBLE_SOURCE = f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND source = ?"
-_SQL_OWNED = f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? ORDER BY id"
-_SQL_OWNED_TEXTS = "SELECT id, user_id, task_id, text FROM memories WHERE user_id = ? ORDER BY id"
-_SQL_FORGET = (
+_SQL_VISIBLE = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER BY id")
+_SQL_VISIBLE_ID = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?")
+_SQL_VISIBLE_SOURCE = _sql(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND source = ?")
+_SQL_OWNED = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? ORDER BY id")
+_SQL_OWNED_TEXTS = _sql(
+    "SELECT id, user_id, task_id, text FROM memories WHERE user_id = ? ORDER BY id")
+_SQL_FORGET = _sql(
     f"DELETE FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))"
 )
-_SQL_ERASE = "DELETE FROM memories WHERE user_id = ?"
-_SQL_ERASE_POSTINGS = "DELETE FROM memory_words WHERE user_id = ?"
+_SQL_ERASE = _sql("DELETE FROM memories WHERE user_id = ?")
+_SQL_ERASE_POSTINGS = _sql("DELETE FROM memory_words WHERE user_id = ?")
 # The rows of one (user, word, task) that may hold ids from lo up to hi: from the row
 # holding lo (the greatest first_id at or below it) on.
-_SQL_POSTINGS_SPAN = (
+_SQL_POSTINGS_SPAN = _sql(
     "SELECT first_id, ids FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ?"
     " AND first_id BETWEEN coalesce((SELECT max(first_id) FROM memory_words WHERE user_id = ?"
     " AND task_id IS ? AND word = ? AND first_id <= ?), ?) AND ?"
 )
-_SQL_REWRITE_POSTINGS = (
+_SQL_REWRITE_POSTINGS = _sql(
     "UPDATE memory_words SET first_id = ?, ids = ?"
     " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
 )
-_SQL_DROP_POSTINGS = (
+_SQL_DROP_POSTINGS = _sql(
     "DELETE FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
 )
-_SQL_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
 # The operator's aggregate: counts only, across users by design, so it is one of the
 # three reads without the scope predicate (see _SQL_USERS, _SQL_EXPIRED_USERS). No call
 # made for a user uses it.
-_SQL_STATS = "SELECT count(*), count(task_id), count(DISTINCT user_id) FROM memories"
+_SQL_STATS = _sql("SELECT count(*), count(task_id), count(DISTINCT user_id) FROM memories")
 # Reindexing walks the users one by one, each under `WHERE user_id = `; finding them is
 # the other read without the user filter, and it returns ids only.
-_SQL_USERS = "SELECT DISTINCT user_id FROM memory_counts"
+_SQL_USERS = _sql("SELECT DISTINCT user_id FROM memory_counts")
 # purge_expired() finds the users with expired memories, ids only, then deletes each
 # user's under `WHERE user_id = `.
-_SQL_EXPIRED_USERS = "SELECT DISTINCT user_id FROM memories WHERE expires_at <= ?"
+_SQL_EXPIRED_USERS = _sql("SELECT DISTINCT user_id FROM memories WHERE expires_at <= ?")
 
-# -- PostgreSQL: the same statements in its dialect ------------------------------------
-# A store opened on a postgresql:// URL runs each statement above as its twin here. Most
-# differ only in how they say it (placeholders, NULL-safe equality, a JSON list, no
-# NOT INDEXED), and _postgres_form rewrites those; the rest are written out beside the
-# SQLite text they stand for. A statement with no twin is refused, never sent as is.
+# -- SQLite's own statements -----------------------------------------------------------
+
+_SQLITE_LAYOUT = (
+    "SELECT (SELECT user_version FROM pragma_user_version), count(*) FROM sqlite_master")
+_SQLITE_OBJECTS = "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_master"
+_SQLITE_VERSION_1_COLUMNS = "SELECT name, upper(type), pk FROM pragma_table_info('memories')"
+_SQLITE_VERSION = "PRAGMA user_version"
+# Under the write lock the next ids are known, so a batch is one executemany. AUTOINCREMENT
+# keeps sqlite_sequence at the largest id ever written, forgotten ones included; memories
+# is the only table that can have a row there (memory_words has no rowid).
+_SQLITE_LAST_ID = "SELECT coalesce(max(seq), 0) FROM sqlite_sequence"
+_SQLITE_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
+
+# -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
 POSTGRES_SCHEMA_VERSION = 1
@@ -335,6 +422,9 @@ _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
 )
+# A write takes its locks after BEGIN; a read sees one snapshot.
+_PG_BEGIN_WRITE = "BEGIN"
+_PG_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 # Writers hold the store's lock shared and each user's they write for exclusively, so
 # writers of different users go on together; a call for every user (purge_expired,
 # reindex, the schema) holds the store's lock exclusively. Users in sorted order.
@@ -361,64 +451,6 @@ _PG_SIZE = (
 _PG_VACUUM = "VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts"
 _PG_READ_ONLY = "SET default_transaction_read_only = on"
 _PG_ASYNC_COMMIT = "SET synchronous_commit = off"
-
-
-def _postgres_form(sql: str) -> str:
-    """The PostgreSQL text of a statement that says the same in both dialects but for
-    placeholders, NULL-safe equality, a JSON list's elements and SQLite's NOT INDEXED.
-    A list becomes an array first, so that the planner looks its elements up by index."""
-    return (sql.replace("%", "%%")
-            .replace(" IS ?", " IS NOT DISTINCT FROM ?")
-            .replace("id IN (SELECT value FROM json_each(?))",
-                     "id = ANY (ARRAY(SELECT jsonb_array_elements_text(?::jsonb)::bigint))")
-            .replace("word IN (SELECT value FROM json_each(?))",
-                     "word = ANY (ARRAY(SELECT jsonb_array_elements_text(?::jsonb)))")
-            .replace(" NOT INDEXED", "")
-            .replace("?", "%s"))
-
-
-_POSTGRES: dict[str, str] = {
-    sql: _postgres_form(sql) for sql in (
-        _SQL_INSERT, _SQL_EXPIRED_COUNT, _SQL_ANY_EXPIRING, _SQL_EXPIRED_ROWS,
-        _SQL_EXPIRED_OF_USER, _SQL_DELETE_OF_USER, _SQL_COUNT_SUBTRACT,
-        _SQL_COUNT_DROP_EMPTY, _SQL_ERASE_COUNTS, _SQL_MATCHING, _SQL_POSTINGS,
-        _SQL_POSTINGS_ROWS, _SQL_RECALLED, _SQL_INSERT_POSTINGS, _SQL_VISIBLE,
-        _SQL_VISIBLE_ID, _SQL_VISIBLE_SOURCE, _SQL_OWNED, _SQL_OWNED_TEXTS, _SQL_FORGET,
-        _SQL_ERASE, _SQL_ERASE_POSTINGS, _SQL_POSTINGS_SPAN, _SQL_REWRITE_POSTINGS,
-        _SQL_DROP_POSTINGS, _SQL_STATS, _SQL_USERS, _SQL_EXPIRED_USERS, "COMMIT", "ROLLBACK",
-    )
-} | {
-    # A write takes its locks after BEGIN (see _PG_LOCK_*); a read sees one snapshot.
-    "BEGIN IMMEDIATE": "BEGIN",
-    "BEGIN": "BEGIN ISOLATION LEVEL REPEATABLE READ",
-    _SQL_EXPIRED: (
-        "SELECT coalesce(json_agg(id), '[]')::text FROM memories WHERE user_id = %s"
-        " AND (task_id IS NULL OR task_id = %s) AND expires_at <= %s"),
-    _SQL_COUNT: (
-        "SELECT coalesce(sum(memories), 0)::bigint FROM memory_counts WHERE user_id = %s"
-        " AND task_key IN ('', %s)"),
-    _SQL_COUNT_ADD: (
-        "INSERT INTO memory_counts (user_id, task_key, memories) VALUES (%s, %s, %s)"
-        " ON CONFLICT (user_id, task_key) DO UPDATE"
-        " SET memories = memory_counts.memories + excluded.memories"),
-    _SQL_SET_MATCHING: (
-        "INSERT INTO store_settings (name, value) VALUES ('matching', %s)"
-        " ON CONFLICT (name) DO UPDATE SET value = excluded.value"),
-    _SQL_POSTINGS_MAP: (
-        "SELECT word, coalesce(json_agg(first_id) FILTER (WHERE task_id IS NULL), '[]')::text,"
-        " coalesce(json_agg(first_id) FILTER (WHERE task_id IS NOT NULL), '[]')::text,"
-        " (sum(length(ids)) / 8)::bigint, bool_and(length(ids) %% 8 = 0)::int"
-        " FROM memory_words WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
-        " AND word = ANY (ARRAY(SELECT jsonb_array_elements_text(%s::jsonb))) GROUP BY word"),
-    _SQL_NEWEST_POSTINGS: _postgres_form(_SQL_NEWEST_POSTINGS).replace(
-        "FROM json_each(%s)", "FROM jsonb_array_elements_text(%s::jsonb) AS value"),
-    _SQL_APPEND_POSTINGS: (
-        "UPDATE memory_words SET ids = ids || %s WHERE user_id = %s"
-        " AND task_id IS NOT DISTINCT FROM %s AND word = %s AND first_id = %s"),
-} | {sql: sql for sql in (
-    *_PG_SCHEMA, _PG_TABLE_EXISTS, _PG_VERSION, _PG_SET_VERSION, _PG_LOCK_STORE,
-    _PG_SCOPE, _PG_SCOPE_WRITE, _PG_SCOPE_WRITE_ALL, _PG_NEXT_IDS, _PG_PRIVILEGED, _PG_SIZE,
-    _PG_VACUUM, _PG_READ_ONLY, _PG_ASYNC_COMMIT)}
 
 
 log = logging.getLogger("memory")
@@ -780,7 +812,7 @@ def _unpack(blob: object) -> array.array[int]:
 
 
 def _index_words(
-    db: _Db,
+    db: _Engine,
     rows: Iterable[tuple[int, str, str | None, str]],
     append: bool,
     words_of: Callable[[str], set[str]],
@@ -815,7 +847,7 @@ def _index_words(
     db.executemany(_SQL_INSERT_POSTINGS, new_rows)
 
 
-def _unindex(db: _Db, user_id: str, rows: list[tuple[Any, ...]],
+def _unindex(db: _Engine, user_id: str, rows: list[tuple[Any, ...]],
              words_of: Callable[[str], set[str]]) -> None:
     """Remove the postings and counts of the user's memories `rows` (id, task_id, text,
     ...)."""
@@ -841,93 +873,163 @@ def _unindex(db: _Db, user_id: str, rows: list[tuple[Any, ...]],
                 db.execute(_SQL_DROP_POSTINGS, (*key, first_id))
 
 
-# -- transactions and migrations -------------------------------------------------------
+
+# -- transactions ----------------------------------------------------------------------
 
 @contextlib.contextmanager
-def _transaction(
-    db: _Db, begin: str = "BEGIN IMMEDIATE"
-) -> Iterator[_Db]:
-    """Run the block in one transaction: a write one taking the write lock up front, or
-    with `begin="BEGIN"` a read one that sees a single snapshot."""
+def _transaction(db: _Engine, write: bool) -> Iterator[_Engine]:
+    """Run the block in one transaction: a write one taking the write lock up front, or a
+    read one that sees a single snapshot."""
     # BEGIN inside the try: a signal handler's exception (KeyboardInterrupt, a timeout)
     # surfaces only once BEGIN returns, by then holding the lock, and must release it too.
     try:
-        db.execute(begin)
+        db.begin(write)
         yield db
         if db.in_transaction:  # not if the block's last statement committed
-            db.execute("COMMIT")
+            db.commit()
     except BaseException:
         if db.in_transaction:
             with contextlib.suppress(sqlite3.Error, StoreError):
-                db.execute("ROLLBACK")
+                db.rollback()
         raise
 
 
-def _last_statement(db: _Db, sql: str, parameters: Any) -> Any:
-    """The cursor of a read transaction's last statement. On PostgreSQL the COMMIT goes
-    in the same round trip; SQLite commits once the rows are read (_transaction)."""
-    if not isinstance(db, _PostgresConnection):
-        return db.execute(sql, parameters)
-    with db.batch():
-        found = db.execute(sql, parameters)
-        db.execute("COMMIT")
-    return found
+# -- the engines -----------------------------------------------------------------------
+# The store talks to one engine: the statements of one connection, and the few steps in
+# which SQLite and PostgreSQL differ, each engine holding its own. The store never asks
+# which engine it has.
+
+class _Engine:
+    """A store's database connection and what differs between the databases."""
+
+    #: The database's name, for the log.
+    name = ""
+    #: Recall reads its words' map of rows before any of their postings: a server sends
+    #: a whole result at once, so reading every posting to find there are too many costs
+    #: a common word's postings over the socket.
+    reads_map_first = False
+    #: Top-k recall reads the common words only where candidates are (MaxScore): each
+    #: look-up is a statement, cheap in-process but a round trip to a server.
+    skips_common_words = False
+    #: (device, inode) of the file, for the fork guard; None where there is no file.
+    file: tuple[int, int] | None = None
+    #: The driver's connection, for tests that trace or inspect it.
+    connection: Any
+    #: Run one statement of both engines, or many with a sequence of parameters.
+    execute: Callable[..., Any]
+    executemany: Callable[..., Any]
+
+    @property
+    def in_transaction(self) -> bool:
+        raise NotImplementedError
+
+    def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
+        """Call `trace` with the text of each statement sent."""
+        raise NotImplementedError
+
+    def begin(self, write: bool) -> None:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        raise NotImplementedError
+
+    def rollback(self) -> None:
+        raise NotImplementedError
+
+    def batch(self) -> contextlib.AbstractContextManager[object]:
+        """The block's statements in order, sent together where the engine can: over a
+        network each one's round trip is most of a small write's time."""
+        return contextlib.nullcontext()
+
+    def last_statement(self, sql: str, parameters: Any) -> Any:
+        """The cursor of a read transaction's last statement, committing with it where
+        that saves a round trip (else _transaction commits once the rows are read)."""
+        return self.execute(sql, parameters)
+
+    def enter(self, users: set[str] | None, write: bool) -> Any:
+        """Name the users a transaction may see (None: every user, an operator's call) and
+        take a write's locks; a cursor that read the matching rule with them, or None."""
+        return None
+
+    def ask_new_ids(self, count: int) -> Callable[[], list[int]]:
+        """`count` ids, each larger than any handed out before, never to be handed out
+        again; asked now and read when the returned function is called: in a batch, once
+        it has gone."""
+        raise NotImplementedError
+
+    def version(self) -> int:
+        raise NotImplementedError
+
+    def size(self) -> int:
+        """Bytes the store takes on disk."""
+        raise NotImplementedError
+
+    def scrub(self) -> None:
+        """Push deleted text out of what the database keeps, where it can be at once."""
+
+    def compact(self) -> None:
+        raise NotImplementedError
+
+    def check(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def backup(self, destination: str) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.connection.close()
 
 
-def _batched(db: _Db) -> contextlib.AbstractContextManager[object]:
-    """The block's statements in order, sent together where the engine can: over a
-    network each one's round trip is most of a small write's time."""
-    if isinstance(db, _PostgresConnection):
-        return db.batch()
-    return contextlib.nullcontext()
-
-
-def _execute_script(db: sqlite3.Connection, script: str) -> None:
+def _execute_script(db: _SqliteEngine, statements: Iterable[str]) -> None:
     # executescript() would commit on its own, outside the caller's transaction.
-    for statement in script.split(";"):
-        if statement.strip():
-            db.execute(statement)
+    for statement in statements:
+        db.execute(statement)
 
 
-def _upgrade_to_2(db: sqlite3.Connection) -> None:
+def _upgrade_to_2(db: _SqliteEngine) -> None:
     """Version 1 (the core layout: one table) gains AUTOINCREMENT ids and the word index."""
-    # When a later version changes these tables, freeze their version-2 text here.
+    create_memories, create_scope_index, create_words = _SQLITE_VERSION_2
     db.execute("ALTER TABLE memories RENAME TO memories_v1")
-    db.execute(_CREATE_MEMORIES)
+    db.execute(create_memories)
     db.execute(
         "INSERT INTO memories (id, user_id, task_id, text, source, created_at)"
         " SELECT id, user_id, task_id, text, source, created_at FROM memories_v1 ORDER BY id"
     )
     # Dropping the old table drops its index too, whatever a version-1 writer named it.
     db.execute("DROP TABLE memories_v1")
-    db.execute(_CREATE_SCOPE_INDEX)
-    db.execute(_CREATE_WORDS)
+    db.execute(create_scope_index)
+    db.execute(create_words)
     rows = db.execute("SELECT id, user_id, task_id, text FROM memories ORDER BY id")
     _index_words(db, rows, append=False, words_of=words)
 
 
-def _upgrade_to_3(db: sqlite3.Connection) -> None:
+def _upgrade_to_3(db: _SqliteEngine) -> None:
     """Version 2 gains the settings (its rule is `exact`) and the per-(user, task) counts."""
-    db.execute(_CREATE_SETTINGS)
+    create_settings, create_counts = _SQLITE_VERSION_3[len(_SQLITE_VERSION_2):]
+    db.execute(create_settings)
     db.execute(_SQL_SET_MATCHING, ("exact",))
-    db.execute(_CREATE_COUNTS)
+    db.execute(create_counts)
     db.execute("INSERT INTO memory_counts (user_id, task_key, memories)"
                " SELECT user_id, coalesce(task_id, ''), count(*) FROM memories"
                " GROUP BY user_id, task_id")
 
 
-def _upgrade_to_4(db: sqlite3.Connection) -> None:
+def _upgrade_to_4(db: _SqliteEngine) -> None:
     """Version 3 gains expiry: a column (NULL: never) and an index of what expires."""
-    db.execute(_ADD_EXPIRY)
-    db.execute(_CREATE_EXPIRY_INDEX)
+    _execute_script(db, _SQLITE_VERSION_4_FIRST[len(_SQLITE_VERSION_3):])
 
 
-# (version a file is at after the step, the step); a file at version v runs every
-# step whose target is above v, in order, all in one transaction with the version bump.
-MIGRATIONS: list[tuple[int, Callable[[sqlite3.Connection], None]]] = [
-    (2, _upgrade_to_2),
-    (3, _upgrade_to_3),
-    (4, _upgrade_to_4),
+def _cover_the_expiry_index(db: _SqliteEngine) -> None:
+    """Version 4's first layout: its expiry index gains task_id, to cover the scope."""
+    db.execute(_SQLITE_DROP_EXPIRY_INDEX)
+    _execute_script(db, _SQLITE_VERSION_4[len(_SQLITE_VERSION_3) + 1:])
+
+
+# MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
+# layout n + 1; a file runs every step after its own layout, in order, all in one
+# transaction with the version stamp.
+MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
+    _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -935,15 +1037,16 @@ _Objects = frozenset[tuple[str, str, str, str]]
 def _objects(db: sqlite3.Connection) -> _Objects:
     """Every schema object of the file: (type, name, table, SQL with whitespace collapsed)."""
     return frozenset((kind, name, table, " ".join(sql.split()))
-                     for kind, name, table, sql in db.execute(_SQL_OBJECTS))
+                     for kind, name, table, sql in db.execute(_SQLITE_OBJECTS))
 
 
 @functools.cache
-def _objects_of(version: int) -> _Objects:
-    """The objects of a file at `version`: what that version's statements make."""
+def _objects_of(layout: int) -> _Objects:
+    """The objects of a file of SQLITE_LAYOUTS[layout]: what its statements make."""
     db = sqlite3.connect(":memory:")
     try:
-        _execute_script(db, ";".join(_STATEMENTS[version]))
+        for statement in SQLITE_LAYOUTS[layout].statements:
+            db.execute(statement)
         return _objects(db)
     finally:
         db.close()
@@ -951,7 +1054,7 @@ def _objects_of(version: int) -> _Objects:
 
 def _is_version_1(db: sqlite3.Connection, objects: _Objects) -> bool:
     """The core layout: the memories table and indexes on it, nothing else."""
-    columns = [tuple(column) for column in db.execute(_SQL_VERSION_1_COLUMNS)]
+    columns = [tuple(column) for column in db.execute(_SQLITE_VERSION_1_COLUMNS)]
     return columns == _VERSION_1_COLUMNS and all(
         (kind == "table" and name in ("memories", "sqlite_sequence"))
         or (kind == "index" and table == "memories")
@@ -959,190 +1062,34 @@ def _is_version_1(db: sqlite3.Connection, objects: _Objects) -> bool:
     )
 
 
-def _layout(db: sqlite3.Connection) -> int:
-    """The file's schema version, or SchemaError unless every object in it is exactly
-    what that version made: a planted trigger, view, table or index makes it foreign."""
+def _file_layout(db: sqlite3.Connection) -> int | None:
+    """The file's layout: None for a new file, 0 for version 1, else 1 + its index in
+    SQLITE_LAYOUTS; SchemaError unless every object in the file is exactly what that
+    layout made: a planted trigger, view, table or index makes it foreign."""
     try:
-        version, count = db.execute(_SQL_LAYOUT).fetchone()
+        version, count = db.execute(_SQLITE_LAYOUT).fetchone()
         if version == 0 and count:
             raise SchemaError("the file holds tables but no schema version: not a memory store")
-        if not 0 <= version <= SCHEMA_VERSION:
+        if version == 0:
+            return None
+        if not 1 <= version <= SCHEMA_VERSION:
             raise SchemaError(
                 f"the file has database schema version {version};"
                 f" this code reads versions 1 to {SCHEMA_VERSION}"
             )
         objects = _objects(db)
-        known = (
-            version == 0
-            or (version in _STATEMENTS and objects == _objects_of(version))
-            or (version == 1 and _is_version_1(db, objects))
-        )
+        if version == 1 and _is_version_1(db, objects):
+            return 0
+        for n, layout in enumerate(SQLITE_LAYOUTS):
+            if layout.version == version and objects == _objects_of(n):
+                return n + 1
     except sqlite3.Error as exc:
         raise _store_error(exc) from exc
-    if not known:
-        raise SchemaError(
-            f"the file is stamped schema version {version} but its tables, indexes or"
-            " triggers are not exactly that version's: not a memory store this code trusts"
-        )
-    return int(version)
+    raise SchemaError(
+        f"the file is stamped schema version {version} but its tables, indexes or"
+        " triggers are not exactly that version's: not a memory store this code trusts"
+    )
 
-
-def _prepare(db: sqlite3.Connection, writable: bool, matching: str | None) -> None:
-    """Create or upgrade the file's schema; refuse a file this code cannot read. A new
-    file gets the `matching` rule, `exact` if None."""
-    version = _layout(db)
-    if version == SCHEMA_VERSION:
-        return
-    if not writable:
-        raise SchemaError(f"the file is at schema version {version} and opened read-only")
-    with _transaction(db):
-        # Read again under the write lock: another process may have done it meanwhile.
-        version = _layout(db)
-        if version == 0:
-            _execute_script(db, SCHEMA)
-            db.execute(_SQL_SET_MATCHING, (matching or "exact",))
-        for target, step in MIGRATIONS:
-            if 0 < version < target:
-                step(db)
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
-    if version == 0:
-        log.info("created schema version %d", SCHEMA_VERSION)
-    elif version < SCHEMA_VERSION:
-        log.info("upgraded schema from version %d to %d", version, SCHEMA_VERSION)
-
-
-# -- PostgreSQL's connection and schema ------------------------------------------------
-
-def _is_postgres(path: str) -> bool:
-    return path.startswith(("postgresql://", "postgres://"))
-
-
-def _postgres_error(exc: Exception) -> StoreError:
-    # The driver's messages can quote a value (a duplicate key, the URL's user), so only
-    # the error's class and SQLSTATE go on.
-    state = getattr(exc, "sqlstate", None) or "none"
-    return StoreError(f"the PostgreSQL server could not do it ({type(exc).__name__},"
-                      f" SQLSTATE {state})")
-
-
-class _PostgresConnection:
-    """A psycopg 3 connection that takes the store's statements and runs their PostgreSQL
-    twins (_POSTGRES), its errors as StoreError; the store begins and ends transactions."""
-
-    def __init__(self, url: str) -> None:
-        try:
-            self._psycopg: Any = importlib.import_module("psycopg")
-        except ImportError:
-            raise StoreError("a postgresql:// store needs psycopg 3:"
-                             " pip install 'memory-store[postgres]'") from None
-        try:
-            self._conn = self._psycopg.connect(url, autocommit=True)
-        except self._psycopg.Error as exc:
-            raise _postgres_error(exc) from None
-        self._trace: Callable[[str], object] | None = None
-        self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
-        self._batching = False
-
-    def _twin(self, sql: str) -> str:
-        text = _POSTGRES.get(sql)
-        if text is None:
-            raise StoreError("the store has no PostgreSQL form of a statement it needs")
-        if self._trace is not None:
-            self._trace(text)
-        return text
-
-    def execute(self, sql: str, parameters: Any = ()) -> Any:
-        text = self._twin(sql)
-        if sql in ("BEGIN", "BEGIN IMMEDIATE"):
-            self._begin = text  # sent with the transaction's first statement: a round trip
-            return None
-        begin, self._begin = self._begin, None
-        if begin is not None and sql in ("COMMIT", "ROLLBACK"):
-            return None  # nothing was sent
-        try:
-            if begin is None:
-                return self._conn.execute(text, parameters)
-            # In a batch already, BEGIN joins it: a pipeline of its own would wait here.
-            with contextlib.nullcontext() if self._batching else self._conn.pipeline():
-                self._conn.execute(begin)
-                return self._conn.execute(text, parameters)
-        except self._psycopg.Error as exc:
-            raise _postgres_error(exc) from None
-
-    def executemany(self, sql: str, parameters: Iterable[Any]) -> Any:
-        text, cursor = self._twin(sql), self._conn.cursor()
-        try:
-            cursor.executemany(text, list(parameters))
-        except self._psycopg.Error as exc:
-            raise _postgres_error(exc) from None
-        return cursor
-
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """Send the block's statements without waiting for each one's result (psycopg's
-        pipeline); a statement whose result is read waits for all before it."""
-        try:
-            with self._conn.pipeline():
-                self._batching = True
-                yield
-        except self._psycopg.Error as exc:
-            raise _postgres_error(exc) from None
-        finally:
-            self._batching = False
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._begin is not None or bool(
-            self._conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE)
-
-    def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
-        self._trace = trace
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-_Db = sqlite3.Connection | _PostgresConnection
-
-
-def _postgres_version(db: _PostgresConnection) -> int:
-    (exists,) = db.execute(_PG_TABLE_EXISTS).fetchone()
-    row = db.execute(_PG_VERSION).fetchone() if exists else None
-    return int(row[0]) if row else 0
-
-
-# Version 2 and on: append (version, step); each step runs in the transaction that
-# creates or upgrades the schema, under the store's lock, with the version bump.
-POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresConnection], None]]] = []
-
-
-def _prepare_postgres(db: _PostgresConnection, writable: bool, matching: str | None) -> None:
-    """Create or upgrade the database's schema in one transaction under the store's lock,
-    so processes opening a new database at once create it once; refuse a newer one."""
-    version = _postgres_version(db)
-    if version > POSTGRES_SCHEMA_VERSION:
-        raise SchemaError(f"the database is at schema version {version}, newer than this"
-                          f" code's {POSTGRES_SCHEMA_VERSION}")
-    if version == POSTGRES_SCHEMA_VERSION:
-        return
-    if not writable:
-        raise StoreError("the database holds no memory store at this version and was opened"
-                         " read-only")
-    with _transaction(db):
-        db.execute(_PG_LOCK_STORE)
-        version = _postgres_version(db)  # again, under the lock
-        if version == 0:
-            for statement in _PG_SCHEMA:
-                db.execute(statement)
-            db.execute(_SQL_SET_MATCHING, (matching or "exact",))
-        for target, step in POSTGRES_MIGRATIONS:
-            if 0 < version < target:
-                step(db)
-        db.execute(_PG_SET_VERSION, (str(POSTGRES_SCHEMA_VERSION),))
-    log.info("prepared PostgreSQL schema version %d", POSTGRES_SCHEMA_VERSION)
-
-
-# -- the store -------------------------------------------------------------------------
 
 def _create_private(path: str, *, existing: bool) -> None:
     """Create the file empty and readable by its owner alone. An existing file is used
@@ -1170,10 +1117,6 @@ def _create_private(path: str, *, existing: bool) -> None:
         os.close(fd)
 
 
-# Open stores, so that a forked child can give each a lock of its own (the parent's may
-# have been held by a thread that does not exist in the child) and learn their files.
-_OPEN_STORES: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
-
 # (device, inode) of every file a store had open when this process, or one of its
 # ancestors, forked. SQLite keeps one record of its locks on a file per process; fork()
 # copies that record but not the POSIX locks it describes, so any connection to such a
@@ -1188,7 +1131,389 @@ _FORKED = (
 
 # Connections a forked child inherited: never used, and never closed by this module,
 # since closing one in the child could checkpoint the WAL and delete it under the parent.
-_INHERITED: list[_Db] = []
+_INHERITED: list[_Engine] = []
+
+
+def _sqlite_target(path: str, read_only: bool) -> str:
+    """The URI to open: the file, created first (privately) unless read-only."""
+    if path == ":memory:":
+        return "file::memory:"
+    if os.path.isdir(path):
+        raise SchemaError("path is a directory, not a memory store")
+    uri = pathlib.Path(path).absolute().as_uri()
+    if not read_only:
+        _create_private(path, existing=True)
+        return f"{uri}?mode=rwc"
+    if not os.path.isfile(path):
+        raise StoreError("no such memory store at path")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.access(path, os.R_OK | os.W_OK) and os.access(folder, os.W_OK):
+        # As any store: SQLite makes the -wal and -shm it needs and removes them when
+        # the last connection closes. query_only, and the store's read_only, refuse
+        # every write.
+        return f"{uri}?mode=rw"
+    if os.path.exists(f"{path}-wal"):
+        return f"{uri}?mode=ro"
+    # Nothing can be made here, and no WAL means no connection has the file open: read
+    # it as unchanging, which needs no -shm (a writer that can create files here while
+    # this store is open breaks that; README says so).
+    return f"{uri}?mode=ro&immutable=1"
+
+
+class _SqliteEngine(_Engine):
+    """One SQLite file through one sqlite3 connection, in WAL mode."""
+
+    name = "SQLite"
+    skips_common_words = True
+
+    def __init__(self, connection: sqlite3.Connection, path: str) -> None:
+        self.connection = connection
+        self.path = path
+        # Bound once: the store's hot path pays no call of its own per statement.
+        self.execute = connection.execute
+        self.executemany = connection.executemany
+
+    @classmethod
+    def open(cls, path: str, read_only: bool, durable: bool,
+             matching: str | None) -> _SqliteEngine:
+        target = _sqlite_target(path, read_only)
+        file = None
+        if path != ":memory:":
+            stat = os.stat(path)
+            file = (stat.st_dev, stat.st_ino)
+            if file in _FORKED_FILES:
+                raise StoreError(f"a store had this file open when this process forked; {_FORKED}")
+        try:
+            connection = sqlite3.connect(target, isolation_level=None,
+                                         timeout=BUSY_TIMEOUT_SECONDS,
+                                         check_same_thread=False, uri=True)
+            # Before creating or upgrading: a build whose default is off would leave the
+            # text of a table the upgrade drops in the file's free pages.
+            connection.execute("PRAGMA secure_delete = ON")
+        except sqlite3.Error as exc:
+            raise _store_error(exc) from exc
+        engine = cls(connection, path)
+        engine.file = file
+        try:
+            # A failure to create or upgrade re-raises sqlite3's own error, as it came.
+            engine._prepare(writable=not read_only, matching=matching)
+            engine._configure(read_only, durable)
+        except BaseException:
+            connection.close()
+            raise
+        return engine
+
+    def _prepare(self, writable: bool, matching: str | None) -> None:
+        """Create or upgrade the file's schema; refuse a file this code cannot read. A
+        new file gets the `matching` rule, `exact` if None."""
+        layout = _file_layout(self.connection)
+        if layout == len(SQLITE_LAYOUTS):
+            return
+        stamped = 0 if layout is None else 1 if layout == 0 else SQLITE_LAYOUTS[layout - 1].version
+        if not writable and stamped == SCHEMA_VERSION:
+            return  # an earlier layout of this version: its statements read it as it is
+        if not writable:
+            raise SchemaError(f"the file is at schema version {stamped} and opened read-only")
+        with _transaction(self, write=True):
+            # Read again under the write lock: another process may have done it meanwhile.
+            layout = _file_layout(self.connection)
+            if layout is None:
+                _execute_script(self, SQLITE_LAYOUTS[-1].statements)
+                self.execute(_SQL_SET_MATCHING, (matching or "exact",))
+            else:
+                for step in MIGRATIONS[layout:]:
+                    step(self)
+            self.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
+        if layout is None:
+            log.info("created schema version %d", SCHEMA_VERSION)
+        elif layout < len(SQLITE_LAYOUTS):
+            log.info("upgraded schema to version %d", SCHEMA_VERSION)
+
+    def _configure(self, read_only: bool, durable: bool) -> None:
+        # Only once the file is known to be ours: WAL changes the file's header. WAL lets
+        # readers go on while one process writes; FULL syncs every commit to the disk.
+        try:
+            self.execute(f"PRAGMA cache_size = -{_CACHE_KIB:d}")
+            if read_only:
+                self.execute("PRAGMA query_only = ON")
+            elif self.path != ":memory:":
+                self.execute("PRAGMA journal_mode = WAL")
+            self.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        except sqlite3.Error as exc:
+            raise _store_error(exc) from exc
+
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self.connection.in_transaction)
+
+    def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
+        self.connection.set_trace_callback(trace)
+
+    def begin(self, write: bool) -> None:
+        self.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def commit(self) -> None:
+        self.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.execute("ROLLBACK")
+
+    def ask_new_ids(self, count: int) -> Callable[[], list[int]]:
+        # Past AUTOINCREMENT's record, under the write lock.
+        (last_id,) = self.execute(_SQLITE_LAST_ID).fetchone()
+        if last_id > _MAX_ID - count:
+            raise StoreError(f"the store has used up its ids (the largest is {_MAX_ID})")
+        return lambda: list(range(last_id + 1, last_id + 1 + count))
+
+    def version(self) -> int:
+        return int(self.execute(_SQLITE_VERSION).fetchone()[0])
+
+    def size(self) -> int:
+        files = [self.path, f"{self.path}-wal"]
+        return sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+
+    def _checkpoint(self) -> bool:
+        """Copy the WAL into the file and truncate it; whether a reader kept frames."""
+        busy, _, _ = self.execute(_SQLITE_CHECKPOINT).fetchone()
+        return bool(busy)
+
+    def scrub(self) -> None:
+        # secure_delete zeroed the deleted cells in the new page images; checkpointing
+        # copies them over the old ones and truncating the WAL drops its older frames.
+        if self._checkpoint():
+            log.warning("checkpoint blocked by a reader; deleted text stays in the WAL until"
+                        " the next checkpoint")
+
+    def compact(self) -> None:
+        self.execute("VACUUM")
+        if self._checkpoint():
+            raise StoreError("compact rebuilt the file, but a reader kept the old -wal frames;"
+                             " run compact again once other connections are idle")
+        log.info("compacted the store")
+
+    def check(self) -> dict[str, Any]:
+        problems = [row[0] for row in self.execute("PRAGMA integrity_check")]
+        return {"ok": problems == ["ok"], "integrity": problems,
+                "schema_version": self.version()}
+
+    def backup(self, destination: str) -> None:
+        _create_private(destination, existing=False)
+        try:
+            target = sqlite3.connect(destination)
+        except sqlite3.Error as exc:
+            raise _store_error(exc) from exc
+        try:
+            self.connection.backup(target)  # all pages in one step: one read snapshot
+        finally:
+            target.close()
+        log.info("backed up the store")
+
+
+def _is_postgres(path: str) -> bool:
+    return path.startswith(("postgresql://", "postgres://"))
+
+
+def _postgres_error(exc: Exception) -> StoreError:
+    # The driver's messages can quote a value (a duplicate key, the URL's user), so only
+    # the error's class and SQLSTATE go on.
+    state = getattr(exc, "sqlstate", None) or "none"
+    return StoreError(f"the PostgreSQL server could not do it ({type(exc).__name__},"
+                      f" SQLSTATE {state})")
+
+
+# Version 2 and on: append (version, step); each step runs in the transaction that
+# creates or upgrades the schema, under the store's lock, with the version bump.
+POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresEngine], None]]] = []
+
+
+class _PostgresEngine(_Engine):
+    """A PostgreSQL database through one psycopg 3 connection: each statement's `.pg`
+    text, its errors as StoreError, row-level security and advisory locks."""
+
+    name = "PostgreSQL"
+    reads_map_first = True
+
+    def __init__(self, url: str) -> None:
+        try:
+            self._psycopg: Any = importlib.import_module("psycopg")
+        except ImportError:
+            raise StoreError("a postgresql:// store needs psycopg 3:"
+                             " pip install 'memory-store[postgres]'") from None
+        try:
+            self.connection = self._psycopg.connect(url, autocommit=True)
+        except self._psycopg.Error as exc:
+            raise _postgres_error(exc) from None
+        self._trace: Callable[[str], object] | None = None
+        self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
+        self._batching = False
+
+    @classmethod
+    def open(cls, url: str, read_only: bool, durable: bool,
+             matching: str | None) -> _PostgresEngine:
+        engine = cls(url)
+        try:
+            engine._prepare(writable=not read_only, matching=matching)
+            if read_only:
+                engine._send(_PG_READ_ONLY)
+            if not durable:
+                engine._send(_PG_ASYNC_COMMIT)
+            (privileged,) = engine._send(_PG_PRIVILEGED).fetchone()
+            if privileged:
+                log.warning("connected as a role that bypasses row-level security: only"
+                            " each statement's user filter confines the store's calls")
+        except BaseException:
+            engine.close()
+            raise
+        return engine
+
+    def _prepare(self, writable: bool, matching: str | None) -> None:
+        """Create or upgrade the database's schema in one transaction under the store's
+        lock, so processes opening a new database at once create it once; refuse a newer
+        one."""
+        version = self.version()
+        if version > POSTGRES_SCHEMA_VERSION:
+            raise SchemaError(f"the database is at schema version {version}, newer than this"
+                              f" code's {POSTGRES_SCHEMA_VERSION}")
+        if version == POSTGRES_SCHEMA_VERSION:
+            return
+        if not writable:
+            raise StoreError("the database holds no memory store at this version and was"
+                             " opened read-only")
+        with _transaction(self, write=True):
+            self._send(_PG_LOCK_STORE)
+            version = self.version()  # again, under the lock
+            if version == 0:
+                for statement in _PG_SCHEMA:
+                    self._send(statement)
+                self.execute(_SQL_SET_MATCHING, (matching or "exact",))
+            for target, step in POSTGRES_MIGRATIONS:
+                if 0 < version < target:
+                    step(self)
+            self._send(_PG_SET_VERSION, (str(POSTGRES_SCHEMA_VERSION),))
+        log.info("prepared PostgreSQL schema version %d", POSTGRES_SCHEMA_VERSION)
+
+    def _send(self, text: str, parameters: Any = ()) -> Any:
+        """Run PostgreSQL text, with a BEGIN not sent yet going before it."""
+        if self._trace is not None:
+            self._trace(text)
+        begin, self._begin = self._begin, None
+        try:
+            if begin is None:
+                return self.connection.execute(text, parameters)
+            # In a batch already, BEGIN joins it: a pipeline of its own would wait here.
+            with contextlib.nullcontext() if self._batching else self.connection.pipeline():
+                self.connection.execute(begin)
+                return self.connection.execute(text, parameters)
+        except self._psycopg.Error as exc:
+            raise _postgres_error(exc) from None
+
+    def _twin(self, sql: str) -> str:
+        text = getattr(sql, "pg", None)
+        if not isinstance(text, str):
+            raise StoreError("the store has no PostgreSQL form of a statement it needs")
+        return text
+
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        return self._send(self._twin(sql), parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any]) -> Any:
+        text, cursor = self._twin(sql), self.connection.cursor()
+        if self._trace is not None:
+            self._trace(text)
+        try:
+            cursor.executemany(text, list(parameters))
+        except self._psycopg.Error as exc:
+            raise _postgres_error(exc) from None
+        return cursor
+
+    @contextlib.contextmanager
+    def _pipeline(self) -> Iterator[None]:
+        """Send the block's statements without waiting for each one's result (psycopg's
+        pipeline); a statement whose result is read waits for all before it."""
+        try:
+            with self.connection.pipeline():
+                self._batching = True
+                yield
+        except self._psycopg.Error as exc:
+            raise _postgres_error(exc) from None
+        finally:
+            self._batching = False
+
+    def batch(self) -> contextlib.AbstractContextManager[object]:
+        return self._pipeline()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._begin is not None or bool(
+            self.connection.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE)
+
+    def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
+        self._trace = trace
+
+    def begin(self, write: bool) -> None:
+        # Sent with the transaction's first statement: a round trip saved.
+        self._begin = _PG_BEGIN_WRITE if write else _PG_BEGIN_READ
+
+    def _end(self, text: str) -> None:
+        if self._begin is not None:
+            self._begin = None  # nothing was sent
+        else:
+            self._send(text)
+
+    def commit(self) -> None:
+        self._end("COMMIT")
+
+    def rollback(self) -> None:
+        self._end("ROLLBACK")
+
+    def last_statement(self, sql: str, parameters: Any) -> Any:
+        with self.batch():  # the COMMIT goes in the same round trip
+            found = self.execute(sql, parameters)
+            self.commit()
+        return found
+
+    def enter(self, users: set[str] | None, write: bool) -> Any:
+        named = ",".join(sorted(users or ()))
+        operator = "off" if users is not None else "on"
+        if not write:
+            return self._send(_PG_SCOPE, (named, operator))
+        with self.batch():  # the rule is read after the locks, but in the same round trip
+            if users is None:
+                self._send(_PG_SCOPE_WRITE_ALL, (named, operator))
+            else:
+                self._send(_PG_SCOPE_WRITE, (named, operator, named))
+            return self.execute(_SQL_MATCHING)
+
+    def ask_new_ids(self, count: int) -> Callable[[], list[int]]:
+        found = self._send(_PG_NEXT_IDS, (count,))
+        return lambda: sorted(i for (i,) in found)
+
+    def version(self) -> int:
+        (exists,) = self._send(_PG_TABLE_EXISTS).fetchone()
+        row = self._send(_PG_VERSION).fetchone() if exists else None
+        return int(row[0]) if row else 0
+
+    def size(self) -> int:
+        return int(self._send(_PG_SIZE).fetchone()[0])
+
+    def compact(self) -> None:
+        self._send(_PG_VACUUM)
+        log.info("vacuumed the store's tables")
+
+    def check(self) -> dict[str, Any]:
+        raise StoreError("check() is SQLite's integrity check of the file; on PostgreSQL"
+                         " use the amcheck extension")
+
+    def backup(self, destination: str) -> None:
+        raise StoreError("backup() copies an SQLite file; on PostgreSQL use pg_dump")
+
+
+
+# -- the store -------------------------------------------------------------------------
+
+# Open stores, so that a forked child can give each a lock of its own (the parent's may
+# have been held by a thread that does not exist in the child) and learn their files.
+_OPEN_STORES: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
@@ -1488,13 +1813,6 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
     return sorted(best, reverse=True)
 
 
-def _skips_common_words(db: _Db) -> bool:
-    """Whether recall on `db` reads the common words only where candidates are: a
-    statement is cheap on SQLite, but a round trip on PostgreSQL, where the extra ones
-    cost more than reading those words in Python (Zipf p99 9.6 -> 13.9 ms)."""
-    return not isinstance(db, _PostgresConnection)
-
-
 def _id_span(ids: list[int]) -> str:
     return f"{ids[0]}..{ids[-1]}" if ids else "none"
 
@@ -1531,98 +1849,26 @@ class MemoryStore:
         self._file: tuple[int, int] | None = None
         self.matching = "exact"
         self._words: Callable[[str], set[str]] = words
-        self._db: _Db | None = self._connect(matching)
+        self._db: _Engine | None = self._connect(matching)
         _OPEN_STORES.add(self)
 
-    def _target(self) -> str:
-        """The URI to open: the file, created first (privately) unless read-only."""
-        if self.path == ":memory:":
-            return "file::memory:"
-        if os.path.isdir(self.path):
-            raise SchemaError("path is a directory, not a memory store")
-        uri = pathlib.Path(self.path).absolute().as_uri()
-        if not self.read_only:
-            _create_private(self.path, existing=True)
-            return f"{uri}?mode=rwc"
-        if not os.path.isfile(self.path):
-            raise StoreError("no such memory store at path")
-        folder = os.path.dirname(os.path.abspath(self.path))
-        if os.access(self.path, os.R_OK | os.W_OK) and os.access(folder, os.W_OK):
-            # As any store: SQLite makes the -wal and -shm it needs and removes them when
-            # the last connection closes. query_only, and _writable, refuse every write.
-            return f"{uri}?mode=rw"
-        if os.path.exists(f"{self.path}-wal"):
-            return f"{uri}?mode=ro"
-        # Nothing can be made here, and no WAL means no connection has the file open: read
-        # it as unchanging, which needs no -shm (a writer that can create files here while
-        # this store is open breaks that; README says so).
-        return f"{uri}?mode=ro&immutable=1"
-
-    def _connect(self, matching: str | None) -> _Db:
-        """Open, prepare and configure the engine's connection, then follow its rule."""
-        if _is_postgres(self.path):
-            db: _Db = self._open_postgres(matching)
-        else:
-            db = self._open_sqlite(matching)
+    def _connect(self, matching: str | None) -> _Engine:
+        """Open and prepare the engine for the path, then follow its rule."""
+        engine_type = _PostgresEngine if _is_postgres(self.path) else _SqliteEngine
+        engine = engine_type.open(self.path, self.read_only, self.durable, matching)
         try:
-            self._follow_rule(db)
+            self._file = engine.file
+            self._follow_rule(engine)
             if matching is not None and matching != self.matching:
                 raise MemoryInputError(f"matching={matching!r} was asked for, but the store's"
                                        f" word index uses matching={self.matching!r}")
         except BaseException:
-            db.close()
+            engine.close()
             raise
-        log.info("opened a store on %s read_only=%s",
-                 "PostgreSQL" if _is_postgres(self.path) else "SQLite", self.read_only)
-        return db
+        log.info("opened a store on %s read_only=%s", engine.name, self.read_only)
+        return engine
 
-    def _open_sqlite(self, matching: str | None) -> sqlite3.Connection:
-        target = self._target()
-        if self.path != ":memory:":
-            stat = os.stat(self.path)
-            self._file = (stat.st_dev, stat.st_ino)
-            if self._file in _FORKED_FILES:
-                raise StoreError(f"a store had this file open when this process forked; {_FORKED}")
-        try:
-            db = sqlite3.connect(
-                target,
-                isolation_level=None,
-                timeout=BUSY_TIMEOUT_SECONDS,
-                check_same_thread=False,
-                uri=True,
-            )
-            # Before creating or upgrading: a build whose default is off would leave the
-            # text of a table the upgrade drops in the file's free pages.
-            db.execute("PRAGMA secure_delete = ON")
-        except sqlite3.Error as exc:
-            raise _store_error(exc) from exc
-        try:
-            # A failure to create or upgrade re-raises sqlite3's own error, as it came.
-            _prepare(db, writable=not self.read_only, matching=matching)
-            self._configure(db)
-        except BaseException:
-            db.close()
-            raise
-        return db
-
-    def _open_postgres(self, matching: str | None) -> _PostgresConnection:
-        db = _PostgresConnection(self.path)
-        try:
-            _prepare_postgres(db, writable=not self.read_only, matching=matching)
-            if self.read_only:
-                db.execute(_PG_READ_ONLY)
-            if not self.durable:
-                db.execute(_PG_ASYNC_COMMIT)
-            (privileged,) = db.execute(_PG_PRIVILEGED).fetchone()
-            if privileged:
-                log.warning("connected as a role that bypasses row-level security: only"
-                            " each statement's user filter confines the store's calls")
-        except BaseException:
-            db.close()
-            raise
-        return db
-
-    def _follow_rule(self, db: _Db, found: Any = None) -> None:
+    def _follow_rule(self, db: _Engine, found: Any = None) -> None:
         """Use the file's matching rule, from the first column of `found` (a cursor that
         has read it) or read now: another process may have reindexed it."""
         try:
@@ -1635,23 +1881,10 @@ class MemoryStore:
                 raise SchemaError("the file records a matching rule this code does not know")
             self._words, self.matching = _words_of(matching), matching
 
-    def _configure(self, db: sqlite3.Connection) -> None:
-        # Only once the file is known to be ours: WAL changes the file's header. WAL lets
-        # readers go on while one process writes; FULL syncs every commit to the disk.
-        try:
-            db.execute(f"PRAGMA cache_size = -{_CACHE_KIB:d}")
-            if self.read_only:
-                db.execute("PRAGMA query_only = ON")
-            elif self.path != ":memory:":
-                db.execute("PRAGMA journal_mode = WAL")
-            db.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
-        except sqlite3.Error as exc:
-            raise _store_error(exc) from exc
-
     # -- the object ----------------------------------------------------------------
 
     @property
-    def db(self) -> _Db:
+    def db(self) -> _Engine:
         """The open connection (tests trace it)."""
         with self._lock:
             if self._db is None:
@@ -1677,7 +1910,7 @@ class MemoryStore:
         self.close()
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[_Db]:
+    def _reading(self) -> Iterator[_Engine]:
         with self._lock:
             db = self.db
             try:
@@ -1686,48 +1919,19 @@ class MemoryStore:
                 raise _store_error(exc) from exc
 
     @contextlib.contextmanager
-    def _writing(self, users: set[str] | None) -> Iterator[_Db]:
+    def _writing(self, users: set[str] | None) -> Iterator[_Engine]:
         """A write transaction for `users` (None: every user, an operator's call)."""
         self._writable()
-        with self._reading() as db, _transaction(db):
-            self._follow_rule(db, self._enter(db, users, write=True))
+        with self._reading() as db, _transaction(db, write=True):
+            self._follow_rule(db, db.enter(users, write=True))
             yield db
 
     @contextlib.contextmanager
-    def _snapshot(self, users: set[str] | None) -> Iterator[_Db]:
+    def _snapshot(self, users: set[str] | None) -> Iterator[_Engine]:
         """A read transaction for `users`: one consistent view, under the current rule."""
-        with self._reading() as db, _transaction(db, "BEGIN"):
-            self._follow_rule(db, self._enter(db, users, write=False))
+        with self._reading() as db, _transaction(db, write=False):
+            self._follow_rule(db, db.enter(users, write=False))
             yield db
-
-    def _enter(self, db: _Db, users: set[str] | None, write: bool) -> Any:
-        """PostgreSQL only: name the users the transaction may see, for row-level security,
-        and for a write take the locks (SQLite's BEGIN IMMEDIATE has locked the file); a
-        cursor that read the matching rule in the same round trip (None on SQLite)."""
-        if not isinstance(db, _PostgresConnection):
-            return None
-        named = ",".join(sorted(users or ()))
-        operator = "off" if users is not None else "on"
-        if not write:
-            return db.execute(_PG_SCOPE, (named, operator))
-        with db.batch():  # the rule is read after the locks, but in the same round trip
-            if users is None:
-                db.execute(_PG_SCOPE_WRITE_ALL, (named, operator))
-            else:
-                db.execute(_PG_SCOPE_WRITE, (named, operator, named))
-            return db.execute(_SQL_MATCHING)
-
-    def _ask_new_ids(self, db: _Db, count: int) -> Callable[[], list[int]]:
-        """`count` ids, each larger than any handed out before, never to be handed out
-        again: from PostgreSQL's sequence, or past SQLite's AUTOINCREMENT record. Asked
-        now and read when the returned function is called: in a batch, once it has gone."""
-        if isinstance(db, _PostgresConnection):
-            found = db.execute(_PG_NEXT_IDS, (count,))
-            return lambda: sorted(i for (i,) in found)
-        (last_id,) = db.execute(_SQL_LAST_ID).fetchone()
-        if last_id > _MAX_ID - count:
-            raise StoreError(f"the store has used up its ids (the largest is {_MAX_ID})")
-        return lambda: list(range(last_id + 1, last_id + 1 + count))
 
     def _writable(self) -> None:
         if self.read_only:
@@ -1762,7 +1966,7 @@ class MemoryStore:
                  len(ids), len(ids) - task_level, task_level, _id_span(ids))
         return ids
 
-    def _write(self, db: _Db, rows: list[_NewMemory]) -> list[int]:
+    def _write(self, db: _Engine, rows: list[_NewMemory]) -> list[int]:
         """The last step of a write transaction: purge some expired memories of the rows'
         scopes, write the rows, reading the clock once for each that has no created_at,
         and commit (with the last statements, in one round trip on PostgreSQL)."""
@@ -1772,8 +1976,8 @@ class MemoryStore:
         def expired(scoped: tuple[str, str]) -> Any:
             return db.execute(_SQL_EXPIRED_ROWS, (*scoped, now, PURGE_PER_WRITE))
 
-        with _batched(db):  # the ids and the first scope's expired memories: one round trip
-            ask_ids = self._ask_new_ids(db, len(rows))
+        with db.batch():  # the ids and the first scope's expired memories: one round trip
+            ask_ids = db.ask_new_ids(len(rows))
             asked = [expired(scoped) for scoped in scopes[:1]]
         for scoped in scopes:  # scopes of one user overlap: each looks after the last purged
             self._delete(db, scoped, (asked.pop() if asked else expired(scoped)).fetchall())
@@ -1789,14 +1993,14 @@ class MemoryStore:
             values.append((memory_id, *row[:4], created_at, expires_at))
         added = collections.Counter((row.user_id, row.task_id or "") for row in rows)
         new = ((memory_id, *row[:3]) for memory_id, row in zip(ids, rows, strict=True))
-        with _batched(db):
+        with db.batch():
             db.executemany(_SQL_INSERT, values)
             _index_words(db, new, append=True, words_of=self._words)
             db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
-            db.execute("COMMIT")
+            db.commit()
         return ids
 
-    def _delete(self, db: _Db, scoped: tuple[str, str],
+    def _delete(self, db: _Engine, scoped: tuple[str, str],
                 rows: list[tuple[Any, ...]]) -> int:
         """Delete the scope's memories `rows` (id, task_id, text, ...) with their postings
         and counts; how many."""
@@ -1821,13 +2025,13 @@ class MemoryStore:
         reading = _check_timestamp("clock reading", self._read_clock())
         return _utc_form("clock reading", reading)
 
-    def _expired(self, db: _Db, scoped: tuple[str, str],
+    def _expired(self, db: _Engine, scoped: tuple[str, str],
                  now: str | None) -> set[int]:
         """The ids the scope would see but that are no longer live at `now` (none if
         None, see _now_for)."""
         return self._ask_expired(db, scoped, now)()
 
-    def _ask_expired(self, db: _Db, scoped: tuple[str, str],
+    def _ask_expired(self, db: _Engine, scoped: tuple[str, str],
                      now: str | None) -> Callable[[], set[int]]:
         """_expired, asked now and read when the returned function is called: in a
         batch, once the batch has gone."""
@@ -1836,7 +2040,7 @@ class MemoryStore:
         found = db.execute(_SQL_EXPIRED, (*scoped, now))
         return lambda: set(json.loads(found.fetchone()[0]))
 
-    def _now_for(self, db: _Db, scoped: tuple[str, str]) -> str | None:
+    def _now_for(self, db: _Engine, scoped: tuple[str, str]) -> str | None:
         """The time to judge the scope's memories at; None if none of them can expire."""
         now = self._read_now()
         if now is None and db.execute(_SQL_ANY_EXPIRING, scoped).fetchone():
@@ -1862,11 +2066,11 @@ class MemoryStore:
                 return []
             now = self._now_for(db, scoped)
             listed = (*scoped, json.dumps(sorted(wanted)))
-            with _batched(db):  # sent together, the results read after
+            with db.batch():  # sent together, the results read after
                 # PostgreSQL sends a whole result at once, so there the rows' map comes
                 # first; SQLite's postings are read until they are too many.
                 row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
-                           if isinstance(db, _PostgresConnection) else None)
+                           if db.reads_map_first else None)
                 counted = db.execute(_SQL_COUNT, scoped) if rank == "idf" else None
                 expired_ids = self._ask_expired(db, scoped, now)
             expired = expired_ids()
@@ -1878,12 +2082,12 @@ class MemoryStore:
                 best = _scores_of_all(postings, rank, expired, visible, limit)
             else:
                 best = self._top(db, scoped, listed, *mapped, rank, expired, visible, limit)
-            found = _last_statement(
-                db, _SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
+            found = db.last_statement(
+                _SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
         return [_memory(rows[i], score=score) for score, i in best if i in rows]
 
-    def _few_postings(self, db: _Db, listed: tuple[str, ...], row_map: Any) -> tuple[
+    def _few_postings(self, db: _Engine, listed: tuple[str, ...], row_map: Any) -> tuple[
             list[tuple[str, array.array[int]]], tuple[collections.Counter[str], list[_Group]]
             | None]:
         """Every posting of the words `listed` if they are at most _READ_ALL_UP_TO, else
@@ -1900,7 +2104,7 @@ class MemoryStore:
                 return [], _postings_map(db.execute(_SQL_POSTINGS_MAP, listed))
         return postings, None
 
-    def _top(self, db: _Db, scoped: tuple[str, str], listed: tuple[str, ...],
+    def _top(self, db: _Engine, scoped: tuple[str, str], listed: tuple[str, ...],
              held: collections.Counter[str], groups: list[_Group], rank: str,
              expired: set[int], visible: int, limit: int) -> list[tuple[float, int]]:
         """_top_scores over the postings rows `groups`, read as it asks; or, once it
@@ -1922,7 +2126,7 @@ class MemoryStore:
                        for word, df in held.items()}
         best = _top_scores(groups, weights, expired, limit, fetch,
                            budget=sum(held.values()) // _TOP_K_BUDGET,
-                           skip_common=_skips_common_words(db))
+                           skip_common=db.skips_common_words)
         if best is None:
             postings = [(word, _unpack(blob))
                         for word, _, blob in db.execute(_SQL_POSTINGS, listed)]
@@ -2064,27 +2268,11 @@ class MemoryStore:
         On PostgreSQL: VACUUM FULL of the store's tables (see README for what it leaves)."""
         self._writable()
         with self._reading() as db:
-            if isinstance(db, _PostgresConnection):
-                db.execute(_PG_VACUUM)
-                log.info("vacuumed the store's tables")
-                return
-            db.execute("VACUUM")
-            busy, _, _ = db.execute(_SQL_CHECKPOINT).fetchone()
-        if busy:
-            raise StoreError("compact rebuilt the file, but a reader kept the old -wal frames;"
-                             " run compact again once other connections are idle")
-        log.info("compacted the store")
+            db.compact()
 
     def _scrub(self) -> None:
-        # secure_delete zeroed the deleted cells in the new page images; checkpointing
-        # copies them over the old ones and truncating the WAL drops its older frames.
         with self._reading() as db:
-            if isinstance(db, _PostgresConnection):
-                return  # its dead rows wait for VACUUM: see compact()
-            busy, _, _ = db.execute(_SQL_CHECKPOINT).fetchone()
-        if busy:
-            log.warning("checkpoint blocked by a reader; deleted text stays in the WAL until"
-                        " the next checkpoint")
+            db.scrub()
 
     # -- operating -------------------------------------------------------------------
 
@@ -2093,13 +2281,7 @@ class MemoryStore:
         store's tables and indexes); never text."""
         with self._snapshot(None) as db:
             total, task_level, users = db.execute(_SQL_STATS).fetchone()
-            if isinstance(db, _PostgresConnection):
-                version = _postgres_version(db)
-                (size,) = db.execute(_PG_SIZE).fetchone()
-            else:
-                (version,) = db.execute("PRAGMA user_version").fetchone()
-                files = [self.path, f"{self.path}-wal"]
-                size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+            version, size = db.version(), db.size()
         return {
             "schema_version": version,
             "memories": total,
@@ -2112,31 +2294,14 @@ class MemoryStore:
     def check(self) -> dict[str, Any]:
         """SQLite's integrity check of the whole file, and its schema version."""
         with self._reading() as db:
-            if isinstance(db, _PostgresConnection):
-                raise StoreError("check() is SQLite's integrity check of the file; on"
-                                 " PostgreSQL use the amcheck extension")
-            problems = [row[0] for row in db.execute("PRAGMA integrity_check")]
-            (version,) = db.execute("PRAGMA user_version").fetchone()
-        return {"ok": problems == ["ok"], "integrity": problems, "schema_version": version}
+            return db.check()
 
     def backup(self, destination: str | os.PathLike[str]) -> None:
         """Copy the store, as one consistent snapshot, to a new file readable by its owner
         alone; other processes may go on writing meanwhile."""
         target_path = _check_path(destination)
-        if isinstance(self.db, _PostgresConnection):
-            raise StoreError("backup() copies an SQLite file; on PostgreSQL use pg_dump")
-        _create_private(target_path, existing=False)
-        try:
-            target = sqlite3.connect(target_path)
-        except sqlite3.Error as exc:
-            raise _store_error(exc) from exc
-        try:
-            with self._reading() as db:
-                assert isinstance(db, sqlite3.Connection)
-                db.backup(target)  # all pages in one step: one read snapshot
-        finally:
-            target.close()
-        log.info("backed up the store")
+        with self._reading() as db:
+            db.backup(target_path)
 
 
 # -- the command line ----------------------------------------------------------------
@@ -2418,3 +2583,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -234,13 +234,14 @@ def test_revise_is_all_or_nothing(store: MemoryStore) -> None:
 
 def write_version_3(path: pathlib.Path) -> None:
     db = sqlite3.connect(path)
-    for statement in memory._STATEMENTS[3]:
+    for statement in memory.SQLITE_LAYOUTS[1].statements:
         db.execute(statement)
     db.execute(memory._SQL_SET_MATCHING, ("exact",))
     db.execute("INSERT INTO memories (user_id, task_id, text, source, created_at)"
                " VALUES ('alice', NULL, 'Alice likes tea.', 's', '2026-10-20T09:00:00+00:00')")
     db.execute("INSERT INTO memory_counts VALUES ('alice', '', 1)")
-    memory._index_words(db, [(1, "alice", None, "Alice likes tea.")], False, memory.words)
+    memory._index_words(memory._SqliteEngine(db, str(path)),
+                        [(1, "alice", None, "Alice likes tea.")], False, memory.words)
     db.execute("PRAGMA user_version = 3")
     db.commit()
     db.close()

@@ -105,13 +105,13 @@ def test_failed_upgrade_leaves_the_file_exactly_as_it_was(tmp_path: pathlib.Path
     path = tmp_path / "old.db"
     write_version_1(path, sample())
     before = digest(path)
-    *earlier, (target, step) = memory.MIGRATIONS
+    *earlier, step = memory.MIGRATIONS
 
-    def broken_step(db: sqlite3.Connection) -> None:
+    def broken_step(db: memory._SqliteEngine) -> None:
         step(db)  # every statement of every real step runs, then the last step fails
         raise sqlite3.OperationalError("disk I/O error (simulated)")
 
-    with mock.patch.object(memory, "MIGRATIONS", [*earlier, (target, broken_step)]):
+    with mock.patch.object(memory, "MIGRATIONS", [*earlier, broken_step]):
         with pytest.raises(sqlite3.OperationalError, match="simulated"):
             MemoryStore(path)
     assert digest(path) == before
@@ -122,7 +122,10 @@ def test_failed_upgrade_leaves_the_file_exactly_as_it_was(tmp_path: pathlib.Path
 
 def test_code_knowing_only_version_1_would_refuse_the_new_file(tmp_path: pathlib.Path) -> None:
     assert memory.SCHEMA_VERSION > 1
-    assert [target for target, _ in memory.MIGRATIONS] == list(range(2, memory.SCHEMA_VERSION + 1))
+    # A step for each layout a release wrote, in the order of their versions.
+    assert len(memory.MIGRATIONS) == len(memory.SQLITE_LAYOUTS)
+    versions = [layout.version for layout in memory.SQLITE_LAYOUTS]
+    assert versions == sorted(versions) and versions[-1] == memory.SCHEMA_VERSION
     MemoryStore(tmp_path / "new.db").close()
     db = sqlite3.connect(tmp_path / "new.db")
     assert db.execute("PRAGMA user_version").fetchone()[0] == memory.SCHEMA_VERSION
@@ -289,8 +292,8 @@ def test_top_k_reads_less_and_agrees_with_the_model(
     with tempfile.TemporaryDirectory() as folder, \
             mock.patch.object(memory, "POSTINGS_PER_ROW", per_row), \
             mock.patch.object(memory, "_READ_ALL_UP_TO", read_all_up_to), \
-            mock.patch.object(memory, "_skips_common_words", lambda db: skip_common), \
             MemoryStore(pathlib.Path(folder) / "m.db", clock=clock) as store:
+        store.db.skips_common_words = skip_common
         for batch in batches:
             items = [(scope, level, text, "s", ttl) for scope, level, text, ttl in batch]
             model.remembered(store.remember_many(items), items, created)

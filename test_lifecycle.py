@@ -165,10 +165,10 @@ def test_a_deletion_failing_part_way_changes_nothing(store: MemoryStore, delete:
     ids = seed(store)
     before = snapshot(store)
     # The postings are changed first; the memories' own DELETE is refused after them.
-    store.db.set_authorizer(deny_deleting_memories)
+    store.db.connection.set_authorizer(deny_deleting_memories)
     with pytest.raises(StoreError):
         delete(store, ids)
-    store.db.set_authorizer(None)
+    store.db.connection.set_authorizer(None)
     assert snapshot(store) == before
     assert len(store.recall(ALICE_TRIP, "lisbon hotel vegetarian jazz", limit=20)) == 3
 

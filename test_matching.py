@@ -163,7 +163,7 @@ def test_version_2_file_upgrades_keeping_results_and_counting(tmp_path: pathlib.
                          ("bob", None, "Bob likes tea.")], start=1)]
     write_version_1(path, old)
     db = sqlite3.connect(path)  # a version-2 file, as the previous release left it
-    memory._upgrade_to_2(db)
+    memory._upgrade_to_2(memory._SqliteEngine(db, str(path)))
     db.execute("PRAGMA user_version = 2")
     db.commit()
     db.close()

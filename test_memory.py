@@ -195,6 +195,23 @@ class TestScopeRule(StoreTestCase):
             self.assertIn("WHERE user_id = ", statement)
             self.assertRegex(statement, r"WHERE user_id = .*\btask_(id|key) (IS|=|IN) ")
 
+    def test_every_statement_of_both_engines_has_its_postgres_twin(self) -> None:
+        """Each statement the store runs on both engines carries a PostgreSQL text with as
+        many placeholders and none of SQLite's own syntax; the PostgreSQL engine refuses a
+        statement without one before it reaches the connection."""
+        shared = {name: value for name, value in vars(memory).items()
+                  if name.startswith("_SQL_")}
+        self.assertGreaterEqual(len(shared), 30)
+        for name, statement in shared.items():
+            with self.subTest(name):
+                self.assertIsInstance(statement, memory._Sql)
+                self.assertEqual(statement.count("?"), statement.pg.count("%s"))
+                for sqlite_only in ("?", "json_each", "NOT INDEXED", "INSERT OR", " IS ?"):
+                    self.assertNotIn(sqlite_only, statement.pg)
+        engine = memory._PostgresEngine.__new__(memory._PostgresEngine)  # no connection
+        with self.assertRaisesRegex(StoreError, "no PostgreSQL form"):
+            engine.execute("SELECT text FROM memories")
+
     def test_sql_in_text_is_stored_as_text(self) -> None:
         memory_id = self.store.remember(ALICE_TRIP, "user", INJECTION, "turn'--")
         self.assertEqual(self.store.recall(ALICE_TRIP, "robert drop table"), [{
@@ -340,7 +357,8 @@ class TestOpening(unittest.TestCase):
         self.assertEqual(user_version(self.path), memory.SCHEMA_VERSION)
 
     def test_failed_creation_is_rolled_back_and_the_error_reraised(self) -> None:
-        broken = memory.SCHEMA + ";\nCREATE TABLE broken (id INTEGER PRIMARY KEY,"
+        newest = memory.SQLITE_LAYOUTS[-1]
+        broken = newest._replace(statements=(*newest.statements, "CREATE TABLE broken (id"))
         closed: list[sqlite3.Connection] = []
         real_connect = sqlite3.connect
 
@@ -349,7 +367,7 @@ class TestOpening(unittest.TestCase):
             closed.append(connection)
             return connection
 
-        with mock.patch.object(memory, "SCHEMA", broken), \
+        with mock.patch.object(memory, "SQLITE_LAYOUTS", (*memory.SQLITE_LAYOUTS[:-1], broken)), \
                 mock.patch.object(memory.sqlite3, "connect", connect):
             with self.assertRaises(sqlite3.OperationalError):
                 MemoryStore(self.path)

@@ -229,18 +229,14 @@ def test_row_level_security_confines_a_statement_without_the_user_filter(
     users its transaction named."""
     store.remember(ALICE, "user", "Alice is vegetarian.", "s")
     store.remember(BOB, "user", "Bob is vegetarian.", "s")
-    unfiltered = "SELECT user_id, text FROM memories"
-    memory._POSTGRES[unfiltered] = unfiltered
-    try:
-        with store._snapshot({"alice"}) as db:
-            seen = db.execute(unfiltered).fetchall()
-        with store._snapshot(set()) as db:
-            nobody = db.execute(unfiltered).fetchall()
-        with store._writing({"alice"}) as db, pytest.raises(StoreError):
-            db.execute(memory._SQL_INSERT, (99, "bob", None, "planted", "s",
-                                            "2026-10-20T09:00:00+00:00", None))
-    finally:
-        del memory._POSTGRES[unfiltered]
+    unfiltered = memory._sql("SELECT user_id, text FROM memories")
+    with store._snapshot({"alice"}) as db:
+        seen = db.execute(unfiltered).fetchall()
+    with store._snapshot(set()) as db:
+        nobody = db.execute(unfiltered).fetchall()
+    with store._writing({"alice"}) as db, pytest.raises(StoreError):
+        db.execute(memory._SQL_INSERT, (99, "bob", None, "planted", "s",
+                                        "2026-10-20T09:00:00+00:00", None))
     assert seen == [("alice", "Alice is vegetarian.")]
     assert nobody == []
     assert [m["text"] for m in store.memories(BOB)] == ["Bob is vegetarian."]
@@ -496,17 +492,12 @@ def test_a_role_that_bypasses_row_level_security_is_warned_of(
 
 def test_durable_and_read_only_set_the_session(url: str) -> None:
     MemoryStore(url).close()
-    shows = ["SHOW synchronous_commit", "SHOW default_transaction_read_only"]
-    memory._POSTGRES.update({show: show for show in shows})
-    try:
-        found = {}
-        for options in ({}, {"durable": False}, {"read_only": True}):
-            with MemoryStore(url, **options) as opened:  # type: ignore[arg-type]
-                found[tuple(options)] = [opened.db.execute(show).fetchone()[0]
-                                         for show in shows]
-    finally:
-        for show in shows:
-            del memory._POSTGRES[show]
+    shows = [memory._sql("SHOW synchronous_commit"),
+             memory._sql("SHOW default_transaction_read_only")]
+    found = {}
+    for options in ({}, {"durable": False}, {"read_only": True}):
+        with MemoryStore(url, **options) as opened:  # type: ignore[arg-type]
+            found[tuple(options)] = [opened.db.execute(show).fetchone()[0] for show in shows]
     assert found == {(): ["on", "off"], ("durable",): ["off", "off"],
                      ("read_only",): ["on", "on"]}
 
@@ -516,7 +507,7 @@ def round_trips(store: MemoryStore, call: Any, folder: pathlib.Path) -> int:
     from messages sent to messages received."""
     import psycopg
 
-    connection = store.db._conn.pgconn  # type: ignore[union-attr]
+    connection = store.db.connection.pgconn
     with open(folder / "protocol.trace", "w") as trace:
         connection.trace(trace.fileno())
         connection.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
@@ -551,14 +542,10 @@ def test_a_write_looks_its_words_newest_rows_up_by_key(url: str) -> None:
     with MemoryStore(url) as opened:
         opened.remember_many([(ALICE, "user", f"note{n % 500} word{n % 7} hotel", "s")
                               for n in range(5_000)])
-        explain = "EXPLAIN " + memory._POSTGRES[memory._SQL_NEWEST_POSTINGS]
-        memory._POSTGRES[explain] = explain
-        try:
-            with opened._snapshot({"alice"}) as db:
-                plan = "\n".join(row[0] for row in db.execute(
-                    explain, ("alice", None, "alice", None, '["hotel", "word3"]')))
-        finally:
-            del memory._POSTGRES[explain]
+        explain = memory._sql("", "EXPLAIN " + memory._SQL_NEWEST_POSTINGS.pg)
+        with opened._snapshot({"alice"}) as db:
+            plan = "\n".join(row[0] for row in db.execute(
+                explain, ("alice", None, "alice", None, '["hotel", "word3"]')))
     assert plan.count("Index Scan Backward using memory_words_pkey") == 2, plan
     assert "Join" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
 
@@ -581,7 +568,7 @@ def test_a_top_k_recall_waits_three_times_and_once_per_read_of_index_rows(
     and the expired ids; the recalled memories with COMMIT; and one wait per statement
     that reads index rows (a window, a read-through, a probe)."""
     reads: list[str] = []
-    rows_statement = memory._POSTGRES[memory._SQL_POSTINGS_ROWS]
+    rows_statement = memory._SQL_POSTINGS_ROWS.pg
     with mock.patch.object(memory, "_READ_ALL_UP_TO", 0), \
             mock.patch.object(memory, "POSTINGS_PER_ROW", 4):
         store.remember_many([(ALICE, "user", f"sun owl {n}", "s") for n in range(3)]

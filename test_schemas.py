@@ -1,0 +1,111 @@
+"""Files written by the project's own earlier releases open, upgrade and recall the same.
+
+Each fixture in tests/fixtures was written by memory.py as it stood at the commit in its
+name (the release that introduced its schema version, and for version 4 also the next
+one, which changed its expiry index under the same number), from the same memories; its
+.json holds the rows that release stored and what its recall returned.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import sqlite3
+from typing import Any
+from unittest import mock
+
+import pytest
+
+import memory
+from memory import MemoryStore, Scope, fixed_clock
+
+FIXTURES = pathlib.Path(__file__).resolve().parent / "tests" / "fixtures"
+RELEASES = sorted(path.stem for path in FIXTURES.glob("version-*.sqlite3"))
+
+
+def release(name: str, folder: pathlib.Path) -> tuple[pathlib.Path, dict[str, Any]]:
+    """A copy of the release's file in `folder`, and what the release recorded of it."""
+    path = folder / f"{name}.sqlite3"
+    shutil.copyfile(FIXTURES / f"{name}.sqlite3", path)
+    return path, json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def objects(path: pathlib.Path) -> list[tuple[str, str, str]]:
+    db = sqlite3.connect(path)
+    try:
+        return sorted(db.execute("SELECT type, name, sql FROM sqlite_master"))
+    finally:
+        db.close()
+
+
+def test_every_layout_a_release_wrote_has_a_fixture() -> None:
+    assert len(RELEASES) == len(memory.SQLITE_LAYOUTS)
+    assert [int(name.split("-")[1]) for name in RELEASES] == [
+        layout.version for layout in memory.SQLITE_LAYOUTS]
+
+
+@pytest.mark.parametrize("name", RELEASES)
+def test_a_file_of_an_earlier_release_upgrades_and_recalls_the_same(
+        tmp_path: pathlib.Path, name: str) -> None:
+    path, recorded = release(name, tmp_path)
+    statements: list[str] = []
+    real_connect = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        connection = real_connect(*args, **kwargs)
+        connection.set_trace_callback(statements.append)
+        return connection
+
+    with mock.patch.object(memory.sqlite3, "connect", connect):
+        store = MemoryStore(path, clock=fixed_clock())
+    with store:
+        # One transaction: the steps and the version stamp between one BEGIN and COMMIT
+        # (none for a file of the current layout).
+        upgraded = name != RELEASES[-1]
+        assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT")] == [
+            "BEGIN IMMEDIATE", "COMMIT"] * upgraded
+        assert store.db.version() == memory.SCHEMA_VERSION
+        rows = store.db.execute("SELECT id, user_id, task_id, text, source, created_at,"
+                                " expires_at FROM memories ORDER BY id").fetchall()
+        assert [list(row[:len(recorded["rows"][0])]) for row in rows] == recorded["rows"]
+        for scoped, results in recorded["recall"].items():
+            scope = Scope(*scoped.split("/"))
+            found = store.recall(scope, recorded["query"], recorded["limit"])
+            assert [[r["id"], r["score"]] for r in found] == results
+        assert store.check()["ok"]
+        new_id = store.remember(Scope("alice", "trip"), "user", "Alice likes jazz.", "s")
+        assert new_id == max(row[0] for row in recorded["rows"]) + 1
+    fresh = tmp_path / "fresh.sqlite3"
+    MemoryStore(fresh).close()
+    assert objects(path) == objects(fresh)
+
+
+@pytest.mark.parametrize("name", RELEASES)
+def test_a_failed_upgrade_of_an_earlier_release_changes_nothing(
+        tmp_path: pathlib.Path, name: str) -> None:
+    path, _ = release(name, tmp_path)
+    before = path.read_bytes()
+    *earlier, last = memory.MIGRATIONS
+
+    def failing(db: memory._SqliteEngine) -> None:
+        last(db)
+        raise sqlite3.OperationalError("disk I/O error (simulated)")
+
+    with mock.patch.object(memory, "MIGRATIONS", [*earlier, failing]):
+        if name == RELEASES[-1]:  # the current layout: no step runs
+            MemoryStore(path).close()
+        else:
+            with pytest.raises(sqlite3.OperationalError, match="simulated"):
+                MemoryStore(path)
+            assert path.read_bytes() == before
+
+
+def test_the_first_layout_of_version_4_is_read_as_it_is_when_read_only(
+        tmp_path: pathlib.Path) -> None:
+    path, recorded = release("version-4-34098a4", tmp_path)
+    before = path.read_bytes()
+    with MemoryStore(path, read_only=True, clock=fixed_clock()) as reader:
+        found = reader.recall(Scope("bob", "trip"), recorded["query"], recorded["limit"])
+        assert [[r["id"], r["score"]] for r in found] == recorded["recall"]["bob/trip"]
+    assert path.read_bytes() == before
