@@ -1,8 +1,21 @@
 """A persistent memory store for AI assistants, with explicit user and task scope.
 
-One SQLite file holds the memories of many users. Every read, count and delete
-filters by the caller's scope with one predicate, so no operation can hand one
-user's memories to another.
+One SQLite file, or one PostgreSQL database, holds the memories of many users. Every
+read, count and delete filters by the caller's scope with one predicate, so no operation
+can hand one user's memories to another.
+
+The module reads top to bottom:
+    constants       limits, rules and sizes
+    statements      each statement of both engines, with its PostgreSQL twin (_Sql);
+                    SQLite's layouts version by version; each engine's own statements
+    errors          MemoryInputError, StoreError, SchemaError
+    scope           Scope and the validation of every input
+    clocks, words   clock readings, expiry instants, the exact and stems rules
+    word index      packing postings, adding and removing a write's postings
+    engines         transactions; _SqliteEngine and _PostgresEngine side by side
+    recall          the map of a query's rows, the full scoring and the top-k search
+    the store       MemoryStore
+    command line    the `memory` command
 """
 
 from __future__ import annotations
@@ -35,6 +48,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 __version__ = "0.1.0"
+__all__ = [
+    "BUSY_TIMEOUT_SECONDS", "IDENTIFIER", "LEVELS", "MATCHING", "MAX_LIMIT", "MAX_QUERY",
+    "MAX_TEXT", "MIGRATIONS", "POSTGRES_MIGRATIONS", "POSTGRES_SCHEMA_VERSION",
+    "POSTINGS_PER_ROW", "PURGE_PER_WRITE", "RANKS", "RECORD_KEYS", "SCHEMA", "SCHEMA_VERSION",
+    "SQLITE_LAYOUTS", "STOPWORDS", "WORD", "FixedClock", "MemoryInputError", "MemoryStore",
+    "SchemaError", "Scope", "StoreError", "fixed_clock", "main", "stems", "system_clock",
+    "words",
+]
 
 SCHEMA_VERSION = 4
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
@@ -453,7 +474,7 @@ _PG_READ_ONLY = "SET default_transaction_read_only = on"
 _PG_ASYNC_COMMIT = "SET synchronous_commit = off"
 
 
-log = logging.getLogger("memory")
+_log = logging.getLogger("memory")
 _Row = TypeVar("_Row")
 
 
@@ -585,6 +606,21 @@ def _check_scope(scope: object) -> Scope:
     if type(user) is str and type(task) is str:
         return _valid_scope(user, task)
     return Scope(user, task)  # raises, naming the field
+
+
+class _ScopeKey(NamedTuple):
+    """The scope predicate's two parameters: the user, and the task whose memories are
+    seen beside the user level ('' for the user level alone: no task id is empty)."""
+
+    user: str
+    task: str
+
+
+class _CountKey(NamedTuple):
+    """A row of memory_counts: the user, and the task ('' for the user level)."""
+
+    user: str
+    task_key: str
 
 
 # A batch names few scopes many times over; only a pair that passed the checks is kept.
@@ -946,7 +982,7 @@ class _Engine:
         that saves a round trip (else _transaction commits once the rows are read)."""
         return self.execute(sql, parameters)
 
-    def enter(self, users: set[str] | None, write: bool) -> Any:
+    def confine(self, users: set[str] | None, write: bool) -> Any:
         """Name the users a transaction may see (None: every user, an operator's call) and
         take a write's locks; a cursor that read the matching rule with them, or None."""
         return None
@@ -1134,7 +1170,7 @@ _FORKED = (
 _INHERITED: list[_Engine] = []
 
 
-def _sqlite_target(path: str, read_only: bool) -> str:
+def _sqlite_uri(path: str, read_only: bool) -> str:
     """The URI to open: the file, created first (privately) unless read-only."""
     if path == ":memory:":
         return "file::memory:"
@@ -1176,7 +1212,7 @@ class _SqliteEngine(_Engine):
     @classmethod
     def open(cls, path: str, read_only: bool, durable: bool,
              matching: str | None) -> _SqliteEngine:
-        target = _sqlite_target(path, read_only)
+        target = _sqlite_uri(path, read_only)
         file = None
         if path != ":memory:":
             stat = os.stat(path)
@@ -1225,9 +1261,9 @@ class _SqliteEngine(_Engine):
                     step(self)
             self.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
         if layout is None:
-            log.info("created schema version %d", SCHEMA_VERSION)
+            _log.info("created schema version %d", SCHEMA_VERSION)
         elif layout < len(SQLITE_LAYOUTS):
-            log.info("upgraded schema to version %d", SCHEMA_VERSION)
+            _log.info("upgraded schema to version %d", SCHEMA_VERSION)
 
     def _configure(self, read_only: bool, durable: bool) -> None:
         # Only once the file is known to be ours: WAL changes the file's header. WAL lets
@@ -1281,7 +1317,7 @@ class _SqliteEngine(_Engine):
         # secure_delete zeroed the deleted cells in the new page images; checkpointing
         # copies them over the old ones and truncating the WAL drops its older frames.
         if self._checkpoint():
-            log.warning("checkpoint blocked by a reader; deleted text stays in the WAL until"
+            _log.warning("checkpoint blocked by a reader; deleted text stays in the WAL until"
                         " the next checkpoint")
 
     def compact(self) -> None:
@@ -1289,7 +1325,7 @@ class _SqliteEngine(_Engine):
         if self._checkpoint():
             raise StoreError("compact rebuilt the file, but a reader kept the old -wal frames;"
                              " run compact again once other connections are idle")
-        log.info("compacted the store")
+        _log.info("compacted the store")
 
     def check(self) -> dict[str, Any]:
         problems = [row[0] for row in self.execute("PRAGMA integrity_check")]
@@ -1306,7 +1342,7 @@ class _SqliteEngine(_Engine):
             self.connection.backup(target)  # all pages in one step: one read snapshot
         finally:
             target.close()
-        log.info("backed up the store")
+        _log.info("backed up the store")
 
 
 def _is_postgres(path: str) -> bool:
@@ -1359,7 +1395,7 @@ class _PostgresEngine(_Engine):
                 engine._send(_PG_ASYNC_COMMIT)
             (privileged,) = engine._send(_PG_PRIVILEGED).fetchone()
             if privileged:
-                log.warning("connected as a role that bypasses row-level security: only"
+                _log.warning("connected as a role that bypasses row-level security: only"
                             " each statement's user filter confines the store's calls")
         except BaseException:
             engine.close()
@@ -1390,7 +1426,7 @@ class _PostgresEngine(_Engine):
                 if 0 < version < target:
                     step(self)
             self._send(_PG_SET_VERSION, (str(POSTGRES_SCHEMA_VERSION),))
-        log.info("prepared PostgreSQL schema version %d", POSTGRES_SCHEMA_VERSION)
+        _log.info("prepared PostgreSQL schema version %d", POSTGRES_SCHEMA_VERSION)
 
     def _send(self, text: str, parameters: Any = ()) -> Any:
         """Run PostgreSQL text, with a BEGIN not sent yet going before it."""
@@ -1472,7 +1508,7 @@ class _PostgresEngine(_Engine):
             self.commit()
         return found
 
-    def enter(self, users: set[str] | None, write: bool) -> Any:
+    def confine(self, users: set[str] | None, write: bool) -> Any:
         named = ",".join(sorted(users or ()))
         operator = "off" if users is not None else "on"
         if not write:
@@ -1498,7 +1534,7 @@ class _PostgresEngine(_Engine):
 
     def compact(self) -> None:
         self._send(_PG_VACUUM)
-        log.info("vacuumed the store's tables")
+        _log.info("vacuumed the store's tables")
 
     def check(self) -> dict[str, Any]:
         raise StoreError("check() is SQLite's integrity check of the file; on PostgreSQL"
@@ -1509,41 +1545,25 @@ class _PostgresEngine(_Engine):
 
 
 
-# -- the store -------------------------------------------------------------------------
+# -- recall ----------------------------------------------------------------------------
+# A recall reads the map of its words' postings rows, then either scores every posting at
+# once (few postings) or runs _TopK over the rows, newest first, reading as it asks.
 
-# Open stores, so that a forked child can give each a lock of its own (the parent's may
-# have been held by a thread that does not exist in the child) and learn their files.
-_OPEN_STORES: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
+class _Recall(NamedTuple):
+    """One recall's inputs, read once at the start of its transaction."""
 
-
-def _after_fork_in_child() -> None:
-    for store in list(_OPEN_STORES):
-        store._lock = threading.RLock()
-        if store._file is not None:
-            _FORKED_FILES.add(store._file)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _level_of(task_id: str | None) -> str:
-    return "user" if task_id is None else "task"
+    seen: _ScopeKey
+    #: The statement parameters naming the query's words under the scope.
+    listed: tuple[str, str, str]
+    rank: str
+    limit: int
+    #: Memories the scope would see that are no longer live.
+    expired: set[int]
+    #: How many live memories the scope sees (idf's N; 0 for the shared rank).
+    visible: int
 
 
-def _memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
-    memory_id, task_id, text, source, created_at, _ = row
-    return {
-        "id": memory_id,
-        "level": _level_of(task_id),
-        "text": text,
-        "source": source,
-        "created_at": created_at,
-        **extra,
-    }
-
-
-class _Group:
+class _WordRows:
     """The postings rows of one query word under one task (or the user level): their
     first ids ascending, and from which of them on they have been read."""
 
@@ -1578,15 +1598,15 @@ class _Group:
 
 
 def _postings_map(rows: Iterable[tuple[str, str, str, int, int]]
-                  ) -> tuple[collections.Counter[str], list[_Group]]:
+                  ) -> tuple[collections.Counter[str], list[_WordRows]]:
     """Each query word's number of postings, and its rows grouped by task."""
     held: collections.Counter[str] = collections.Counter()
-    groups: list[_Group] = []
+    groups: list[_WordRows] = []
     for word, *by_task, size, sound in rows:
         if not sound:
             raise SchemaError("the word index is damaged: a postings row is not a run of ids")
         held[word] = size
-        groups += [_Group(word, firsts) for firsts in map(json.loads, by_task) if firsts]
+        groups += [_WordRows(word, firsts) for firsts in map(json.loads, by_task) if firsts]
     return held, groups
 
 
@@ -1594,9 +1614,8 @@ def _postings_map(rows: Iterable[tuple[str, str, str, int, int]]
 _Fetch = Callable[[dict[str, list[int]]], Iterable[tuple[str, int, bytes]]]
 
 
-def _expired_holders(groups: list[_Group], expired: set[int],
-                     fetch: _Fetch
-                     ) -> collections.Counter[str]:
+def _expired_holders(groups: list[_WordRows], expired: set[int],
+                     fetch: _Fetch) -> collections.Counter[str]:
     """How many of the `expired` ids each word's postings hold, from the rows that can
     hold them (at most all of the word's)."""
     wanted: dict[str, list[int]] = collections.defaultdict(list)
@@ -1608,12 +1627,19 @@ def _expired_holders(groups: list[_Group], expired: set[int],
     return held
 
 
-def _scores_of_all(postings: list[tuple[str, array.array[int]]], rank: str,
-                   expired: set[int], visible: int, limit: int) -> list[tuple[float, int]]:
+def _idf(visible: int, df: int) -> float:
+    """A word's weight under the idf rank: N the live memories the scope sees, df those
+    of them holding the word."""
+    return math.log(1 + (visible - df + 0.5) / (df + 0.5))
+
+
+def _scores_of_all(postings: list[tuple[str, array.array[int]]],
+                   recall: _Recall) -> list[tuple[float, int]]:
     """The `limit` best (score, id) pairs, best first, scoring every id of the query
     words' `postings` (all of their rows): the rule as written, counting at C speed."""
+    expired = recall.expired
     scores: dict[int, float] | collections.Counter[int]
-    if rank == "shared":  # an id sits in one row per word: its count is the words shared
+    if recall.rank == "shared":  # an id sits in one row per word: its count is the words shared
         scores = collections.Counter(itertools.chain.from_iterable(ids for _, ids in postings))
         for memory_id in expired.intersection(scores):
             del scores[memory_id]
@@ -1624,17 +1650,14 @@ def _scores_of_all(postings: list[tuple[str, array.array[int]]], rank: str,
         scores = {}
         for word in sorted(by_word):
             held = [i for i in by_word[word] if i not in expired] if expired else by_word[word]
-            df = len(held)
-            weight = math.log(1 + (visible - df + 0.5) / (df + 0.5))
+            weight = _idf(recall.visible, len(held))
             for memory_id in held:
                 scores[memory_id] = scores.get(memory_id, 0.0) + weight
-    return heapq.nlargest(limit, zip(scores.values(), scores.keys(), strict=True))
+    return heapq.nlargest(recall.limit, zip(scores.values(), scores.keys(), strict=True))
 
 
-def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired: set[int],
-                limit: int, fetch: _Fetch, budget: int, skip_common: bool
-                ) -> list[tuple[float, int]] | None:
-    """The `limit` best (score, id) pairs, best first, over the postings `groups`:
+class _TopK:
+    """The `limit` best (score, id) pairs, best first, over the postings rows `groups`:
     a memory's score is the number of query words it holds (weights None), or the sum
     of their weights in sorted word order. Expired ids are left out.
 
@@ -1650,167 +1673,258 @@ def _top_scores(groups: list[_Group], weights: dict[str, float] | None, expired:
     up the same way, newest first. While a rare word keeps that bound up, it is read
     through, if that costs no more than has been read. Each row is fetched at most
     once. The answer is the full scan's, to the bit: each bound is a score as the rule
-    adds it up, and a float sum never drops when a positive weight joins it. None once
-    the rounds have read more than `budget` postings in Python: then scoring them all
-    at C speed costs less."""
-    order = sorted({group.word for group in groups})
-    bits = {word: 1 << n for n, word in enumerate(order)}
-    values: dict[int, float] = {}
+    adds it up, and a float sum never drops when a positive weight joins it. search()
+    gives None once the rounds have read more than `budget` postings in Python: then
+    scoring them all at C speed costs less."""
 
-    def value(mask: int) -> float:
+    def __init__(self, groups: list[_WordRows], weights: dict[str, float] | None,
+                 expired: set[int], limit: int, fetch: _Fetch, budget: int,
+                 skip_common: bool) -> None:
+        self.groups, self.weights, self.expired = groups, weights, expired
+        self.limit, self.fetch, self.budget = limit, fetch, budget
+        self.skip_common = skip_common
+        self.order = sorted({group.word for group in groups})
+        self.bits = {word: 1 << n for n, word in enumerate(self.order)}
+        self.by_commonness = sorted(self.order, key=self.unread_rows, reverse=True)
+        self.values: dict[int, float] = {}  # mask of words held -> its score
+        self.read = 0  # postings the rounds have read
+        self.rows_read = 0
+        self.seen: dict[int, int] = {}  # id -> the words it was seen holding, below the boundary
+        self.best: list[tuple[float, int]] = []  # a min-heap of the best finished (score, id)
+        self.cache: dict[tuple[str, int], array.array[int]] = {}
+        self.probed = 0  # the common words whose rows only meet candidates (MaxScore)
+
+    # -- scores --
+
+    def value(self, mask: int) -> float:
         """The score of holding the words of `mask`, added up as the rule adds them."""
-        score = values.get(mask)
+        score = self.values.get(mask)
         if score is None:
-            if weights is None:
+            if self.weights is None:
                 score = mask.bit_count()
             else:
                 score = 0.0
-                for n, word in enumerate(order):
+                for n, word in enumerate(self.order):
                     if mask >> n & 1:
-                        score += weights[word]
-            values[mask] = score
+                        score += self.weights[word]
+            self.values[mask] = score
         return score
 
-    read = 0  # postings the rounds have read
-    seen: dict[int, int] = {}  # id -> the words it was seen holding, below the boundary
-    best: list[tuple[float, int]] = []  # a min-heap of the best finished (score, id)
+    def beaten(self, score: float) -> bool:
+        """Whether `score` cannot enter: the best are full and their last scores more."""
+        return len(self.best) == self.limit and score < self.best[0][0]
 
-    def finish(memory_id: int, mask: int) -> None:
-        entry = (value(mask), memory_id)
-        if len(best) < limit:
-            heapq.heappush(best, entry)
-        elif entry > best[0]:
-            heapq.heapreplace(best, entry)
+    def finish(self, memory_id: int, mask: int) -> None:
+        entry = (self.value(mask), memory_id)
+        if len(self.best) < self.limit:
+            heapq.heappush(self.best, entry)
+        elif entry > self.best[0]:
+            heapq.heapreplace(self.best, entry)
 
-    cache: dict[tuple[str, int], array.array[int]] = {}
+    def finish_newest(self, held: dict[int, Any]) -> None:
+        """Finish the ids of each mask in `held`, best masks first; of the ids holding the
+        same words only the newest `limit` can enter."""
+        for mask in sorted(held, key=self.value, reverse=True):
+            if self.beaten(self.value(mask)):
+                break
+            for memory_id in heapq.nlargest(self.limit, held[mask]):
+                self.finish(memory_id, mask)
 
-    def rows_of(wanted: dict[str, list[int]]) -> list[tuple[str, array.array[int]]]:
+    # -- reading rows --
+
+    def unread_rows(self, word: str) -> int:
+        return sum(group.unread for group in self.groups if group.word == word)
+
+    def unread_words(self) -> int:
+        """The mask of the words with rows not read yet, the skipped ones included."""
+        unread = self.probed
+        for group in self.groups:
+            if group.unread:
+                unread |= self.bits[group.word]
+        return unread
+
+    def rows_of(self, wanted: dict[str, list[int]]) -> list[tuple[str, array.array[int]]]:
         """The ids of each word's rows `wanted`, each row read from the store once."""
-        missing = {word: [first for first in firsts if (word, first) not in cache]
+        missing = {word: [first for first in firsts if (word, first) not in self.cache]
                    for word, firsts in wanted.items()}
-        for word, first, blob in fetch(missing):
-            cache[word, first] = _unpack(blob)
-        return [(word, cache[word, first]) for word, firsts in wanted.items()
+        for word, first, blob in self.fetch(missing):
+            self.cache[word, first] = _unpack(blob)
+        return [(word, self.cache[word, first]) for word, firsts in wanted.items()
                 for first in firsts]
 
-    def take(rows: Iterable[tuple[str, array.array[int]]]) -> int:
+    def take(self, rows: Iterable[tuple[str, array.array[int]]]) -> int:
         """Note the ids of the words' `rows` as seen; the newest of them."""
-        nonlocal read
-        newest, was = 0, seen.get
+        newest, was, seen, expired = 0, self.seen.get, self.seen, self.expired
         for word, ids in rows:
-            bit = bits[word]
-            read += len(ids)
+            bit = self.bits[word]
+            self.read += len(ids)
             for memory_id in set(ids).difference(expired) if expired else ids:
                 seen[memory_id] = was(memory_id, 0) | bit
             newest = max(newest, *ids[-1:])
         return newest
 
-    def unread_rows(word: str) -> int:
-        return sum(group.unread for group in groups if group.word == word)
+    def skip_common_words(self) -> None:
+        """Words that together cannot lift an id past the limit-th best need not be read:
+        the ids the others hold are looked up in their rows instead."""
+        for word in self.by_commonness:
+            if self.value(self.probed | self.bits[word]) > self.best[0][0]:
+                break
+            self.probed |= self.bits[word]
 
-    def probe(hopeful: list[int], unread: int) -> None:
+    def read_window(self, boundary: int) -> int:
+        """Read the rows, of the words not skipped, that hold ids down to `boundary`; the
+        newest id read."""
+        wanted: dict[str, list[int]] = collections.defaultdict(list)
+        for group in self.groups:
+            if not self.probed & self.bits[group.word]:
+                wanted[group.word] += group.rows_down_to(boundary)
+        self.rows_read += sum(map(len, wanted.values()))
+        return self.take(self.rows_of(wanted))
+
+    def finish_window(self, boundary: int, unread: int) -> None:
+        """Finish the ids at or above `boundary` (all seen, once nothing is unread)."""
+        if self.probed:
+            self.probe([i for i in self.seen if i >= boundary], self.probed)
+            return
+        done: dict[int, list[int]] = collections.defaultdict(list)
+        for memory_id in [i for i in self.seen if i >= boundary] if unread else list(self.seen):
+            done[self.seen.pop(memory_id)].append(memory_id)
+        self.finish_newest(done)
+
+    def read_rarest_through(self, unread: int) -> bool:
+        """An id below the boundary holding the unread words could still win: read the
+        rarest of them through, if that costs no more than has been read; whether read."""
+        rarest = min((w for w in self.order if unread & ~self.probed & self.bits[w]),
+                     key=self.unread_rows)
+        if self.unread_rows(rarest) > self.rows_read:
+            return False
+        firsts = [first for group in self.groups if group.word == rarest
+                  for first in group.rows_down_to(-1)]
+        self.rows_read += len(firsts)
+        self.take(self.rows_of({rarest: firsts}))
+        return True
+
+    # -- finishing candidates at C speed --
+
+    def finish_those_that_can_win(self, unread: int) -> None:
+        """No id below the boundary that is not seen can win any more: finish those seen
+        that still can, at C speed, rather than read on in Python."""
+        floor = self.best[0][0]
+        can_win = {mask for mask in set(self.seen.values())
+                   if self.value(mask | unread) > floor}
+        self.probe([i for i, mask in self.seen.items() if mask in can_win], unread)
+
+    def probe(self, hopeful: list[int], unread: int) -> None:
         """Finish the `hopeful` ids, whose words but the `unread` ones are read: newest
         first, a batch at a time, look them up in the rows of the unread words that can
         hold them, rarest word first, dropping ids once they cannot beat the limit-th
         best. A batch's ids are kept in sets by the words they hold, so each word's rows
         meet them at C speed."""
         hopeful.sort(reverse=True)
-        start, size = 0, 4 * limit
+        start, size = 0, 4 * self.limit
         while start < len(hopeful):
             batch, start, size = hopeful[start:start + size], start + size, 2 * size
             holding: dict[int, set[int]] = collections.defaultdict(set)
             for memory_id in batch:
-                holding[seen.pop(memory_id)].add(memory_id)
-            left = unread
-            for word in sorted((w for w in order if unread & bits[w]), key=unread_rows):
-                holding = {mask: ids for mask, ids in holding.items()
-                           if value(mask | left) > best[0][0]}
-                left &= ~bits[word]
-                if not holding:
-                    break
-                batch_ids = set().union(*holding.values())
-                firsts: set[int] = set()
-                for group in groups:
-                    if group.word == word:
-                        firsts |= group.rows_for(batch_ids)
-                found: set[int] = set()
-                for _, row in rows_of({word: sorted(firsts)}):
-                    found.update(batch_ids.intersection(row))
-                moved: dict[int, set[int]] = collections.defaultdict(set)
-                for mask, held in holding.items():
-                    hits = held & found
-                    if hits:
-                        held -= hits
-                        moved[mask | bits[word]] |= hits
-                for mask, hits in moved.items():
-                    holding.setdefault(mask, set()).update(hits)
-            for mask, held in holding.items():
-                if len(best) == limit and value(mask) < best[0][0]:
-                    continue
-                for memory_id in heapq.nlargest(limit, held):
-                    finish(memory_id, mask)
+                holding[self.seen.pop(memory_id)].add(memory_id)
+            for mask, held in self.look_up(holding, unread).items():
+                if not self.beaten(self.value(mask)):
+                    for memory_id in heapq.nlargest(self.limit, held):
+                        self.finish(memory_id, mask)
 
-    boundary = max(group.firsts[-1] for group in groups)
-    gap, rows_read = 0, 0
-    by_commonness = sorted(order, key=unread_rows, reverse=True)
-    probed = 0  # the common words whose rows only meet candidates (MaxScore)
-    while True:
-        if skip_common and len(best) == limit:
-            # Words that together cannot lift an id past the limit-th best need not be
-            # read: the ids the others hold are looked up in their rows instead.
-            for word in by_commonness:
-                if value(probed | bits[word]) > best[0][0]:
-                    break
-                probed |= bits[word]
-        wanted: dict[str, list[int]] = collections.defaultdict(list)
-        for group in groups:
-            if not probed & bits[group.word]:
-                wanted[group.word] += group.rows_down_to(boundary)
-        rows_read += sum(map(len, wanted.values()))
-        newest = max(boundary, take(rows_of(wanted)))
-        if read > budget:
-            return None
-        unread = probed
-        for group in groups:
-            if group.unread:
-                unread |= bits[group.word]
-        if probed:
-            probe([i for i in seen if i >= boundary], probed)
-        else:
-            done: dict[int, list[int]] = collections.defaultdict(list)
-            for memory_id in [i for i in seen if i >= boundary] if unread else list(seen):
-                done[seen.pop(memory_id)].append(memory_id)
-            # Of the ids holding the same words only the newest `limit` can enter.
-            for mask in sorted(done, key=value, reverse=True):
-                if len(best) == limit and value(mask) < best[0][0]:
-                    break
-                for memory_id in heapq.nlargest(limit, done[mask]):
-                    finish(memory_id, mask)
-        if not unread:
-            break
-        if len(best) == limit and value(unread) <= best[0][0]:
-            # No id below the boundary that is not in `seen` can win any more: finish
-            # those that still can, at C speed, rather than read on in Python.
-            floor = best[0][0]
-            can_win = {mask for mask in set(seen.values()) if value(mask | unread) > floor}
-            hopeful = [i for i, mask in seen.items() if mask in can_win]
-            probe(hopeful, unread)
-            break
-        if len(best) == limit:
-            # An id below the boundary holding the unread words could still win: read
-            # the rarest of them through, if that costs no more than has been read.
-            rarest = min((w for w in order if unread & ~probed & bits[w]), key=unread_rows)
-            if unread_rows(rarest) <= rows_read:
-                firsts = [first for group in groups if group.word == rarest
-                          for first in group.rows_down_to(-1)]
-                rows_read += len(firsts)
-                take(rows_of({rarest: firsts}))
-                if read > budget:
+    def look_up(self, holding: dict[int, set[int]], unread: int) -> dict[int, set[int]]:
+        """`holding` (the ids by the words they hold), with each of the `unread` words
+        that can still matter looked up in its rows, rarest first."""
+        left = unread
+        for word in sorted((w for w in self.order if unread & self.bits[w]),
+                           key=self.unread_rows):
+            holding = {mask: ids for mask, ids in holding.items()
+                       if self.value(mask | left) > self.best[0][0]}
+            left &= ~self.bits[word]
+            if not holding:
+                break
+            found = self.held_by(word, set().union(*holding.values()))
+            moved: dict[int, set[int]] = collections.defaultdict(set)
+            for mask, held in holding.items():
+                hits = held & found
+                if hits:
+                    held -= hits
+                    moved[mask | self.bits[word]] |= hits
+            for mask, hits in moved.items():
+                holding.setdefault(mask, set()).update(hits)
+        return holding
+
+    def held_by(self, word: str, ids: set[int]) -> set[int]:
+        """Those of `ids` that the word's rows hold, reading only the rows that can."""
+        firsts: set[int] = set()
+        for group in self.groups:
+            if group.word == word:
+                firsts |= group.rows_for(ids)
+        found: set[int] = set()
+        for _, row in self.rows_of({word: sorted(firsts)}):
+            found.update(ids.intersection(row))
+        return found
+
+    # -- the search --
+
+    def search(self) -> list[tuple[float, int]] | None:
+        boundary = max(group.firsts[-1] for group in self.groups)
+        gap = 0
+        while True:
+            if self.skip_common and len(self.best) == self.limit:
+                self.skip_common_words()
+            newest = max(boundary, self.read_window(boundary))
+            if self.read > self.budget:
+                return None
+            unread = self.unread_words()
+            self.finish_window(boundary, unread)
+            if not unread:
+                break
+            if len(self.best) == self.limit and self.value(unread) <= self.best[0][0]:
+                self.finish_those_that_can_win(unread)
+                break
+            if len(self.best) == self.limit and self.read_rarest_through(unread):
+                if self.read > self.budget:
                     return None
                 continue
-        gap = max(4 * gap, newest - boundary, limit)
-        boundary -= gap
-    return sorted(best, reverse=True)
+            gap = max(4 * gap, newest - boundary, self.limit)
+            boundary -= gap
+        return sorted(self.best, reverse=True)
+
+
+
+# -- the store -------------------------------------------------------------------------
+
+# Open stores, so that a forked child can give each a lock of its own (the parent's may
+# have been held by a thread that does not exist in the child) and learn their files.
+_OPEN_STORES: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_OPEN_STORES):
+        store._lock = threading.RLock()
+        if store._file is not None:
+            _FORKED_FILES.add(store._file)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _level_of(task_id: str | None) -> str:
+    return "user" if task_id is None else "task"
+
+
+def _as_memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
+    memory_id, task_id, text, source, created_at, _ = row
+    return {
+        "id": memory_id,
+        "level": _level_of(task_id),
+        "text": text,
+        "source": source,
+        "created_at": created_at,
+        **extra,
+    }
 
 
 def _id_span(ids: list[int]) -> str:
@@ -1841,7 +1955,7 @@ class MemoryStore:
             raise MemoryInputError(f"clock must be callable, got {type(clock).__name__}")
         self.clock = clock
         # Reads need the time (to tell what has expired) but must not take a tick.
-        self._read_clock: Callable[[], str] = getattr(clock, "now", clock)
+        self._clock_for_reads: Callable[[], str] = getattr(clock, "now", clock)
         self.read_only = bool(read_only)
         self.durable = bool(durable)
         self._lock = threading.RLock()
@@ -1858,17 +1972,17 @@ class MemoryStore:
         engine = engine_type.open(self.path, self.read_only, self.durable, matching)
         try:
             self._file = engine.file
-            self._follow_rule(engine)
+            self._adopt_rule(engine)
             if matching is not None and matching != self.matching:
                 raise MemoryInputError(f"matching={matching!r} was asked for, but the store's"
                                        f" word index uses matching={self.matching!r}")
         except BaseException:
             engine.close()
             raise
-        log.info("opened a store on %s read_only=%s", engine.name, self.read_only)
+        _log.info("opened a store on %s read_only=%s", engine.name, self.read_only)
         return engine
 
-    def _follow_rule(self, db: _Engine, found: Any = None) -> None:
+    def _adopt_rule(self, db: _Engine, found: Any = None) -> None:
         """Use the file's matching rule, from the first column of `found` (a cursor that
         has read it) or read now: another process may have reindexed it."""
         try:
@@ -1923,14 +2037,14 @@ class MemoryStore:
         """A write transaction for `users` (None: every user, an operator's call)."""
         self._writable()
         with self._reading() as db, _transaction(db, write=True):
-            self._follow_rule(db, db.enter(users, write=True))
+            self._adopt_rule(db, db.confine(users, write=True))
             yield db
 
     @contextlib.contextmanager
     def _snapshot(self, users: set[str] | None) -> Iterator[_Engine]:
         """A read transaction for `users`: one consistent view, under the current rule."""
         with self._reading() as db, _transaction(db, write=False):
-            self._follow_rule(db, db.enter(users, write=False))
+            self._adopt_rule(db, db.confine(users, write=False))
             yield db
 
     def _writable(self) -> None:
@@ -1962,7 +2076,7 @@ class MemoryStore:
         with self._writing({row.user_id for row in rows}) as db:
             ids = self._write(db, rows)
         task_level = sum(row.task_id is not None for row in rows)
-        log.info("remembered %d memories (%d user level, %d task level), ids %s",
+        _log.info("remembered %d memories (%d user level, %d task level), ids %s",
                  len(ids), len(ids) - task_level, task_level, _id_span(ids))
         return ids
 
@@ -1970,28 +2084,29 @@ class MemoryStore:
         """The last step of a write transaction: purge some expired memories of the rows'
         scopes, write the rows, reading the clock once for each that has no created_at,
         and commit (with the last statements, in one round trip on PostgreSQL)."""
-        now = self._read_now()
-        scopes = [] if now is None else sorted({(row.user_id, row.task_id or "") for row in rows})
+        now = self._read_instant()
+        scopes = [] if now is None else sorted(
+            {_ScopeKey(row.user_id, row.task_id or "") for row in rows})
 
-        def expired(scoped: tuple[str, str]) -> Any:
-            return db.execute(_SQL_EXPIRED_ROWS, (*scoped, now, PURGE_PER_WRITE))
+        def expired(seen: _ScopeKey) -> Any:
+            return db.execute(_SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE))
 
         with db.batch():  # the ids and the first scope's expired memories: one round trip
             ask_ids = db.ask_new_ids(len(rows))
-            asked = [expired(scoped) for scoped in scopes[:1]]
-        for scoped in scopes:  # scopes of one user overlap: each looks after the last purged
-            self._delete(db, scoped, (asked.pop() if asked else expired(scoped)).fetchall())
+            asked = [expired(seen) for seen in scopes[:1]]
+        for seen in scopes:  # scopes of one user overlap: each looks after the last purged
+            self._delete(db, seen, (asked.pop() if asked else expired(seen)).fetchall())
         ids = ask_ids()
         values, reading = [], None
         for memory_id, row in zip(ids, rows, strict=True):
             created_at = row.created_at
             if created_at is None:
-                created_at = reading = self._now(reading)
+                created_at = reading = self._write_reading(reading)
             expires_at = row.expires_at
             if row.ttl is not None:
                 expires_at = _expiry(created_at, row.ttl)
             values.append((memory_id, *row[:4], created_at, expires_at))
-        added = collections.Counter((row.user_id, row.task_id or "") for row in rows)
+        added = collections.Counter(_CountKey(row.user_id, row.task_id or "") for row in rows)
         new = ((memory_id, *row[:3]) for memory_id, row in zip(ids, rows, strict=True))
         with db.batch():
             db.executemany(_SQL_INSERT, values)
@@ -2000,17 +2115,17 @@ class MemoryStore:
             db.commit()
         return ids
 
-    def _delete(self, db: _Engine, scoped: tuple[str, str],
+    def _delete(self, db: _Engine, seen: _ScopeKey,
                 rows: list[tuple[Any, ...]]) -> int:
         """Delete the scope's memories `rows` (id, task_id, text, ...) with their postings
         and counts; how many."""
         if not rows:
             return 0
-        _unindex(db, scoped[0], rows, self._words)
+        _unindex(db, seen[0], rows, self._words)
         ids = json.dumps([row[0] for row in rows])
-        return int(db.execute(_SQL_FORGET, (*scoped, ids)).rowcount)
+        return int(db.execute(_SQL_FORGET, (*seen, ids)).rowcount)
 
-    def _now(self, previous: str | None = None) -> str:
+    def _write_reading(self, previous: str | None = None) -> str:
         # A bad reading is the caller's input, like a bad text: MemoryInputError, and the
         # transaction it was read in rolls back, so nothing is written. A batch reads the
         # clock per memory, mostly getting the reading before it, checked already.
@@ -2019,31 +2134,31 @@ class MemoryStore:
             return previous
         return _check_timestamp("clock reading", reading)
 
-    def _read_now(self) -> str | None:
+    def _read_instant(self) -> str | None:
         """The time for a read, without a tick: a fixed-width UTC instant, or None when the
         clock gives no UTC offset (then nothing can be judged expired)."""
-        reading = _check_timestamp("clock reading", self._read_clock())
+        reading = _check_timestamp("clock reading", self._clock_for_reads())
         return _utc_form("clock reading", reading)
 
-    def _expired(self, db: _Engine, scoped: tuple[str, str],
+    def _expired(self, db: _Engine, seen: _ScopeKey,
                  now: str | None) -> set[int]:
         """The ids the scope would see but that are no longer live at `now` (none if
-        None, see _now_for)."""
-        return self._ask_expired(db, scoped, now)()
+        None, see _expiry_instant)."""
+        return self._ask_expired(db, seen, now)()
 
-    def _ask_expired(self, db: _Engine, scoped: tuple[str, str],
+    def _ask_expired(self, db: _Engine, seen: _ScopeKey,
                      now: str | None) -> Callable[[], set[int]]:
         """_expired, asked now and read when the returned function is called: in a
         batch, once the batch has gone."""
         if now is None:
             return set
-        found = db.execute(_SQL_EXPIRED, (*scoped, now))
+        found = db.execute(_SQL_EXPIRED, (*seen, now))
         return lambda: set(json.loads(found.fetchone()[0]))
 
-    def _now_for(self, db: _Engine, scoped: tuple[str, str]) -> str | None:
+    def _expiry_instant(self, db: _Engine, seen: _ScopeKey) -> str | None:
         """The time to judge the scope's memories at; None if none of them can expire."""
-        now = self._read_now()
-        if now is None and db.execute(_SQL_ANY_EXPIRING, scoped).fetchone():
+        now = self._read_instant()
+        if now is None and db.execute(_SQL_ANY_EXPIRING, seen).fetchone():
             raise MemoryInputError("the clock's reading has no UTC offset, so whether"
                                    " a memory has expired is unknown")
         return now
@@ -2059,91 +2174,87 @@ class MemoryStore:
         _check_limit(limit)
         _check_choice("rank", rank, RANKS)
         _check_text("query", query, MAX_QUERY, blank=True)
-        scoped = (scope.user, scope.task)
+        seen = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
             wanted = self._words(query)
             if not wanted:
                 return []
-            now = self._now_for(db, scoped)
-            listed = (*scoped, json.dumps(sorted(wanted)))
+            now = self._expiry_instant(db, seen)
+            listed = (*seen, json.dumps(sorted(wanted)))
             with db.batch():  # sent together, the results read after
                 # PostgreSQL sends a whole result at once, so there the rows' map comes
                 # first; SQLite's postings are read until they are too many.
                 row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
                            if db.reads_map_first else None)
-                counted = db.execute(_SQL_COUNT, scoped) if rank == "idf" else None
-                expired_ids = self._ask_expired(db, scoped, now)
+                counted = db.execute(_SQL_COUNT, seen) if rank == "idf" else None
+                expired_ids = self._ask_expired(db, seen, now)
             expired = expired_ids()
             visible = 0
             if counted is not None:  # N and df count live memories only
                 visible = counted.fetchone()[0] - len(expired)
-            postings, mapped = self._few_postings(db, listed, row_map)
-            if mapped is None:
-                best = _scores_of_all(postings, rank, expired, visible, limit)
-            else:
-                best = self._top(db, scoped, listed, *mapped, rank, expired, visible, limit)
+            asked = _Recall(seen, listed, rank, limit, expired, visible)
+            best = self._best(db, asked, row_map)
             found = db.last_statement(
-                _SQL_RECALLED, (*scoped, json.dumps([i for _, i in best])))
+                _SQL_RECALLED, (*seen, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
-        return [_memory(rows[i], score=score) for score, i in best if i in rows]
+        return [_as_memory(rows[i], score=score) for score, i in best if i in rows]
 
-    def _few_postings(self, db: _Engine, listed: tuple[str, ...], row_map: Any) -> tuple[
-            list[tuple[str, array.array[int]]], tuple[collections.Counter[str], list[_Group]]
-            | None]:
-        """Every posting of the words `listed` if they are at most _READ_ALL_UP_TO, else
-        the map of their rows, from `row_map` if it was read already (or None)."""
-        if row_map is not None:
-            mapped = _postings_map(row_map)
-            if sum(mapped[0].values()) > _READ_ALL_UP_TO:
-                return [], mapped
-        postings, read = [], 0
-        for word, _, blob in db.execute(_SQL_POSTINGS, listed):
-            postings.append((word, _unpack(blob)))
-            read += len(postings[-1][1])
-            if read > _READ_ALL_UP_TO:
-                return [], _postings_map(db.execute(_SQL_POSTINGS_MAP, listed))
-        return postings, None
+    def _best(self, db: _Engine, recall: _Recall, row_map: Any) -> list[tuple[float, int]]:
+        """The best (score, id) pairs: every posting scored at once where the words hold
+        at most _READ_ALL_UP_TO, else a top-k search over the map of their rows (from
+        `row_map` if it was read already), or, once that reads more than a third of them,
+        all of them scored at once."""
+        mapped = None if row_map is None else _postings_map(row_map)
+        if mapped is None or sum(mapped[0].values()) <= _READ_ALL_UP_TO:
+            postings, read = [], 0
+            for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed):
+                postings.append((word, _unpack(blob)))
+                read += len(postings[-1][1])
+                if read > _READ_ALL_UP_TO:
+                    mapped = _postings_map(db.execute(_SQL_POSTINGS_MAP, recall.listed))
+                    break
+            else:
+                return _scores_of_all(postings, recall)
+        assert mapped is not None
+        best = self._top(db, recall, *mapped)
+        if best is None:
+            postings = [(word, _unpack(blob))
+                        for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed)]
+            best = _scores_of_all(postings, recall)
+        return best
 
-    def _top(self, db: _Engine, scoped: tuple[str, str], listed: tuple[str, ...],
-             held: collections.Counter[str], groups: list[_Group], rank: str,
-             expired: set[int], visible: int, limit: int) -> list[tuple[float, int]]:
-        """_top_scores over the postings rows `groups`, read as it asks; or, once it
-        reads more than a third of them, all of them scored at once."""
+    def _top(self, db: _Engine, recall: _Recall, held: collections.Counter[str],
+             groups: list[_WordRows]) -> list[tuple[float, int]] | None:
+        """_TopK's search over the postings rows `groups`, read as it asks."""
 
         def fetch(wanted: dict[str, list[int]]) -> list[tuple[str, int, bytes]]:
             keys = {(word, first) for word, firsts in wanted.items() for first in firsts}
             if not keys:
                 return []
-            words, firsts = (json.dumps(sorted({key[n] for key in keys})) for n in (0, 1))
-            rows = db.execute(_SQL_POSTINGS_ROWS, (*scoped, words, firsts))
+            listed, firsts = (json.dumps(sorted({key[n] for key in keys})) for n in (0, 1))
+            rows = db.execute(_SQL_POSTINGS_ROWS, (*recall.seen, listed, firsts))
             return [row for row in rows if (row[0], row[1]) in keys]
 
         weights = None
-        if rank == "idf":
-            if expired:
-                held.subtract(_expired_holders(groups, expired, fetch))
-            weights = {word: math.log(1 + (visible - df + 0.5) / (df + 0.5))
-                       for word, df in held.items()}
-        best = _top_scores(groups, weights, expired, limit, fetch,
-                           budget=sum(held.values()) // _TOP_K_BUDGET,
-                           skip_common=db.skips_common_words)
-        if best is None:
-            postings = [(word, _unpack(blob))
-                        for word, _, blob in db.execute(_SQL_POSTINGS, listed)]
-            best = _scores_of_all(postings, rank, expired, visible, limit)
-        return best
+        if recall.rank == "idf":
+            if recall.expired:
+                held.subtract(_expired_holders(groups, recall.expired, fetch))
+            weights = {word: _idf(recall.visible, df) for word, df in held.items()}
+        return _TopK(groups, weights, recall.expired, recall.limit, fetch,
+                     budget=sum(held.values()) // _TOP_K_BUDGET,
+                     skip_common=db.skips_common_words).search()
 
     def count(self, scope: Scope) -> int:
         """How many live memories are visible in the scope: the stored count less the
         expired ones not yet purged, found through the expiry index."""
         scope = _check_scope(scope)
-        scoped = (scope.user, scope.task)
+        seen = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
-            (stored,) = db.execute(_SQL_COUNT, scoped).fetchone()
-            now = self._now_for(db, scoped)
+            (stored,) = db.execute(_SQL_COUNT, seen).fetchone()
+            now = self._expiry_instant(db, seen)
             if now is None:
                 return int(stored)
-            (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*scoped, now)).fetchone()
+            (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*seen, now)).fetchone()
             return int(stored) - int(expired)
 
     def reindex(self, matching: str,
@@ -2161,18 +2272,18 @@ class MemoryStore:
                     progress(done, len(users))
             db.execute(_SQL_SET_MATCHING, (matching,))
             self._words, self.matching = words_of, matching
-        log.info("reindexed %d users with matching=%s", len(users), matching)
+        _log.info("reindexed %d users with matching=%s", len(users), matching)
 
     # -- seeing and forgetting -------------------------------------------------------
 
     def memories(self, scope: Scope) -> list[dict[str, Any]]:
         """Every live memory visible in the scope, oldest first, with its expires_at."""
         scope = _check_scope(scope)
-        scoped = (scope.user, scope.task)
+        seen = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
-            expired = self._expired(db, scoped, self._now_for(db, scoped))
-            rows = db.execute(_SQL_VISIBLE, scoped).fetchall()
-        return [_memory(row, expires_at=row[5]) for row in rows if row[0] not in expired]
+            expired = self._expired(db, seen, self._expiry_instant(db, seen))
+            rows = db.execute(_SQL_VISIBLE, seen).fetchall()
+        return [_as_memory(row, expires_at=row[5]) for row in rows if row[0] not in expired]
 
     def forget(self, scope: Scope, memory_id: int) -> bool:
         """Delete the memory if the scope can see it. False for any id it cannot see,
@@ -2188,13 +2299,13 @@ class MemoryStore:
         return self._forget(scope, _SQL_VISIBLE_SOURCE, arguments)
 
     def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...]) -> int:
-        scoped = (scope.user, scope.task)
+        seen = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
-            expired = self._expired(db, scoped, self._now_for(db, scoped))
+            expired = self._expired(db, seen, self._expiry_instant(db, seen))
             rows = [row for row in db.execute(select, arguments) if row[0] not in expired]
-            deleted = self._delete(db, scoped, rows)
+            deleted = self._delete(db, seen, rows)
         self._scrub()
-        log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
+        _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
                  [row[0] for row in rows])
         return deleted
 
@@ -2204,27 +2315,27 @@ class MemoryStore:
         can see it and remember `text` at its level and task; the new id (the newest), or
         None, with nothing changed, for an id the scope cannot see."""
         scope = _check_scope(scope)
-        scoped = (scope.user, scope.task)
+        seen = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
         # Validated before the transaction; its level (task) is the old memory's, set below.
         new = _new_row(scope, "user", text, source, ttl)
         with self._writing({scope.user}) as db:
-            expired = self._expired(db, scoped, self._now_for(db, scoped))
-            found = db.execute(_SQL_VISIBLE_ID, (*scoped, wanted))
+            expired = self._expired(db, seen, self._expiry_instant(db, seen))
+            found = db.execute(_SQL_VISIBLE_ID, (*seen, wanted))
             rows = [row for row in found if row[0] not in expired]
             if not rows:
                 return None
-            self._delete(db, scoped, rows)
+            self._delete(db, seen, rows)
             (revised,) = self._write(db, [new._replace(task_id=rows[0][1])])
         self._scrub()
-        log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
+        _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
         return revised
 
     def purge_expired(self) -> int:
         """Delete every memory that is no longer live, with its postings and counts; how
         many. Their text leaves the file's bytes as a forgotten memory's does."""
         self._writable()
-        now = self._read_now()
+        now = self._read_instant()
         if now is None:
             raise MemoryInputError("the clock's reading has no UTC offset, so whether a memory"
                                    " has expired is unknown")
@@ -2236,7 +2347,7 @@ class MemoryStore:
                 ids = json.dumps([row[0] for row in rows])
                 purged += db.execute(_SQL_DELETE_OF_USER, (user, ids)).rowcount
         self._scrub()
-        log.info("purged %d expired memories", purged)
+        _log.info("purged %d expired memories", purged)
         return purged
 
     def erase_user(self, user: str) -> int:
@@ -2247,7 +2358,7 @@ class MemoryStore:
             db.execute(_SQL_ERASE_COUNTS, (user,))
             erased = db.execute(_SQL_ERASE, (user,)).rowcount
         self._scrub()
-        log.info("erased %d memories of user %s", erased, user)
+        _log.info("erased %d memories of user %s", erased, user)
         return int(erased)
 
     def export_user(self, user: str) -> list[dict[str, Any]]:
@@ -2330,31 +2441,27 @@ def _emit(value: object) -> None:
     print(json.dumps(value, ensure_ascii=False))
 
 
-def _run_stats(args: argparse.Namespace) -> int:
-    with MemoryStore(args.path, read_only=True) as store:
-        print(json.dumps(store.stats(), indent=2))
+def _run_stats(store: MemoryStore, args: argparse.Namespace) -> int:
+    print(json.dumps(store.stats(), indent=2))
     return 0
 
 
-def _run_list(args: argparse.Namespace) -> int:
-    with MemoryStore(args.path, read_only=True) as store:
-        for memory in store.memories(Scope(args.user, args.task)):
-            _emit(memory)
+def _run_list(store: MemoryStore, args: argparse.Namespace) -> int:
+    for memory in store.memories(Scope(args.user, args.task)):
+        _emit(memory)
     return 0
 
 
-def _run_recall(args: argparse.Namespace) -> int:
-    with MemoryStore(args.path, read_only=True) as store:
-        for memory in store.recall(Scope(args.user, args.task), args.query, args.limit,
-                                   rank=args.rank):
-            _emit(memory)
+def _run_recall(store: MemoryStore, args: argparse.Namespace) -> int:
+    for memory in store.recall(Scope(args.user, args.task), args.query, args.limit,
+                               rank=args.rank):
+        _emit(memory)
     return 0
 
 
-def _run_export(args: argparse.Namespace) -> int:
-    with MemoryStore(args.path, read_only=True) as store:
-        for memory in store.export_user(args.user):
-            _emit(memory)
+def _run_export(store: MemoryStore, args: argparse.Namespace) -> int:
+    for memory in store.export_user(args.user):
+        _emit(memory)
     return 0
 
 
@@ -2382,7 +2489,9 @@ def _json_line(number: int, line: bytes) -> Any:
     raise MemoryInputError(f"line {number}: {problem}")
 
 
-def _run_import(args: argparse.Namespace) -> int:
+def _load_records(args: argparse.Namespace) -> None:
+    """Read and check import's records before the store is opened, so that bad input
+    does not even create the file; a bad record is named by its line."""
     records, line_of = [], []
     opened = open(args.file, "rb") if args.file != "-" else contextlib.nullcontext(
         sys.stdin.buffer
@@ -2393,14 +2502,16 @@ def _run_import(args: argparse.Namespace) -> int:
                 records.append(_json_line(number, line))
                 line_of.append(number)
     try:
-        rows = _each_valid(records, _record_row, "record")
+        _each_valid(records, _record_row, "record")
     except MemoryInputError as exc:
         assert exc.position is not None
         reason = str(exc).partition(": ")[2]
         raise MemoryInputError(f"line {line_of[exc.position]}: {reason}") from None
-    # Validated before the store is opened, so bad input does not even create the file.
-    with MemoryStore(args.path) as store:
-        ids = store._insert(rows)
+    args.records = records
+
+
+def _run_import(store: MemoryStore, args: argparse.Namespace) -> int:
+    ids = store.import_memories(args.records)
     print(f"imported {len(ids)} memories")
     return 0
 
@@ -2408,55 +2519,42 @@ def _run_import(args: argparse.Namespace) -> int:
 _NOT_IN_SCOPE = "no memory with that id in this scope"
 
 
-def _existing(path: str) -> MemoryStore:
-    """A writable store on a file that must already exist: no command creates one by typo."""
-    if not _is_postgres(path) and not os.path.isfile(path):
-        raise StoreError("no such memory store at PATH")
-    return MemoryStore(path)
-
-
-def _run_forget(args: argparse.Namespace) -> int:
-    with _existing(args.path) as store:
-        if not store.forget(Scope(args.user, args.task), args.id):
-            raise StoreError(_NOT_IN_SCOPE)
+def _run_forget(store: MemoryStore, args: argparse.Namespace) -> int:
+    if not store.forget(Scope(args.user, args.task), args.id):
+        raise StoreError(_NOT_IN_SCOPE)
     print(f"forgot memory {args.id}")
     return 0
 
 
-def _run_erase_user(args: argparse.Namespace) -> int:
-    with _existing(args.path) as store:
-        erased = store.erase_user(args.user)
+def _run_erase_user(store: MemoryStore, args: argparse.Namespace) -> int:
+    erased = store.erase_user(args.user)
     print(f"erased {erased} memories of {args.user}")
     return 0
 
 
-def _run_check(args: argparse.Namespace) -> int:
-    with MemoryStore(args.path, read_only=True) as store:
-        report = store.check()
+def _run_check(store: MemoryStore, args: argparse.Namespace) -> int:
+    report = store.check()
     print(json.dumps(report, indent=2))
     return 0 if report["ok"] else 1
 
 
-def _run_compact(args: argparse.Namespace) -> int:
-    with _existing(args.path) as store:
-        store.compact()
+def _run_compact(store: MemoryStore, args: argparse.Namespace) -> int:
+    store.compact()
     print("compacted: nothing deleted before remains in the file or its -wal")
     return 0
 
 
-def _run_revise(args: argparse.Namespace) -> int:
-    with _existing(args.path) as store:
-        revised = store.revise(Scope(args.user, args.task), args.id, args.text, args.source,
-                               ttl=args.ttl)
+def _run_revise(store: MemoryStore, args: argparse.Namespace) -> int:
+    revised = store.revise(Scope(args.user, args.task), args.id, args.text, args.source,
+                           ttl=args.ttl)
     if revised is None:
         raise StoreError(_NOT_IN_SCOPE)
     print(f"revised memory {args.id} as {revised}")
     return 0
 
 
-def _run_purge(args: argparse.Namespace) -> int:
-    with _existing(args.path) as store:
-        purged = store.purge_expired()
+def _run_purge(store: MemoryStore, args: argparse.Namespace) -> int:
+    purged = store.purge_expired()
     print(f"purged {purged} expired memories")
     return 0
 
@@ -2469,7 +2567,7 @@ def _seconds(value: str) -> float:
             f"must be a number of seconds above 0, got {_described(value)}") from None
 
 
-def _run_reindex(args: argparse.Namespace) -> int:
+def _run_reindex(store: MemoryStore, args: argparse.Namespace) -> int:
     started = last = time.monotonic()
 
     def progress(done: int, users: int) -> None:
@@ -2478,17 +2576,28 @@ def _run_reindex(args: argparse.Namespace) -> int:
             print(f"reindexed {done} of {users} users", file=sys.stderr, flush=True)
             last = time.monotonic()
 
-    with _existing(args.path) as store:
-        store.reindex(args.matching, progress)
+    store.reindex(args.matching, progress)
     print(f"reindexed with matching={args.matching}")
     return 0
 
 
-def _run_backup(args: argparse.Namespace) -> int:
-    with MemoryStore(args.path, read_only=True) as store:
-        store.backup(args.destination)
+def _run_backup(store: MemoryStore, args: argparse.Namespace) -> int:
+    store.backup(args.destination)
     print(f"backed up {args.path} to {args.destination}")
     return 0
+
+
+# How a command opens its store: to read; to write one that must already exist (no
+# command but import creates a store by typo); or to write, creating it if need be.
+_READS, _WRITES, _CREATES = "reads", "writes", "creates"
+
+
+def _open_for(args: argparse.Namespace) -> MemoryStore:
+    if args.opens == _READS:
+        return MemoryStore(args.path, read_only=True)
+    if args.opens == _WRITES and not _is_postgres(args.path) and not os.path.isfile(args.path):
+        raise StoreError("no such memory store at PATH")
+    return MemoryStore(args.path)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -2501,8 +2610,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="log what the store does (ids, levels, counts) on stderr")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, run: Callable[[argparse.Namespace], int], summary: str,
-                user: bool = False, task: bool = False) -> argparse.ArgumentParser:
+    def command(name: str, run: Callable[[MemoryStore, argparse.Namespace], int], opens: str,
+                summary: str, user: bool = False, task: bool = False
+                ) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=summary, description=summary)
         sub.add_argument("path", metavar="PATH",
                          help="the store: an SQLite file, or a postgresql:// URL")
@@ -2510,46 +2620,47 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--user", required=True, type=_identifier, help="the user id")
         if task:
             sub.add_argument("--task", required=True, type=_identifier, help="the task id")
-        sub.set_defaults(run=run, usage=sub)
+        sub.set_defaults(run=run, opens=opens, load=None, usage=sub)
         return sub
 
-    command("stats", _run_stats, "counts by level and users, schema version, file size")
-    command("list", _run_list, "every memory the scope sees, oldest first, as JSON Lines",
+    command("stats", _run_stats, _READS, "counts by level and users, schema version, file size")
+    command("list", _run_list, _READS, "every memory the scope sees, oldest first, as JSON Lines",
             user=True, task=True)
-    recall = command("recall", _run_recall, "the memories that best match QUERY, as JSON Lines",
-                     user=True, task=True)
+    recall = command("recall", _run_recall, _READS,
+                     "the memories that best match QUERY, as JSON Lines", user=True, task=True)
     recall.add_argument("query", metavar="QUERY")
     recall.add_argument("--limit", type=_bounded_int(1, MAX_LIMIT), default=3,
                         help=f"at most this many (1 to {MAX_LIMIT}, default 3)")
     recall.add_argument("--rank", choices=RANKS, default="shared",
                         help="shared: count shared words (default); idf: weigh rare words more")
-    command("export", _run_export, "every memory of the user, as JSON Lines on stdout",
+    command("export", _run_export, _READS, "every memory of the user, as JSON Lines on stdout",
             user=True)
-    importing = command("import", _run_import,
+    importing = command("import", _run_import, _CREATES,
                         "add JSON Lines records (as export writes them), all or none;"
                         " creates the store if it does not exist")
     importing.add_argument("file", metavar="FILE", help="a JSON Lines file, or - for stdin")
-    forget = command("forget", _run_forget, "forget one memory the scope sees",
+    importing.set_defaults(load=_load_records)
+    forget = command("forget", _run_forget, _WRITES, "forget one memory the scope sees",
                      user=True, task=True)
     forget.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
-    revise = command("revise", _run_revise,
+    revise = command("revise", _run_revise, _WRITES,
                      "correct one memory the scope sees: forget it and remember TEXT at its"
                      " level and task, in one transaction", user=True, task=True)
     revise.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
     revise.add_argument("text", metavar="TEXT")
     revise.add_argument("--source", required=True, help="where the correction came from")
     revise.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
-    command("purge", _run_purge, "delete every memory that has expired")
-    erase = command("erase-user", _run_erase_user,
+    command("purge", _run_purge, _WRITES, "delete every memory that has expired")
+    erase = command("erase-user", _run_erase_user, _WRITES,
                     "forget every memory of the user, in every task", user=True)
     erase.add_argument("--yes", action="store_true", help="confirm the erasure")
-    command("check", _run_check, "integrity check and schema version; exit 1 unless ok")
-    reindex = command("reindex", _run_reindex,
+    command("check", _run_check, _READS, "integrity check and schema version; exit 1 unless ok")
+    reindex = command("reindex", _run_reindex, _WRITES,
                       "rebuild the word index under another matching rule, in one transaction")
     reindex.add_argument("--matching", required=True, choices=MATCHING)
-    command("compact", _run_compact,
+    command("compact", _run_compact, _WRITES,
             "rebuild the file so that no byte of anything deleted remains in it")
-    backup = command("backup", _run_backup,
+    backup = command("backup", _run_backup, _READS,
                      "copy the store, consistently, while others may write to it")
     backup.add_argument("destination", metavar="DEST", help="a file that does not exist yet")
     return parser
@@ -2569,7 +2680,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(levelname)s: %(message)s")
     try:
-        return int(args.run(args))
+        if args.load is not None:
+            args.load(args)
+        with _open_for(args) as store:
+            return int(args.run(store, args))
     except BrokenPipeError:  # e.g. `memory export ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

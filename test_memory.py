@@ -102,6 +102,13 @@ class TestNames(unittest.TestCase):
         self.assertTrue(issubclass(MemoryInputError, ValueError))
         self.assertTrue(issubclass(SchemaError, RuntimeError))
 
+    def test_all_lists_every_public_name_the_module_defines(self) -> None:
+        defined = {name for name, value in vars(memory).items()
+                   if not name.startswith("_") and not isinstance(value, type(memory))
+                   and (not callable(value) or value.__module__ == "memory")
+                   and name not in ("annotations", "UTC")}  # imported
+        self.assertEqual(sorted(memory.__all__), sorted(defined))
+
     def test_stopwords_are_exactly_the_listed_ones(self) -> None:
         # SPEC calls these "42 words" but lists 37; the list is the contract.
         listed = (
