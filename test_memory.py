@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import re
 import sqlite3
 import subprocess
 import sys
@@ -29,49 +28,20 @@ from memory import (
 )
 
 HERE = pathlib.Path(__file__).resolve().parent
+# The helpers the suites share (standard library only), as `python3 -m unittest` runs it.
+sys.path.insert(0, str(HERE / "tests"))
+from helpers import (  # noqa: E402
+    TOUCHES_MEMORY_DATA,
+    row_count,
+    stamp_version,
+    tables,
+    user_version,
+)
+
 ALICE_TRIP = Scope("alice", "trip-planning")
 ALICE_CONF = Scope("alice", "conference-trip")
 BOB = Scope("bob", "onboarding")
 INJECTION = "Robert'); DROP TABLE memories;--"
-# A statement that reads, counts, changes or deletes memories or their index rows;
-# an INSERT ... VALUES reads nothing, and sqlite_sequence holds no memory data.
-TOUCHES_MEMORY_DATA = re.compile(
-    r"\b(FROM|UPDATE|JOIN)\s+(memories|memory_words|memory_counts)\b", re.I)
-
-
-def tables(path: pathlib.Path) -> list[str]:
-    with sqlite3.connect(path) as db:
-        rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        names = [name for (name,) in rows]
-    db.close()
-    return names
-
-
-def scalar(path: pathlib.Path, sql: str) -> Any:
-    """The first value `sql` reads through a plain connection of the test's own."""
-    db = sqlite3.connect(path)
-    try:
-        return db.execute(sql).fetchone()[0]
-    finally:
-        db.close()
-
-
-def stamp_version(path: pathlib.Path, version: int) -> None:
-    db = sqlite3.connect(path)
-    try:
-        db.execute(f"PRAGMA user_version = {version:d}")
-    finally:
-        db.close()
-
-
-def user_version(path: pathlib.Path) -> int:
-    return int(scalar(path, "PRAGMA user_version"))
-
-
-def row_count(path: pathlib.Path) -> int:
-    return int(scalar(path, "SELECT count(*) FROM memories"))
-
-
 class StoreTestCase(unittest.TestCase):
     """A fresh file in a temporary folder, and a store on it closed after the test."""
 

@@ -1,8 +1,8 @@
 """Benchmarks for memory.py: prints tables; never run as a test.
 
-    python3 bench_memory.py                    # 1k, 10k and 100k memories for one user
-    python3 bench_memory.py --million          # and 1M, uniform and Zipf
-    python3 bench_memory.py --peers            # FTS5 and a plain table beside the Zipf rows
+    python3 bench/bench_memory.py              # 1k, 10k and 100k memories for one user
+    python3 bench/bench_memory.py --million    # and 1M, uniform and Zipf
+    python3 bench/bench_memory.py --peers      # FTS5 and a plain table beside the Zipf rows
 
 Each size builds a fresh file where one user holds N memories and other users hold N
 more, then measures, in the same run on the same rows, the indexed store against the
@@ -29,6 +29,7 @@ import random
 import shutil
 import sqlite3
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -37,8 +38,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import memory
-from memory import MemoryStore, Scope, system_clock, words
+# The library, and the tests' support (a settable clock, the throw-away server), from a
+# clean clone: no install needed.
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import memory  # noqa: E402
+from helpers import SetClock  # noqa: E402
+from memory import MemoryStore, Scope, system_clock, words  # noqa: E402
+from tables import format_table  # noqa: E402
 
 VOCABULARY_SIZE = 5000
 OTHER_USERS = 10
@@ -47,11 +55,12 @@ SINGLE_WRITES = 200
 SEED = 20261020
 
 # The plain recall rule: every visible row is fetched and scored in Python.
-_FULL_SCAN_SQL = ("SELECT id, task_id, text, source, created_at FROM memories"
-                  " WHERE user_id = ? AND (task_id IS NULL OR task_id = ?) ORDER BY id")
+_FULL_SCAN_SQL = memory._sql(
+    "SELECT id, task_id, text, source, created_at FROM memories"
+    " WHERE user_id = ? AND (task_id IS NULL OR task_id = ?) ORDER BY id")
 
 
-def full_scan_recall(db: sqlite3.Connection, scope: Scope, query: str,
+def full_scan_recall(db: memory._Engine, scope: Scope, query: str,
                      limit: int = 3) -> list[dict[str, Any]]:
     wanted = words(query)
     rows = db.execute(_FULL_SCAN_SQL, (scope.user, scope.task)).fetchall()
@@ -207,19 +216,6 @@ def rules_and_ranks(folder: Path, size: int) -> list[dict[str, Any]]:
     return rows
 
 
-class SetClock:
-    """A clock the benchmark sets: writes and reads both read `at`."""
-
-    def __init__(self, at: str) -> None:
-        self.at = at
-
-    def __call__(self) -> str:
-        return self.at
-
-    def now(self) -> str:
-        return self.at
-
-
 def expiry(folder: Path, size: int) -> list[dict[str, Any]]:
     """The same `size` memories twice: without ttl, and with 10% carrying one, 1% of all
     expired but not yet purged; then one purge_expired() of the 10% at once."""
@@ -295,23 +291,34 @@ class Counting:
         memory._unpack = self.real
 
 
-class NoStatements:
-    """A connection that runs nothing: each statement reads as no rows, the last id as 0."""
+class NoRows:
+    """The cursor of a statement that ran nothing: no rows."""
 
-    def execute(self, sql: str, parameters: Any = ()) -> NoStatements:
-        return self
-
-    def executemany(self, sql: str, parameters: Any) -> NoStatements:
-        return self
-
-    def fetchone(self) -> tuple[int]:
-        return (0,)
+    def fetchone(self) -> None:
+        return None
 
     def fetchall(self) -> list[Any]:
         return []
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Any:
         return iter(())
+
+
+class NoStatements(memory._Engine):
+    """An engine that runs nothing: each statement reads as no rows, new ids from 1."""
+
+    def __init__(self) -> None:
+        self.execute = self.executemany = lambda *arguments: NoRows()
+
+    @property
+    def in_transaction(self) -> bool:
+        return False
+
+    def commit(self) -> None:
+        pass
+
+    def ask_new_ids(self, count: int) -> Callable[[], list[int]]:
+        return lambda: list(range(1, count + 1))
 
 
 def python_alone_per_second(store: MemoryStore, items: list[tuple[Any, ...]]) -> float:
@@ -322,7 +329,7 @@ def python_alone_per_second(store: MemoryStore, items: list[tuple[Any, ...]]) ->
     for start in range(0, len(items), 10_000):
         rows = memory._each_valid(items[start:start + 10_000],
                                   lambda item: memory._new_row(*item), "item")
-        store._write(NoStatements(), rows)  # type: ignore[arg-type]
+        store._write(NoStatements(), rows)
     return len(items) / (time.perf_counter() - began)
 
 
@@ -381,7 +388,7 @@ def zipf_with_peers(folder: Path, size: int, peers: bool) -> list[dict[str, Any]
     ours["index / rows"] = index_bytes / row_bytes
     writers: list[tuple[dict[str, Any], Callable[[], object]]] = [
         (ours, lambda: store.remember(me, "user", next(singles), "s"))]
-    by_object = wal_pages_by_object(store.db, path, writers[0][1])
+    by_object = wal_pages_by_object(store.db.connection, path, writers[0][1])
     ours["WAL pages/write"] = sum(by_object.values())
     ours["WAL pages by object"] = ", ".join(f"{name} {n:.2f}" for name, n in by_object.items())
     results = [ours]
@@ -629,7 +636,6 @@ def postgres(new_database: Callable[[], str], size: int,
                 store.remember_many(items[start:start + 10_000])
             row: dict[str, Any] = {"workload": workload, "size": size,
                                    "remember_many/s": len(items) / (time.perf_counter() - began)}
-            memory._POSTGRES[_FULL_SCAN_SQL] = memory._postgres_form(_FULL_SCAN_SQL)
             for query in queries[:20]:  # the top-k agrees with the full scan on a sample
                 with store._snapshot({me.user}) as db:
                     expected = full_scan_recall(db, me, query, 5)
@@ -640,10 +646,9 @@ def postgres(new_database: Callable[[], str], size: int,
             singles = timed(lambda t=text: store.remember(me, "user", t(), "s"), SINGLE_WRITES)
             row["durable remember/s"] = 1000 / statistics.mean(singles)
             # The owner is bound by the policies only while they are forced on it.
-            toggles = {force: [f"ALTER TABLE {table} {force} ROW LEVEL SECURITY"
+            toggles = {force: [memory._sql("", f"ALTER TABLE {table} {force} ROW LEVEL SECURITY")
                                for table in ("memories", "memory_words", "memory_counts")]
                        for force in ("FORCE", "NO FORCE")}
-            memory._POSTGRES.update({sql: sql for sqls in toggles.values() for sql in sqls})
             for sql in toggles["NO FORCE"]:
                 store.db.execute(sql)
             unguarded = [timed(lambda q=q: store.recall(me, q, 5), 1)[0] for q in queries]
@@ -667,17 +672,6 @@ def postgres(new_database: Callable[[], str], size: int,
         rows.append({"workload": f"8 processes, {name}", "durable remember/s": eight,
                      "vs 1 process": eight / one})
     return rows
-
-
-def format_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
-    columns = columns or list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = ["" if value is None else value if isinstance(value, str)
-                 else f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
-                 for value in (row.get(c) for c in columns)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -750,7 +744,7 @@ def main() -> None:
 def main_postgres(url: str | None, size: int, gin: bool = False) -> None:
     import psycopg
 
-    from test_postgres import Server, server_binaries
+    from pg_server import Server, server_binaries
 
     server = None
     if url is None:

@@ -1,6 +1,6 @@
 """Recall quality on a long-conversation memory benchmark: evidence recall at 5, 10, 20.
 
-    python3 bench_quality.py [FILE]        (default ../shared/quality/locomo-dev.json)
+    python3 bench/bench_quality.py [FILE]  (default ../shared/quality/locomo-dev.json)
 
 FILE holds {"conversations": [{"conversation", "memories": [{"source", "text"}],
 "questions": [{"question", "evidence": [source, ...], "category"}]}]}, as LoCoMo (ACL
@@ -19,16 +19,21 @@ import json
 import re
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import memory
-from memory import MemoryStore, Scope
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the library, from a clean clone
 
-DEFAULT = Path(__file__).resolve().parent.parent / "shared" / "quality" / "locomo-dev.json"
+import memory  # noqa: E402
+from memory import MemoryStore, Scope  # noqa: E402
+from tables import format_table  # noqa: E402
+
+DEFAULT = ROOT.parent / "shared" / "quality" / "locomo-dev.json"
 CUTOFFS = (5, 10, 20)
 Ranker = Callable[[int, str, int], list[str]]  # (conversation, question, k) -> sources
 
@@ -92,15 +97,6 @@ def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]) -> dict[str, f
     return row
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
-    columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = [value if isinstance(value, str) else f"{value:.3f}" for value in row.values()]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", nargs="?", type=Path, default=DEFAULT,
@@ -126,7 +122,7 @@ def main() -> None:
     for tokenizer in ("unicode61", "porter"):
         rows.append({"method": f"FTS5 bm25 {tokenizer}",
                      **evaluate(fts5_ranker(conversations, tokenizer), conversations)})
-    print(format_table(rows))
+    print(format_table(rows, cell=lambda value: f"{value:.3f}"))
 
 
 if __name__ == "__main__":

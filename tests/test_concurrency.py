@@ -22,10 +22,9 @@ from typing import Any
 
 import pytest
 
+from helpers import ROOT, WRITER, scalar
 from memory import BUSY_TIMEOUT_SECONDS, MemoryStore, Scope, StoreError
-from test_memory import scalar
 
-HERE = pathlib.Path(__file__).resolve().parent
 JOIN_SECONDS = 60
 
 
@@ -40,7 +39,7 @@ def integrity(path: pathlib.Path) -> str:
 
 def run_children(code: str, arguments: list[list[str]]) -> list[subprocess.CompletedProcess[str]]:
     """Start one `python -c code` per argument list at once; wait for all, bounded."""
-    children = [subprocess.Popen([sys.executable, "-c", code, *args], cwd=HERE, text=True,
+    children = [subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                 for args in arguments]
     done = []
@@ -97,21 +96,6 @@ def test_sixteen_threads_share_one_store(path: pathlib.Path) -> None:
     assert integrity(path) == "ok"
 
 
-WRITER = textwrap.dedent("""
-    import sys
-    from memory import MemoryStore, Scope
-    path, user, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    scope = Scope(user, "work")
-    with MemoryStore(path) as store:
-        for n in range(count):
-            store.remember(scope, "task" if n % 3 else "user", f"note {n} from {user}", "t")
-            if n % 10 == 0:
-                for found in store.recall(scope, f"note from {user}", limit=5):
-                    assert found["text"].endswith(user), found
-        print(store.count(scope))
-""")
-
-
 def test_eight_processes_write_one_file(path: pathlib.Path) -> None:
     MemoryStore(path).close()
     done = run_children(WRITER, [[str(path), f"proc-{n}", "500"] for n in range(8)])
@@ -157,7 +141,7 @@ def test_sigkill_never_loses_a_returned_memory(path: pathlib.Path) -> None:
     reported: dict[int, int] = {}
     for round_ in range(20):
         child = subprocess.Popen([sys.executable, "-c", CRASHER, str(path), str(round_ * 10**6)],
-                                 cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
         watchdog = threading.Timer(JOIN_SECONDS, child.kill)  # readline has no timeout
         watchdog.start()

@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 import memory
+from helpers import TOUCHES_MEMORY_DATA, file_bytes, write_version_1
 from memory import MemoryInputError, MemoryStore, Scope, StoreError, fixed_clock
-from test_index import write_version_1
-from test_memory import TOUCHES_MEMORY_DATA
-from test_properties import Memory, index_problems
+from model import Memory, index_problems
 
 ALICE_TRIP = Scope("alice", "trip")
 ALICE_WORK = Scope("alice", "work")
@@ -177,11 +176,6 @@ def test_a_deletion_failing_part_way_changes_nothing(store: MemoryStore, delete:
 
 SECRET = "Alice's passport number is XK-4471-zebra-quokka."
 SECRET_SOURCE = "secret/turn-9"
-
-
-def file_bytes(path: pathlib.Path) -> bytes:
-    wal = pathlib.Path(f"{path}-wal")
-    return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
 
 
 def filled_with_secret(path: pathlib.Path) -> MemoryStore:

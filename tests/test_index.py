@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import pathlib
 import sqlite3
 import tempfile
@@ -14,39 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memory
+from helpers import TOUCHES_MEMORY_DATA, digest, stamp_version, write_version_1
 from memory import MemoryInputError, MemoryStore, SchemaError, Scope, fixed_clock
-from test_memory import TOUCHES_MEMORY_DATA, stamp_version
-from test_properties import QUERIES, SCOPES, SOURCES, TEXTS, Memory, Model
-
-# SPEC Part 1's layout, frozen: what a version-1 file holds. Its index name is not part
-# of the contract, so the fixture names it differently from ours.
-VERSION_1 = """
-CREATE TABLE memories (
-    id INTEGER PRIMARY KEY,
-    user_id TEXT NOT NULL,
-    task_id TEXT,
-    text TEXT NOT NULL,
-    source TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-CREATE INDEX idx_memories_user_task ON memories (user_id, task_id);
-PRAGMA user_version = 1;
-"""
+from model import QUERIES, SCOPES, SOURCES, TEXTS, Memory, Model
 
 ALICE = Scope("alice", "trip")
-
-
-def write_version_1(path: pathlib.Path, memories: list[Memory]) -> None:
-    db = sqlite3.connect(path)
-    db.executescript(VERSION_1)
-    db.executemany("INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?)",
-                   [(m.id, m.user, m.task, m.text, m.source, m.created_at) for m in memories])
-    db.commit()
-    db.close()
-
-
-def digest(path: pathlib.Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def layout(path: pathlib.Path) -> list[tuple[str, str, str]]:

@@ -12,10 +12,9 @@ import unicodedata
 import pytest
 
 import memory
+from helpers import cli, digest, write_version_1
 from memory import MemoryInputError, MemoryStore, Scope, StoreError, stems, words
-from test_cli import cli
-from test_index import digest, write_version_1
-from test_properties import Memory, Model, index_problems, is_cjk, model_stems
+from model import Memory, Model, index_problems, is_cjk, model_stems
 
 ALICE = Scope("alice", "trip")
 BOB = Scope("bob", "trip")

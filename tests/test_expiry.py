@@ -10,28 +10,13 @@ from typing import Any
 import pytest
 
 import memory
+from helpers import SetClock, cli, file_bytes, row_count
 from memory import MemoryInputError, MemoryStore, Scope, fixed_clock
-from test_cli import cli
-from test_lifecycle import file_bytes
-from test_memory import row_count
-from test_properties import index_problems
+from model import index_problems
 
 ALICE = Scope("alice", "trip")
 ALICE_WORK = Scope("alice", "work")
 BOB = Scope("bob", "trip")
-
-
-class SetClock:
-    """A clock whose writes read `at`, and whose reads (now) read it too, set by the test."""
-
-    def __init__(self, at: str = "2026-10-20T09:00:00+00:00") -> None:
-        self.at = at
-
-    def __call__(self) -> str:
-        return self.at
-
-    def now(self) -> str:
-        return self.at
 
 
 @pytest.fixture

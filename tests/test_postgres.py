@@ -15,11 +15,9 @@ import multiprocessing
 import os
 import pathlib
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -31,6 +29,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
 
 import memory
+from helpers import TOUCHES_MEMORY_DATA
+from machine import StoreMatchesModel
 from memory import (
     RANKS,
     MemoryInputError,
@@ -40,109 +40,12 @@ from memory import (
     StoreError,
     fixed_clock,
 )
-from test_memory import TOUCHES_MEMORY_DATA
-from test_properties import Memory, Model, StoreMatchesModel, index_problems
+from model import Memory, Model, index_problems
+from pg_server import APP_ROLE, Server
 
-REQUIRED = os.environ.get("MEMORY_REQUIRE_POSTGRES") == "1"
 ALICE = Scope("alice", "trip")
 ALICE_WORK = Scope("alice", "work")
 BOB = Scope("bob", "trip")
-APP_ROLE = "memory_app"
-
-
-def server_binaries() -> pathlib.Path | None:
-    pg_config = shutil.which("pg_config")
-    if pg_config is None:
-        return None
-    found = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=30)
-    folder = pathlib.Path(found.stdout.strip())
-    return folder if (folder / "initdb").exists() and (folder / "pg_ctl").exists() else None
-
-
-class Server:
-    """A PostgreSQL server in `folder`, listening only on a Unix socket there."""
-
-    def __init__(self, folder: pathlib.Path, binaries: pathlib.Path, fsync: bool = False) -> None:
-        self.folder = folder
-        self.fsync = fsync
-        self.binaries = binaries
-        self.data = folder / "data"
-        self.as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        self.databases = itertools.count()
-
-    def run(self, *command: str) -> None:
-        subprocess.run([*self.as_owner, *command], check=True, capture_output=True,
-                       timeout=120)
-
-    def start(self) -> None:
-        if self.as_owner:
-            shutil.chown(self.folder, "postgres", "postgres")
-        self.run(str(self.binaries / "initdb"), "-D", str(self.data), "-U", "postgres",
-                 "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = (f"-k {self.folder} -c listen_addresses='' -c max_connections=60"
-                   f" -c fsync={'on' if self.fsync else 'off'}")
-        self.run(str(self.binaries / "pg_ctl"), "-D", str(self.data), "-l",
-                 str(self.folder / "server.log"), "-w", "-t", "60", "-o", options, "start")
-        self.admin(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS")
-
-    def stop(self) -> None:
-        pid = int((self.data / "postmaster.pid").read_text().split()[0])
-        os.kill(pid, signal.SIGQUIT)  # immediate shutdown: the data is thrown away
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
-
-    def url(self, database: str, role: str = APP_ROLE) -> str:
-        return f"postgresql://{role}@/{database}?host={self.folder}"
-
-    def admin(self, statement: str, database: str = "postgres") -> Any:
-        import psycopg
-
-        with psycopg.connect(self.url(database, "postgres"), autocommit=True) as db:
-            cursor = db.execute(statement)
-            return cursor.fetchall() if cursor.description else None
-
-    def new_database(self) -> str:
-        name = f"store_{next(self.databases)}"
-        self.admin(f"CREATE DATABASE {name} OWNER {APP_ROLE}")
-        return self.url(name)
-
-
-@pytest.fixture(scope="session")
-def server() -> Iterator[Server]:
-    binaries = server_binaries()
-    if binaries is None:
-        message = "PostgreSQL's server binaries are not installed (apt-get install postgresql)"
-        if REQUIRED:
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        message = "psycopg is not installed (pip install -e '.[test]')"
-        if REQUIRED:
-            pytest.fail(message)
-        pytest.skip(message)
-    # Its own folder under the system's temporary one, which the server's user can reach
-    # (pytest's are private to the user running the tests).
-    running = Server(pathlib.Path(tempfile.mkdtemp(prefix="memory-pg-")), binaries)
-    try:
-        running.start()
-        yield running
-    finally:
-        if (running.data / "postmaster.pid").exists():
-            running.stop()
-        shutil.rmtree(running.folder, ignore_errors=True)
-
-
-@pytest.fixture
-def url(server: Server) -> str:
-    return server.new_database()
 
 
 @pytest.fixture

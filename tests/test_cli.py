@@ -19,20 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memory
+from helpers import ROOT, WRITER, cli, stamp_version, write_version_1
 from memory import MemoryStore, Scope, fixed_clock
-from test_concurrency import WRITER
-from test_index import write_version_1
-from test_memory import stamp_version
-from test_properties import Memory
+from model import Memory
 
-HERE = pathlib.Path(__file__).resolve().parent
 COMMANDS = ["stats", "list", "recall", "export", "import", "forget", "revise", "purge",
             "erase-user", "check", "compact", "reindex", "backup"]
-
-
-def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memory", *args], cwd=HERE, text=True,
-                          input=stdin, capture_output=True, timeout=120)
 
 
 @pytest.fixture
@@ -65,7 +57,7 @@ def test_every_command_has_help(command: str) -> None:
 
 
 def test_console_script_is_declared() -> None:
-    text = (HERE / "pyproject.toml").read_text(encoding="utf-8")
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert 'memory = "memory:main"' in text
     with pytest.raises(SystemExit) as done:
         memory.main(["--version"])
@@ -239,7 +231,7 @@ def test_store_errors_exit_1_with_one_line(tmp_path: pathlib.Path) -> None:
 def test_backup_is_consistent_while_another_process_writes(store_path: pathlib.Path,
                                                            tmp_path: pathlib.Path) -> None:
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(store_path), "writer", "3000"],
-                              cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     try:
         copies = []
@@ -424,7 +416,7 @@ def test_export_writes_utf8_whatever_the_locale(tmp_path: pathlib.Path) -> None:
     with MemoryStore(path) as store:
         store.remember(Scope("alice", "trip"), "user", "Alice loves 🍣 and café au lait.", "s")
     done = subprocess.run([sys.executable, "-m", "memory", "export", str(path), "--user",
-                           "alice"], cwd=HERE, capture_output=True, timeout=120,
+                           "alice"], cwd=ROOT, capture_output=True, timeout=120,
                           env={**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.decode("utf-8"))["text"] == "Alice loves 🍣 and café au lait."

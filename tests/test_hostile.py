@@ -24,10 +24,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memory
+from helpers import digest, row_count, scalar, stamp_version, write_version_1
 from memory import MAX_TEXT, MemoryInputError, MemoryStore, SchemaError, Scope, StoreError
-from test_index import digest, write_version_1
-from test_memory import row_count, scalar, stamp_version
-from test_properties import Memory
+from model import Memory
 
 ALICE = Scope("alice", "trip")
 

@@ -18,9 +18,9 @@ from unittest import mock
 import pytest
 
 import memory
+from helpers import FIXTURES
 from memory import MemoryStore, Scope, fixed_clock
 
-FIXTURES = pathlib.Path(__file__).resolve().parent / "tests" / "fixtures"
 RELEASES = sorted(path.stem for path in FIXTURES.glob("version-*.sqlite3"))
 
 

@@ -1,0 +1,81 @@
+"""Fixtures and settings for the tests in this folder.
+
+Hypothesis profiles: `ci` (derandomized, the default under CI=true) and `dev`. The
+PostgreSQL server (pg_server.py) starts once a session, when a test first asks for it;
+where its binaries or psycopg are missing those tests skip, saying so, and with
+MEMORY_REQUIRE_POSTGRES=1 (CI) they fail instead. `target` runs a test on each engine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from pg_server import Server, server_binaries
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    max_examples=60,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None, max_examples=100)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+REQUIRED = os.environ.get("MEMORY_REQUIRE_POSTGRES") == "1"
+
+
+def missing(message: str) -> None:
+    """Skip, or with MEMORY_REQUIRE_POSTGRES=1 fail: CI must run what needs the server."""
+    if REQUIRED:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def needs_stems() -> None:
+    """Skip a test of the `stems` rule where its extra is not installed."""
+    if importlib.util.find_spec("snowballstemmer") is None:
+        pytest.skip("the stems rule needs the `stems` extra (pip install -e '.[test]')")
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    binaries = server_binaries()
+    if binaries is None:
+        missing("PostgreSQL's server binaries are not installed (apt-get install postgresql)")
+    if importlib.util.find_spec("psycopg") is None:
+        missing("psycopg is not installed (pip install -e '.[test]')")
+    assert binaries is not None
+    # Its own folder under the system's temporary one, which the server's user can reach
+    # (pytest's are private to the user running the tests).
+    running = Server(pathlib.Path(tempfile.mkdtemp(prefix="memory-pg-")), binaries)
+    try:
+        running.start()
+        yield running
+    finally:
+        if (running.data / "postmaster.pid").exists():
+            running.stop()
+        shutil.rmtree(running.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def url(server: Server) -> str:
+    """A new, empty database on the server, owned by the store's role."""
+    return server.new_database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+    """Where a new store lives, on each engine: an SQLite file, or a new database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "memory.db")
+    url: str = request.getfixturevalue("url")
+    return url

@@ -1,0 +1,127 @@
+"""Helpers the tests share, on the standard library alone: the files a test writes and
+reads behind the store's back, the command line run as a user runs it, a settable clock.
+Not a test module: no test is collected from it."""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import re
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterable
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+
+# A statement that reads, counts, changes or deletes memories or their index rows;
+# an INSERT ... VALUES reads nothing, and sqlite_sequence holds no memory data.
+TOUCHES_MEMORY_DATA = re.compile(
+    r"\b(FROM|UPDATE|JOIN)\s+(memories|memory_words|memory_counts)\b", re.I)
+
+# SPEC Part 1's layout, frozen: what a version-1 file holds. Its index name is not part
+# of the contract, so the fixture names it differently from ours.
+VERSION_1 = """
+CREATE TABLE memories (
+    id INTEGER PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    task_id TEXT,
+    text TEXT NOT NULL,
+    source TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX idx_memories_user_task ON memories (user_id, task_id);
+PRAGMA user_version = 1;
+"""
+
+# A process that writes `count` memories for `user` on the file, recalling as it goes,
+# and prints its count: argv is the path, the user and the count.
+WRITER = textwrap.dedent("""
+    import sys
+    from memory import MemoryStore, Scope
+    path, user, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    scope = Scope(user, "work")
+    with MemoryStore(path) as store:
+        for n in range(count):
+            store.remember(scope, "task" if n % 3 else "user", f"note {n} from {user}", "t")
+            if n % 10 == 0:
+                for found in store.recall(scope, f"note from {user}", limit=5):
+                    assert found["text"].endswith(user), found
+        print(store.count(scope))
+""")
+
+
+def scalar(path: pathlib.Path, sql: str) -> Any:
+    """The first value `sql` reads through a plain connection of the test's own."""
+    db = sqlite3.connect(path)
+    try:
+        return db.execute(sql).fetchone()[0]
+    finally:
+        db.close()
+
+
+def tables(path: pathlib.Path) -> list[str]:
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        return [name for (name,) in rows]
+    finally:
+        db.close()
+
+
+def stamp_version(path: pathlib.Path, version: int) -> None:
+    db = sqlite3.connect(path)
+    try:
+        db.execute(f"PRAGMA user_version = {version:d}")
+    finally:
+        db.close()
+
+
+def user_version(path: pathlib.Path) -> int:
+    return int(scalar(path, "PRAGMA user_version"))
+
+
+def row_count(path: pathlib.Path) -> int:
+    return int(scalar(path, "SELECT count(*) FROM memories"))
+
+
+def write_version_1(path: pathlib.Path, memories: Iterable[Any]) -> None:
+    """A version-1 file holding `memories` (the model's Memory, or alike)."""
+    db = sqlite3.connect(path)
+    db.executescript(VERSION_1)
+    db.executemany("INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?)",
+                   [(m.id, m.user, m.task, m.text, m.source, m.created_at) for m in memories])
+    db.commit()
+    db.close()
+
+
+def digest(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def file_bytes(path: pathlib.Path) -> bytes:
+    """The file's bytes and its -wal's: everywhere deleted text could stay."""
+    wal = pathlib.Path(f"{path}-wal")
+    return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`python3 -m memory ARGS` from the project's folder, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "memory", *args], cwd=ROOT, text=True,
+                          input=stdin, capture_output=True, timeout=120)
+
+
+class SetClock:
+    """A clock whose writes read `at`, and whose reads (now) read it too, set by the test."""
+
+    def __init__(self, at: str = "2026-10-20T09:00:00+00:00") -> None:
+        self.at = at
+
+    def __call__(self) -> str:
+        return self.at
+
+    def now(self) -> str:
+        return self.at

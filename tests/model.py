@@ -1,0 +1,212 @@
+"""The model: a plain in-memory oracle of the recall rule, with its own copy of both word
+rules and both ranks, and the hypothesis strategies the property tests draw from. The
+store is held to it. Not a test module."""
+
+from __future__ import annotations
+
+import array
+import collections
+import dataclasses
+import functools
+import importlib
+import itertools
+import math
+import re
+import sqlite3
+import unicodedata
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import strategies as st
+
+from memory import MAX_TEXT, RANKS, Scope
+
+MODEL_STOPWORDS = frozenset(
+    "a an and are as at be by did do does for from how i in is it my of on or that"
+    " the this to was we what when where which who will with you your".split()
+)
+
+
+def model_words(text: str) -> set[str]:
+    return set(re.findall("[a-z0-9]+", text.lower())) - MODEL_STOPWORDS
+
+
+@functools.cache
+def stem() -> Callable[[str], str]:
+    """Snowball's English stemmer, imported only by a test of the stems rule: without the
+    `stems` extra, the tests that need it skip (see conftest.py)."""
+    snowball = importlib.import_module("snowballstemmer")
+    stem_word: Callable[[str], str] = snowball.stemmer("english").stemWord
+    return stem_word
+CJK_NAMES = ("CJK UNIFIED IDEOGRAPH", "CJK COMPATIBILITY IDEOGRAPH", "HIRAGANA", "KATAKANA",
+             "HANGUL", "HALFWIDTH KATAKANA", "HALFWIDTH HANGUL")
+
+
+def is_cjk(character: str) -> bool:
+    """Han, Hiragana, Katakana or Hangul, told by the character's Unicode name."""
+    return character.isalnum() and unicodedata.name(character, "").startswith(CJK_NAMES)
+
+
+def model_stems(text: str) -> set[str]:
+    found: set[str] = set()
+    normalized = unicodedata.normalize("NFKC", text.casefold())
+    for alnum, run in itertools.groupby(normalized, key=str.isalnum):
+        if not alnum:
+            continue
+        for cjk, characters in itertools.groupby(run, key=is_cjk):
+            part = "".join(characters)
+            if cjk and len(part) == 1:
+                found.add(part)
+            elif cjk:
+                found.update(part[i] + part[i + 1] for i in range(len(part) - 1))
+            elif part not in MODEL_STOPWORDS:
+                found.add(stem()(part))
+    return found
+
+
+MODEL_RULES: dict[str, Callable[[str], set[str]]] = {"exact": model_words, "stems": model_stems}
+
+
+def utc(reading: str) -> datetime:
+    return datetime.fromisoformat(reading).astimezone(UTC)
+
+
+@dataclasses.dataclass
+class Memory:
+    id: int
+    user: str
+    task: str | None
+    text: str
+    source: str
+    created_at: str
+    expires_at: datetime | None = None
+
+    def visible_in(self, scope: Scope) -> bool:
+        return self.user == scope.user and (self.task is None or self.task == scope.task)
+
+    def live_at(self, now: str) -> bool:
+        return self.expires_at is None or utc(now) < self.expires_at
+
+    def as_record(self) -> dict[str, Any]:
+        expires = None if self.expires_at is None else self.expires_at.isoformat(
+            timespec="microseconds")
+        return {"id": self.id, "user": self.user, "task": self.task,
+                "level": "user" if self.task is None else "task", "text": self.text,
+                "source": self.source, "created_at": self.created_at, "expires_at": expires}
+
+    def as_result(self, score: float) -> dict[str, Any]:
+        return {"id": self.id, "level": "user" if self.task is None else "task",
+                "text": self.text, "source": self.source, "created_at": self.created_at,
+                "score": score}
+
+
+class Model:
+    """Memories in a list. `now` is the clock's last reading: what is live is decided at it."""
+
+    def __init__(self, matching: str = "exact") -> None:
+        self.memories: list[Memory] = []
+        self.matching = matching
+        self.now = "2026-10-20T09:00:00+00:00"
+
+    def visible(self, scope: Scope) -> list[Memory]:
+        return [m for m in self.memories if m.visible_in(scope) and m.live_at(self.now)]
+
+    def purge_before_writing(self, user: str, task: str | None, most: int) -> None:
+        """What a write does first: the oldest-expiring expired memories of its scope go."""
+        due = sorted((m for m in self.memories if m.user == user and m.task in (None, task)
+                      and not m.live_at(self.now)), key=lambda m: (m.expires_at, m.id))
+        gone = {m.id for m in due[:most]}
+        self.memories = [m for m in self.memories if m.id not in gone]
+
+    def recall(self, scope: Scope, query: str, limit: int,
+               rank: str = "shared") -> list[dict[str, Any]]:
+        terms = MODEL_RULES[self.matching]
+        wanted = terms(query)
+        visible = self.visible(scope)
+        held = {m.id: terms(m.text) for m in visible}
+
+        def idf(word: str) -> float:
+            df = sum(word in words for words in held.values())
+            return math.log(1 + (len(visible) - df + 0.5) / (df + 0.5))
+
+        scored: list[tuple[float, Memory]] = []
+        for m in visible:
+            shared = wanted & held[m.id]
+            if shared:
+                score = len(shared) if rank == "shared" else sum(idf(w) for w in sorted(shared))
+                scored.append((score, m))
+        ranked = sorted(scored, key=lambda p: (-p[0], -p[1].id))
+        return [m.as_result(s) for s, m in ranked[:limit]]
+
+    def count(self, scope: Scope) -> int:
+        return len(self.visible(scope))
+
+    def remembered(self, ids: list[int], items: list[tuple[Scope, str, str, str, float | None]],
+                   created: Callable[[], str]) -> None:
+        """What a remember_many of (scope, level, text, source, ttl) `items` that returned
+        `ids` wrote, each memory taking the next reading of the clock `created`."""
+        for memory_id, (scope, level, text, source, ttl) in zip(ids, items, strict=True):
+            stamp = created()
+            expires = None if ttl is None else utc(stamp) + timedelta(seconds=ttl)
+            self.memories.append(Memory(memory_id, scope.user,
+                                        scope.task if level == "task" else None,
+                                        text, source, stamp, expires))
+
+
+def index_problems(db: sqlite3.Connection) -> list[str]:
+    """How the word index and the counts differ from the memories they describe: every
+    (user, word, task, id) once under the file's rule, nothing for a memory that is gone,
+    and each (user, task)'s count exact."""
+    (matching,) = db.execute("SELECT value FROM store_settings WHERE name = 'matching'"
+                             ).fetchone()
+    terms = MODEL_RULES[matching]
+    counted = dict(((u, t), n) for u, t, n in db.execute(
+        "SELECT user_id, task_key, memories FROM memory_counts"))
+    actual = collections.Counter((u, t or "") for u, t in db.execute(
+        "SELECT user_id, task_id FROM memories"))
+    if counted != dict(actual):
+        return [f"counts {counted} where the memories give {dict(actual)}"]
+    expected = {(user, word, task, memory_id)
+                for memory_id, user, task, text in db.execute(
+                    "SELECT id, user_id, task_id, text FROM memories")
+                for word in terms(text)}
+    found: list[tuple[str, str, str | None, int]] = []
+    for user, word, task, first_id, blob in db.execute(
+            "SELECT user_id, word, task_id, first_id, ids FROM memory_words"):
+        ids = array.array("q", blob)
+        if not ids or ids[0] != first_id or list(ids) != sorted(set(ids)):
+            return [f"malformed row {user}/{word}/{first_id}: {list(ids)}"]
+        found += [(user, word, task, memory_id) for memory_id in ids]
+    problems = [f"posting twice: {p}" for p in set(found) if found.count(p) > 1]
+    problems += [f"stale posting: {p}" for p in set(found) - expected]
+    problems += [f"missing posting: {p}" for p in expected - set(found)]
+    return problems
+
+
+USERS = st.sampled_from(["alice", "bob", "carol-2"])
+TASKS = st.sampled_from(["trip", "work", "t-3"])
+SCOPES = st.builds(Scope, USERS, TASKS)
+# Shared words make matches likely; the odd letters are ones whose lower() is ASCII
+# (KELVIN SIGN -> k, LATIN CAPITAL I WITH DOT -> i + combining dot) or is not.
+VOCABULARY = ["hotel", "Hotel", "HOTEL", "book", "vegetarian", "lisbon", "seat", "seats",
+              "the", "is", "which", "my", "42", "caf\u00e9", "\u212aelvin", "\u0130stanbul",
+              "stra\u00dfe", "\uff28otel", "\u00fcber", "na\u00efve", "x-ray", "a1b2",
+              "likes", "liked", "running", "\u6771\u4eac\u90fd", "\u6771\u4eac",
+              "\u3068\u3046\u304d\u3087\u3046", "\uc11c\uc6b8", "\u4eacabc",
+              "\uff76\uff80\uff76\uff85"]
+FRAGMENTS = st.one_of(
+    st.sampled_from(VOCABULARY),
+    st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
+            min_size=1, max_size=8),
+)
+TEXTS = (st.lists(FRAGMENTS, min_size=1, max_size=8).map(" ".join)
+         .filter(lambda t: bool(t.strip()) and len(t) <= MAX_TEXT))
+QUERIES = st.lists(FRAGMENTS, max_size=8).map(" ".join)
+SOURCES = st.sampled_from(["trip/turn-1", "trip/turn-2", "onboarding/turn-4"])
+LIMITS = st.integers(min_value=1, max_value=20)
+RANK = st.sampled_from(RANKS)
+# Seconds to live: a step of the clock is 60 s, so some lapse at the next tick, some later.
+TTLS = st.sampled_from([None, None, None, 0.5, 30, 60, 90, 150, 600])
+
+

@@ -1,0 +1,81 @@
+"""A throw-away PostgreSQL server for the tests and the benchmark: initdb into a temporary
+folder (as the `postgres` user when run as root, since initdb refuses root), pg_ctl start
+on a Unix socket in that folder only, with fsync off unless asked, stopped by its pid.
+The store connects as a role that is neither a superuser nor BYPASSRLS, so row-level
+security binds it. Not a test module, and it imports no test framework."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+from typing import Any
+
+APP_ROLE = "memory_app"
+
+
+def server_binaries() -> pathlib.Path | None:
+    pg_config = shutil.which("pg_config")
+    if pg_config is None:
+        return None
+    found = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=30)
+    folder = pathlib.Path(found.stdout.strip())
+    return folder if (folder / "initdb").exists() and (folder / "pg_ctl").exists() else None
+
+
+class Server:
+    """A PostgreSQL server in `folder`, listening only on a Unix socket there."""
+
+    def __init__(self, folder: pathlib.Path, binaries: pathlib.Path, fsync: bool = False) -> None:
+        self.folder = folder
+        self.fsync = fsync
+        self.binaries = binaries
+        self.data = folder / "data"
+        self.as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self.databases = itertools.count()
+
+    def run(self, *command: str) -> None:
+        subprocess.run([*self.as_owner, *command], check=True, capture_output=True,
+                       timeout=120)
+
+    def start(self) -> None:
+        if self.as_owner:
+            shutil.chown(self.folder, "postgres", "postgres")
+        self.run(str(self.binaries / "initdb"), "-D", str(self.data), "-U", "postgres",
+                 "--auth=trust", "-E", "UTF8", "--no-sync")
+        options = (f"-k {self.folder} -c listen_addresses='' -c max_connections=60"
+                   f" -c fsync={'on' if self.fsync else 'off'}")
+        self.run(str(self.binaries / "pg_ctl"), "-D", str(self.data), "-l",
+                 str(self.folder / "server.log"), "-w", "-t", "60", "-o", options, "start")
+        self.admin(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS")
+
+    def stop(self) -> None:
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGQUIT)  # immediate shutdown: the data is thrown away
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+    def url(self, database: str, role: str = APP_ROLE) -> str:
+        return f"postgresql://{role}@/{database}?host={self.folder}"
+
+    def admin(self, statement: str, database: str = "postgres") -> Any:
+        import psycopg  # the `postgres` extra: imported only once a server runs
+
+        with psycopg.connect(self.url(database, "postgres"), autocommit=True) as db:
+            cursor = db.execute(statement)
+            return cursor.fetchall() if cursor.description else None
+
+    def new_database(self) -> str:
+        name = f"store_{next(self.databases)}"
+        self.admin(f"CREATE DATABASE {name} OWNER {APP_ROLE}")
+        return self.url(name)
