@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
@@ -213,7 +214,7 @@ class TestScopeRule(StoreTestCase):
         def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
             return real_connect(*args, factory=Recording, **kwargs)
 
-        with mock.patch.object(memory.sqlite3, "connect", connect):
+        with mock.patch.object(sqlite3, "connect", connect):
             store = self.open(self.folder / "recorded.db")
         marker = "zqxmarker"
         scope = Scope("userzqx", "taskzqx")
@@ -340,12 +341,12 @@ class TestOpening(unittest.TestCase):
         real_connect = sqlite3.connect
 
         def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-            connection = real_connect(*args, **kwargs)
+            connection: sqlite3.Connection = real_connect(*args, **kwargs)
             closed.append(connection)
             return connection
 
         with mock.patch.object(memory, "SQLITE_LAYOUTS", (*memory.SQLITE_LAYOUTS[:-1], broken)), \
-                mock.patch.object(memory.sqlite3, "connect", connect):
+                mock.patch.object(sqlite3, "connect", connect):
             with self.assertRaises(sqlite3.OperationalError):
                 MemoryStore(self.path)
         self.assertEqual(tables(self.path), [])
@@ -395,7 +396,8 @@ class TestStoreObject(StoreTestCase):
 
     def test_use_after_close_raises_a_clear_error(self) -> None:
         self.store.close()
-        calls = [lambda: self.store.remember(ALICE_TRIP, "user", "x", "s"),
+        calls: list[Callable[[], object]] = [
+                 lambda: self.store.remember(ALICE_TRIP, "user", "x", "s"),
                  lambda: self.store.recall(ALICE_TRIP, "x"),
                  lambda: self.store.count(ALICE_TRIP),
                  lambda: self.store.db]

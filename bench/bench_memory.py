@@ -95,6 +95,16 @@ def timed(call: Callable[[], object], repeat: int) -> list[float]:
     return times
 
 
+def call_times(call: Callable[[], object], times: int) -> None:
+    for _ in range(times):
+        call()
+
+
+def remember_text(store: MemoryStore, scope: Scope, text: Callable[[], str]) -> int:
+    """Remember a new text for the scope's user."""
+    return store.remember(scope, "user", text(), "s")
+
+
 def peak_kib(call: Callable[[], object]) -> float:
     tracemalloc.start()
     call()
@@ -208,7 +218,7 @@ def rules_and_ranks(folder: Path, size: int) -> list[dict[str, Any]]:
             rate = fill(store, rng, vocab, me, size)
             queries = [sentence(rng, vocab) for _ in range(QUERIES)]
             for rank in memory.RANKS:
-                recall = [timed(lambda q=q, r=rank, s=me: store.recall(s, q, rank=r), 1)[0]
+                recall = [timed(functools.partial(store.recall, me, q, rank=rank), 1)[0]
                           for q in queries]
                 rows.append({"matching": matching, "rank": rank, "remember_many/s": rate,
                              "recall p50 ms": statistics.median(recall),
@@ -219,7 +229,7 @@ def rules_and_ranks(folder: Path, size: int) -> list[dict[str, Any]]:
 def expiry(folder: Path, size: int) -> list[dict[str, Any]]:
     """The same `size` memories twice: without ttl, and with 10% carrying one, 1% of all
     expired but not yet purged; then one purge_expired() of the 10% at once."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, with_ttl in (("no ttl", False), ("10% ttl, 1% expired", True)):
         rng = random.Random(SEED)
         vocab = vocabulary(rng)
@@ -235,10 +245,10 @@ def expiry(folder: Path, size: int) -> list[dict[str, Any]]:
                 store.remember_many(batch)
             clock.at = "2026-10-20T09:01:00+00:00"  # the ttl of 30 s has run out
             queries = [sentence(rng, vocab) for _ in range(QUERIES)]
-            recall = [timed(lambda q=q, s=me: store.recall(s, q), 1)[0] for q in queries]
-            idf = [timed(lambda q=q, s=me: store.recall(s, q, rank="idf"), 1)[0]
+            recall = [timed(functools.partial(store.recall, me, q), 1)[0] for q in queries]
+            idf = [timed(functools.partial(store.recall, me, q, rank="idf"), 1)[0]
                    for q in queries]
-            count = timed(lambda s=me: store.count(s), 50)
+            count = timed(functools.partial(store.count, me), 50)
             row = {"store": name, "live": store.count(me),
                    "recall p50 ms": statistics.median(recall),
                    "recall p99 ms": percentile(recall, 0.99),
@@ -373,14 +383,14 @@ def zipf_with_peers(folder: Path, size: int, peers: bool) -> list[dict[str, Any]
                             "Python alone/s": python_alone_per_second(store, items)}
     for query in queries[:20]:  # the top-k agrees with the full scan on a sample
         assert store.recall(me, query, 5) == full_scan_recall(store.db, me, query, 5)
-    recall = [timed(lambda q=q: store.recall(me, q, 5), 1)[0] for q in queries]
+    recall = [timed(functools.partial(store.recall, me, q, 5), 1)[0] for q in queries]
     with Counting() as counted:
         for query in queries:
             store.recall(me, query, 5)
     ours.update({"recall p50 ms": statistics.median(recall),
                  "recall p99 ms": percentile(recall, 0.99),
                  "postings read (mean)": counted.postings / len(queries),
-                 "recall peak KiB (max)": max(peak_kib(lambda q=q: store.recall(me, q, 5))
+                 "recall peak KiB (max)": max(peak_kib(functools.partial(store.recall, me, q, 5))
                                               for q in queries[:50])})
     (index_bytes, row_bytes) = store.db.execute(
         "SELECT sum(pgsize) FILTER (WHERE name = 'memory_words'), sum(pgsize) FILTER"
@@ -397,7 +407,7 @@ def zipf_with_peers(folder: Path, size: int, peers: bool) -> list[dict[str, Any]
     for _ in range(SINGLE_WRITES // 25):  # rounds of 25 writes to each engine in turn
         for row, write in writers:
             row.setdefault("durable seconds", 0.0)
-            row["durable seconds"] += timed(lambda w=write: [w() for _ in range(25)], 1)[0] / 1000
+            row["durable seconds"] += timed(functools.partial(call_times, write, 25), 1)[0] / 1000
     for row, _ in writers:
         row["durable insert/s"] = SINGLE_WRITES / row.pop("durable seconds")
     store.close()
@@ -434,7 +444,7 @@ def peer_tables(folder: Path, rows: list[tuple[str, str]], queries: list[str],
         return fts.execute("SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY bm25(fts)"
                            " LIMIT 5", (f'user : "{me.user}" AND ({terms})',)).fetchall()
 
-    recall = [timed(lambda q=q: fts_recall(q), 1)[0] for q in queries]
+    recall = [timed(functools.partial(fts_recall, q), 1)[0] for q in queries]
     fts_row.update({"recall p50 ms": statistics.median(recall),
                     "recall p99 ms": percentile(recall, 0.99)})
     (index_bytes, row_bytes) = fts.execute(
@@ -508,15 +518,16 @@ def threads(folder: Path, size: int) -> list[dict[str, Any]]:
     return rows
 
 
-def durability(folder: Path) -> list[dict[str, float]]:
+def durability(folder: Path) -> list[dict[str, Any]]:
     """Single remember/s on a small file in each journal mode, measured back to back."""
     rng = random.Random(SEED)
     vocab = vocabulary(rng)
     me = Scope("bench-user", "task-1")
-    modes = [("WAL, synchronous=FULL (default)", {}, None),
+    modes: list[tuple[str, dict[str, Any], str | None]] = [
+             ("WAL, synchronous=FULL (default)", {}, None),
              ("WAL, synchronous=NORMAL (durable=False)", {"durable": False}, None),
              ("rollback journal, FULL", {}, "DELETE")]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, options, journal in modes:
         with MemoryStore(folder / f"durable-{len(rows)}.db", **options) as store:
             if journal:
@@ -601,7 +612,7 @@ def gin_peers(owner_url: str, rows: list[tuple[Scope, str]], queries: list[str],
         found = []
         for name, recall in (("Zipf, GIN over word arrays", by_array),
                              ("Zipf, GIN over tsvector, ts_rank", by_tsvector)):
-            times = [timed(lambda q=q, r=recall: r(q), 1)[0] for q in queries]
+            times = [timed(functools.partial(recall, q), 1)[0] for q in queries]
             found.append({"workload": name, "recall p50 ms": statistics.median(times),
                           "recall p99 ms": percentile(times, 0.99)})
     return found
@@ -640,10 +651,10 @@ def postgres(new_database: Callable[[], str], size: int,
                 with store._snapshot({me.user}) as db:
                     expected = full_scan_recall(db, me, query, 5)
                 assert store.recall(me, query, 5) == expected
-            recall = [timed(lambda q=q: store.recall(me, q, 5), 1)[0] for q in queries]
+            recall = [timed(functools.partial(store.recall, me, q, 5), 1)[0] for q in queries]
             row["recall p50 ms"] = statistics.median(recall)
             row["recall p99 ms"] = percentile(recall, 0.99)
-            singles = timed(lambda t=text: store.remember(me, "user", t(), "s"), SINGLE_WRITES)
+            singles = timed(functools.partial(remember_text, store, me, text), SINGLE_WRITES)
             row["durable remember/s"] = 1000 / statistics.mean(singles)
             # The owner is bound by the policies only while they are forced on it.
             toggles = {force: [memory._sql("", f"ALTER TABLE {table} {force} ROW LEVEL SECURITY")
@@ -651,7 +662,7 @@ def postgres(new_database: Callable[[], str], size: int,
                        for force in ("FORCE", "NO FORCE")}
             for sql in toggles["NO FORCE"]:
                 store.db.execute(sql)
-            unguarded = [timed(lambda q=q: store.recall(me, q, 5), 1)[0] for q in queries]
+            unguarded = [timed(functools.partial(store.recall, me, q, 5), 1)[0] for q in queries]
             for sql in toggles["FORCE"]:
                 store.db.execute(sql)
             row["recall p50 ms, no RLS"] = statistics.median(unguarded)
@@ -759,7 +770,7 @@ def main_postgres(url: str | None, size: int, gin: bool = False) -> None:
         if server is not None:
             return server.new_database()
         name = f"memory_bench_{os.getpid()}_{next(names)}"
-        with psycopg.connect(url, autocommit=True) as admin:
+        with psycopg.connect(url or "", autocommit=True) as admin:
             admin.execute(f"CREATE DATABASE {name}")
         return url.replace("/postgres?", f"/{name}?") if url else ""
 

@@ -57,8 +57,8 @@ class StoreMatchesModel(RuleBasedStateMachine):
         """The model's side of a write the store made: first its purge, then the rows,
         each taking one clock reading."""
         assert len(ids) == len(rows)
-        for user, task in sorted({(user, task or "") for user, task, *_ in rows}):
-            self.model.purge_before_writing(user, task or None, memory.PURGE_PER_WRITE)
+        for owner, task_key in sorted({(user, task or "") for user, task, *_ in rows}):
+            self.model.purge_before_writing(owner, task_key or None, memory.PURGE_PER_WRITE)
         for memory_id, (user, task, text, source, ttl) in zip(ids, rows, strict=True):
             assert memory_id > self.highest_id  # never an id handed out before
             self.highest_id = memory_id
@@ -94,7 +94,7 @@ class StoreMatchesModel(RuleBasedStateMachine):
     def revise(self, scope: Scope, data: st.DataObject, text: str, source: str,
                ttl: float | None) -> None:
         known = [m.id for m in self.model.memories]
-        memory_id = data.draw(st.sampled_from(known) if known and data.draw(st.booleans())
+        memory_id = data.draw(st.sampled_from(known) if bool(known) and data.draw(st.booleans())
                               else st.integers(min_value=1, max_value=10**6))
         seen = [m for m in self.model.visible(scope) if m.id == memory_id]
         revised = self.store.revise(scope, memory_id, text, source, ttl=ttl)
@@ -144,7 +144,7 @@ class StoreMatchesModel(RuleBasedStateMachine):
     @rule(scope=SCOPES, data=st.data())
     def forget(self, scope: Scope, data: st.DataObject) -> None:
         known = [m.id for m in self.model.memories]
-        memory_id = data.draw(st.sampled_from(known) if known and data.draw(st.booleans())
+        memory_id = data.draw(st.sampled_from(known) if bool(known) and data.draw(st.booleans())
                               else st.integers(min_value=1, max_value=10**6))
         visible = [m for m in self.model.visible(scope) if m.id == memory_id]
         assert self.store.forget(scope, memory_id) is bool(visible)

@@ -12,11 +12,10 @@ import importlib
 import itertools
 import math
 import re
-import sqlite3
 import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from hypothesis import strategies as st
 
@@ -154,7 +153,13 @@ class Model:
                                         text, source, stamp, expires))
 
 
-def index_problems(db: sqlite3.Connection) -> list[str]:
+class Statements(Protocol):
+    """What runs a statement: a sqlite3 or psycopg connection, or a store's engine."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
+
+
+def index_problems(db: Statements) -> list[str]:
     """How the word index and the counts differ from the memories they describe: every
     (user, word, task, id) once under the file's rule, nothing for a memory that is gone,
     and each (user, task)'s count exact."""

@@ -211,7 +211,7 @@ def test_revise_is_all_or_nothing(store: MemoryStore) -> None:
         store.revise(ALICE, old, "", "turn-7")
     with pytest.raises(MemoryInputError):
         store.revise(ALICE, old, "text", "turn-7", ttl=-5)
-    store.clock = lambda: "not a time"  # type: ignore[assignment]
+    store.clock = lambda: "not a time"
     with pytest.raises(MemoryInputError, match="clock reading"):
         store.revise(ALICE, old, "Alice eats fish now.", "turn-7")
     assert [m["text"] for m in store.export_user("alice")] == ["Alice eats no fish."]

@@ -529,11 +529,13 @@ def test_every_call_checks_the_scope_itself(tmp_path: pathlib.Path, make: Any) -
     path = filled(tmp_path / "memory.db", 3)
     scope = make()
     with MemoryStore(path) as store:
-        for call in [lambda: store.remember(scope, "user", "text", "s"),
+        calls: list[Callable[[], object]] = [
+                lambda: store.remember(scope, "user", "text", "s"),
                      lambda: store.remember_many([(scope, "task", "text", "s")]),
                      lambda: store.recall(scope, "hotel"), lambda: store.count(scope),
                      lambda: store.memories(scope), lambda: store.forget(scope, 1),
-                     lambda: store.forget_source(scope, "s")]:
+                     lambda: store.forget_source(scope, "s")]
+        for call in calls:
             with pytest.raises(MemoryInputError):
                 call()
     assert row_count(path) == 3

@@ -41,8 +41,10 @@ def seed(store: MemoryStore) -> dict[str, int]:
 
 
 def snapshot(store: MemoryStore) -> list[tuple[Any, ...]]:
-    memories = store.db.execute("SELECT * FROM memories ORDER BY id").fetchall()
-    postings = store.db.execute("SELECT * FROM memory_words ORDER BY 1, 2, 3").fetchall()
+    memories: list[tuple[Any, ...]] = store.db.execute(
+        "SELECT * FROM memories ORDER BY id").fetchall()
+    postings: list[tuple[Any, ...]] = store.db.execute(
+        "SELECT * FROM memory_words ORDER BY 1, 2, 3").fetchall()
     return memories + postings
 
 
@@ -301,7 +303,7 @@ def test_secure_delete_is_on_before_an_upgrade_drops_the_old_table(
     connect = sqlite3.connect
 
     def default_off(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        db = connect(*args, **kwargs)  # as on a build compiled with secure_delete off
+        db: sqlite3.Connection = connect(*args, **kwargs)  # as a build with it off
         db.execute("PRAGMA secure_delete = OFF")
         return db
 

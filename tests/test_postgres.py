@@ -265,7 +265,7 @@ def index_problems_on(url: str) -> list[str]:
     import psycopg
 
     with psycopg.connect(url.replace(APP_ROLE, "postgres"), autocommit=True) as db:
-        return index_problems(db)  # type: ignore[arg-type]
+        return index_problems(db)
 
 
 def write_forever(target: str, user: str, acknowledged: Any) -> None:
@@ -333,7 +333,7 @@ class PostgresMatchesModel(StoreMatchesModel):
 
 def test_state_machine_against_the_model(server: Server) -> None:
     PostgresMatchesModel.server = server
-    run_state_machine_as_test(PostgresMatchesModel, settings=settings(
+    run_state_machine_as_test(PostgresMatchesModel, settings=settings(  # type: ignore[no-untyped-call]
         max_examples=25, stateful_step_count=30, deadline=None,
         suppress_health_check=[HealthCheck.too_slow]))
 

@@ -53,11 +53,11 @@ def test_a_file_of_an_earlier_release_upgrades_and_recalls_the_same(
     real_connect = sqlite3.connect
 
     def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        connection = real_connect(*args, **kwargs)
+        connection: sqlite3.Connection = real_connect(*args, **kwargs)
         connection.set_trace_callback(statements.append)
         return connection
 
-    with mock.patch.object(memory.sqlite3, "connect", connect):
+    with mock.patch.object(sqlite3, "connect", connect):
         store = MemoryStore(path, clock=fixed_clock())
     with store:
         # One transaction: the steps and the version stamp between one BEGIN and COMMIT
