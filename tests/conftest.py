@@ -40,9 +40,9 @@ def missing(message: str) -> None:
     pytest.skip(message)
 
 
-def needs_stems() -> None:
-    """Skip a test of the `stems` rule where its extra is not installed."""
-    if importlib.util.find_spec("snowballstemmer") is None:
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `stems` skips where the `stems` extra is not installed."""
+    if item.get_closest_marker("stems") and importlib.util.find_spec("snowballstemmer") is None:
         pytest.skip("the stems rule needs the `stems` extra (pip install -e '.[test]')")
 
 

@@ -18,11 +18,12 @@ from hypothesis.stateful import (
 )
 
 import memory
-from memory import MATCHING, MemoryStore, Scope, fixed_clock
+from memory import MemoryStore, Scope, fixed_clock
 from model import (
     LIMITS,
     QUERIES,
     RANK,
+    RULES_HERE,
     SCOPES,
     SOURCES,
     TEXTS,
@@ -43,7 +44,7 @@ class StoreMatchesModel(RuleBasedStateMachine):
         self.created = fixed_clock()
         self.highest_id = 0
 
-    @initialize(matching=st.sampled_from(MATCHING))
+    @initialize(matching=st.sampled_from(RULES_HERE))
     def open_a_new_store(self, matching: str) -> None:
         self.store = MemoryStore(self.folder / "memory.db", clock=self.clock, matching=matching)
         self.model = Model(matching)
@@ -136,7 +137,7 @@ class StoreMatchesModel(RuleBasedStateMachine):
         assert self.store.recall(scope, query, limit, rank=rank) == \
             self.model.recall(scope, query, limit, rank)
 
-    @rule(matching=st.sampled_from(MATCHING))
+    @rule(matching=st.sampled_from(RULES_HERE))
     def reindex(self, matching: str) -> None:
         self.store.reindex(matching)
         self.model.matching = matching

@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import itertools
 import math
 import re
@@ -19,7 +20,11 @@ from typing import Any, Protocol
 
 from hypothesis import strategies as st
 
-from memory import MAX_TEXT, RANKS, Scope
+from memory import MATCHING, MAX_TEXT, RANKS, Scope
+
+# The matching rules this environment can run: `stems` needs the `stems` extra.
+RULES_HERE = tuple(rule for rule in MATCHING
+                   if rule != "stems" or importlib.util.find_spec("snowballstemmer"))
 
 MODEL_STOPWORDS = frozenset(
     "a an and are as at be by did do does for from how i in is it my of on or that"

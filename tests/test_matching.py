@@ -30,6 +30,7 @@ BOB = Scope("bob", "trip")
     ("京abc 日", {"京", "abc", "日"}),
     ("x_y is a test", {"x", "y", "test"}),
 ])
+@pytest.mark.stems
 def test_the_stems_rule(text: str, expected: set[str]) -> None:
     assert stems(text) == expected == model_stems(text)
 
@@ -47,6 +48,7 @@ def test_the_exact_rule_is_unchanged() -> None:
     assert words("Alice likes the café") == {"alice", "likes", "caf"}
 
 
+@pytest.mark.stems
 def test_a_file_records_its_rule(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "m.db"
     with MemoryStore(path, matching="stems") as store:
@@ -64,6 +66,7 @@ def test_a_file_records_its_rule(tmp_path: pathlib.Path) -> None:
     assert not (tmp_path / "other.db").exists()
 
 
+@pytest.mark.stems
 def test_a_stems_file_without_the_package_names_the_extra(tmp_path: pathlib.Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "m.db"
@@ -120,6 +123,7 @@ def test_another_users_memories_never_change_a_score(tmp_path: pathlib.Path) -> 
 
 
 @pytest.mark.parametrize("rank", memory.RANKS)
+@pytest.mark.stems
 def test_reindex_switches_the_rule_in_one_step(tmp_path: pathlib.Path, rank: str) -> None:
     path = tmp_path / "m.db"
     with MemoryStore(path) as store:
@@ -144,6 +148,7 @@ def test_reindex_switches_the_rule_in_one_step(tmp_path: pathlib.Path, rank: str
         assert index_problems(store.db) == []
 
 
+@pytest.mark.stems
 def test_a_store_follows_a_reindex_made_by_another(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "m.db"
     with MemoryStore(path) as first, MemoryStore(path) as second:
@@ -176,6 +181,7 @@ def test_version_2_file_upgrades_keeping_results_and_counting(tmp_path: pathlib.
 
 
 
+@pytest.mark.stems
 def test_command_line_reindex_and_rank(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "m.db"
     with MemoryStore(path) as store:

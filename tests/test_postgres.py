@@ -40,7 +40,7 @@ from memory import (
     StoreError,
     fixed_clock,
 )
-from model import Memory, Model, index_problems
+from model import RULES_HERE, Memory, Model, index_problems
 from pg_server import APP_ROLE, Server
 
 ALICE = Scope("alice", "trip")
@@ -310,7 +310,7 @@ class PostgresMatchesModel(StoreMatchesModel):
 
     server: Server
 
-    @initialize(matching=st.sampled_from(memory.MATCHING))
+    @initialize(matching=st.sampled_from(RULES_HERE))
     def open_a_new_store(self, matching: str) -> None:
         self.url = self.server.new_database()
         self.store = MemoryStore(self.url, clock=self.clock, matching=matching)
