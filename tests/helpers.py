@@ -14,7 +14,13 @@ import textwrap
 from collections.abc import Iterable
 from typing import Any
 
+from memory import Scope
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The scopes most tests use: a user with two tasks, and another user.
+ALICE = Scope("alice", "trip")
+ALICE_WORK = Scope("alice", "work")
+BOB = Scope("bob", "trip")
 FIXTURES = ROOT / "tests" / "fixtures"
 
 # A statement that reads, counts, changes or deletes memories or their index rows;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import array
 import collections
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -13,14 +14,16 @@ import importlib.util
 import itertools
 import math
 import re
+import sqlite3
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from hypothesis import strategies as st
 
 from memory import MATCHING, MAX_TEXT, RANKS, Scope
+from pg_server import APP_ROLE
 
 # The matching rules this environment can run: `stems` needs the `stems` extra.
 RULES_HERE = tuple(rule for rule in MATCHING
@@ -192,6 +195,28 @@ def index_problems(db: Statements) -> list[str]:
     problems += [f"stale posting: {p}" for p in set(found) - expected]
     problems += [f"missing posting: {p}" for p in expected - set(found)]
     return problems
+
+
+@contextlib.contextmanager
+def owner_connection(target: str) -> Iterator[Statements]:
+    """A plain connection to the store at `target` that sees every row: sqlite3 on a file,
+    or psycopg as the server's owner (row-level security binds the store's own role)."""
+    if target.startswith("postgresql://"):
+        psycopg = importlib.import_module("psycopg")
+        with psycopg.connect(target.replace(APP_ROLE, "postgres"), autocommit=True) as db:
+            yield db
+        return
+    db = sqlite3.connect(target)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def index_problems_at(target: str) -> list[str]:
+    """index_problems of the store at `target`, on either engine."""
+    with owner_connection(target) as db:
+        return index_problems(db)
 
 
 USERS = st.sampled_from(["alice", "bob", "carol-2"])

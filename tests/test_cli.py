@@ -27,15 +27,26 @@ COMMANDS = ["stats", "list", "recall", "export", "import", "forget", "revise", "
             "erase-user", "check", "compact", "reindex", "backup"]
 
 
-@pytest.fixture
-def store_path(tmp_path: pathlib.Path) -> pathlib.Path:
-    path = tmp_path / "memory.db"
-    with MemoryStore(path, clock=fixed_clock()) as store:
+def filled(target: str) -> str:
+    """The store at `target`, holding four memories of two users."""
+    with MemoryStore(target, clock=fixed_clock()) as store:
         store.remember(Scope("alice", "trip"), "user", "Alice is vegetarian.", "trip/turn-3")
         store.remember(Scope("alice", "trip"), "task", "Book the Lisbon hotel.", "trip/turn-5")
         store.remember(Scope("alice", "work"), "task", "Report due Friday.", "work/turn-1")
         store.remember(Scope("bob", "trip"), "user", "Bob uses a screen reader.", "on/turn-2")
-    return path
+    return target
+
+
+@pytest.fixture
+def store_at(target: str) -> str:
+    """A filled store on each engine."""
+    return filled(target)
+
+
+@pytest.fixture
+def store_path(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A filled SQLite file, for what only a file has (its bytes, check, backup)."""
+    return pathlib.Path(filled(str(tmp_path / "memory.db")))
 
 
 def lines(output: str) -> list[dict[str, object]]:
@@ -71,12 +82,14 @@ def test_console_script_is_declared() -> None:
     assert installed.stdout.strip() == f"memory {memory.__version__}"
 
 
-def test_stats_counts_and_never_shows_text(store_path: pathlib.Path) -> None:
-    done = cli("stats", str(store_path))
+def test_stats_counts_and_never_shows_text(store_at: str) -> None:
+    done = cli("stats", store_at)
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout)
+    version = (memory.POSTGRES_SCHEMA_VERSION if store_at.startswith("postgresql://")
+               else memory.SCHEMA_VERSION)
     assert {k: stats[k] for k in ("schema_version", "memories", "user_level", "task_level",
-                                  "users")} == {"schema_version": memory.SCHEMA_VERSION,
+                                  "users")} == {"schema_version": version,
                                                 "memories": 4, "user_level": 2,
                                                 "task_level": 2, "users": 2}
     assert stats["file_bytes"] > 0
@@ -84,18 +97,18 @@ def test_stats_counts_and_never_shows_text(store_path: pathlib.Path) -> None:
         assert word not in done.stdout
 
 
-def test_list_and_recall_are_scoped(store_path: pathlib.Path) -> None:
-    listed = lines(cli("list", str(store_path), "--user", "alice", "--task", "work").stdout)
+def test_list_and_recall_are_scoped(store_at: str) -> None:
+    listed = lines(cli("list", store_at, "--user", "alice", "--task", "work").stdout)
     assert [m["text"] for m in listed] == ["Alice is vegetarian.", "Report due Friday."]
-    done = cli("recall", str(store_path), "--user", "bob", "--task", "trip",
+    done = cli("recall", store_at, "--user", "bob", "--task", "trip",
                "vegetarian hotel reader", "--limit", "5")
     assert done.returncode == 0
     assert [m["text"] for m in lines(done.stdout)] == ["Bob uses a screen reader."]
 
 
-def test_export_then_import_round_trips_every_field_but_the_id(store_path: pathlib.Path,
+def test_export_then_import_round_trips_every_field_but_the_id(store_at: str,
                                                                tmp_path: pathlib.Path) -> None:
-    exported = cli("export", str(store_path), "--user", "alice")
+    exported = cli("export", store_at, "--user", "alice")
     assert exported.returncode == 0
     records = lines(exported.stdout)
     assert len(records) == 3
@@ -147,17 +160,24 @@ def test_import_is_all_or_nothing_and_names_the_line(tmp_path: pathlib.Path, bad
         assert store.count(Scope("alice", "x")) == 1
 
 
-def test_forget_and_erase_user(store_path: pathlib.Path) -> None:
-    assert_clean_failure(cli("forget", str(store_path), "--user", "bob", "--task", "trip", "2"))
-    done = cli("forget", str(store_path), "--user", "alice", "--task", "trip", "2")
+def test_forget_and_erase_user(store_at: str) -> None:
+    assert_clean_failure(cli("forget", store_at, "--user", "bob", "--task", "trip", "2"))
+    done = cli("forget", store_at, "--user", "alice", "--task", "trip", "2")
     assert done.returncode == 0, done.stderr
-    refused = cli("erase-user", str(store_path), "--user", "alice")
+    refused = cli("erase-user", store_at, "--user", "alice")
     assert refused.returncode == 2 and "--yes" in refused.stderr
-    assert len(lines(cli("export", str(store_path), "--user", "alice").stdout)) == 2
-    done = cli("erase-user", str(store_path), "--user", "alice", "--yes")
+    assert len(lines(cli("export", store_at, "--user", "alice").stdout)) == 2
+    done = cli("erase-user", store_at, "--user", "alice", "--yes")
     assert done.returncode == 0 and "erased 2" in done.stdout
-    assert cli("export", str(store_path), "--user", "alice").stdout == ""
-    assert len(lines(cli("export", str(store_path), "--user", "bob").stdout)) == 1
+    assert cli("export", store_at, "--user", "alice").stdout == ""
+    assert len(lines(cli("export", store_at, "--user", "bob").stdout)) == 1
+    compacted = cli("compact", store_at)
+    assert compacted.returncode == 0, compacted.stderr
+
+
+def test_compact_leaves_no_byte_of_an_erased_user(store_path: pathlib.Path) -> None:
+    done = cli("erase-user", str(store_path), "--user", "alice", "--yes")
+    assert done.returncode == 0 and "erased 3" in done.stdout
     compacted = cli("compact", str(store_path))
     assert compacted.returncode == 0, compacted.stderr
     assert b"Alice is vegetarian" not in store_path.read_bytes()

@@ -10,13 +10,9 @@ from typing import Any
 import pytest
 
 import memory
-from helpers import SetClock, cli, file_bytes, row_count
-from memory import MemoryInputError, MemoryStore, Scope, fixed_clock
-from model import index_problems
-
-ALICE = Scope("alice", "trip")
-ALICE_WORK = Scope("alice", "work")
-BOB = Scope("bob", "trip")
+from helpers import ALICE, ALICE_WORK, BOB, SetClock, cli, file_bytes, row_count
+from memory import MemoryInputError, MemoryStore, fixed_clock
+from model import index_problems, index_problems_at
 
 
 @pytest.fixture
@@ -25,8 +21,9 @@ def clock() -> SetClock:
 
 
 @pytest.fixture
-def store(tmp_path: pathlib.Path, clock: SetClock) -> Any:
-    with MemoryStore(tmp_path / "memory.db", clock=clock) as opened:
+def store(target: str, clock: SetClock) -> Any:
+    """A store on each engine, on the test's clock."""
+    with MemoryStore(target, clock=clock) as opened:
         yield opened
 
 
@@ -101,7 +98,7 @@ def test_purge_expired_deletes_them_and_their_text(tmp_path: pathlib.Path,
         store.remember(BOB, "user", "Bob's expiring zebra note.", "turn-2", ttl=120)
         clock.at = "2026-10-20T09:01:00+00:00"
         assert store.purge_expired() == 1  # Bob's lives on
-        assert index_problems(store.db) == []
+        assert index_problems_at(store.path) == []
         store.compact()
         assert b"4471-quokka" not in file_bytes(path)
         assert b"zebra" in file_bytes(path)
@@ -123,7 +120,7 @@ def test_a_write_purges_its_scopes_expired_memories_first(store: MemoryStore,
     assert len(stored) == many - memory.PURGE_PER_WRITE + 2
     assert any(r["task"] == "work" for r in stored)
     assert len(store.export_user("bob")) == 1
-    assert index_problems(store.db) == []
+    assert index_problems_at(store.path) == []
 
 
 def test_import_keeps_expires_at(store: MemoryStore, clock: SetClock) -> None:

@@ -24,11 +24,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memory
-from helpers import digest, row_count, scalar, stamp_version, write_version_1
+from helpers import ALICE, digest, row_count, scalar, stamp_version, write_version_1
 from memory import MAX_TEXT, MemoryInputError, MemoryStore, SchemaError, Scope, StoreError
 from model import Memory
-
-ALICE = Scope("alice", "trip")
 
 
 def filled(path: pathlib.Path, count: int = 300) -> pathlib.Path:

@@ -13,11 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memory
-from helpers import TOUCHES_MEMORY_DATA, digest, stamp_version, write_version_1
+from helpers import ALICE, TOUCHES_MEMORY_DATA, digest, stamp_version, write_version_1
 from memory import MemoryInputError, MemoryStore, SchemaError, Scope, fixed_clock
 from model import QUERIES, SCOPES, SOURCES, TEXTS, Memory, Model
-
-ALICE = Scope("alice", "trip")
 
 
 def layout(path: pathlib.Path) -> list[tuple[str, str, str]]:

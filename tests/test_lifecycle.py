@@ -12,45 +12,51 @@ from typing import Any
 import pytest
 
 import memory
-from helpers import TOUCHES_MEMORY_DATA, file_bytes, write_version_1
+from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, file_bytes, write_version_1
 from memory import MemoryInputError, MemoryStore, Scope, StoreError, fixed_clock
-from model import Memory, index_problems
-
-ALICE_TRIP = Scope("alice", "trip")
-ALICE_WORK = Scope("alice", "work")
-BOB_TRIP = Scope("bob", "trip")
+from model import Memory, index_problems_at, owner_connection
 
 
 @pytest.fixture
-def store(tmp_path: pathlib.Path) -> Iterator[MemoryStore]:
-    with MemoryStore(tmp_path / "memory.db", clock=fixed_clock()) as opened:
+def store(target: str) -> Iterator[MemoryStore]:
+    """A store on each engine."""
+    with MemoryStore(target, clock=fixed_clock()) as opened:
         yield opened
         # Whatever the test did, the word index still holds exactly the memories' words.
-        assert index_problems(opened.db) == []
+        assert index_problems_at(target) == []
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: pathlib.Path) -> Iterator[MemoryStore]:
+    """A store on an SQLite file, for what only SQLite has."""
+    with MemoryStore(tmp_path / "memory.db", clock=fixed_clock()) as opened:
+        yield opened
 
 
 def seed(store: MemoryStore) -> dict[str, int]:
     ids = {}
-    ids["a-user"] = store.remember(ALICE_TRIP, "user", "Alice is vegetarian.", "trip/turn-1")
-    ids["a-trip"] = store.remember(ALICE_TRIP, "task", "Book the Lisbon hotel.", "trip/turn-1")
+    ids["a-user"] = store.remember(ALICE, "user", "Alice is vegetarian.", "trip/turn-1")
+    ids["a-trip"] = store.remember(ALICE, "task", "Book the Lisbon hotel.", "trip/turn-1")
     ids["a-work"] = store.remember(ALICE_WORK, "task", "Quarterly report hotel.", "trip/turn-1")
-    ids["a-other"] = store.remember(ALICE_TRIP, "user", "Alice likes jazz.", "trip/turn-2")
-    ids["b-user"] = store.remember(BOB_TRIP, "user", "Bob is vegetarian.", "trip/turn-1")
-    ids["b-trip"] = store.remember(BOB_TRIP, "task", "Bob's Lisbon hotel.", "trip/turn-1")
+    ids["a-other"] = store.remember(ALICE, "user", "Alice likes jazz.", "trip/turn-2")
+    ids["b-user"] = store.remember(BOB, "user", "Bob is vegetarian.", "trip/turn-1")
+    ids["b-trip"] = store.remember(BOB, "task", "Bob's Lisbon hotel.", "trip/turn-1")
     return ids
 
 
 def snapshot(store: MemoryStore) -> list[tuple[Any, ...]]:
-    memories: list[tuple[Any, ...]] = store.db.execute(
-        "SELECT * FROM memories ORDER BY id").fetchall()
-    postings: list[tuple[Any, ...]] = store.db.execute(
-        "SELECT * FROM memory_words ORDER BY 1, 2, 3").fetchall()
-    return memories + postings
+    """Every row of the store's memories and word index."""
+    with owner_connection(store.path) as db:
+        memories: list[tuple[Any, ...]] = db.execute(
+            "SELECT * FROM memories ORDER BY id").fetchall()
+        postings: list[tuple[Any, ...]] = db.execute(
+            "SELECT * FROM memory_words ORDER BY 1, 2, 3").fetchall()
+    return [tuple(row) for row in memories + postings]
 
 
 def test_memories_lists_the_scope_oldest_first(store: MemoryStore) -> None:
     ids = seed(store)
-    listed = store.memories(ALICE_TRIP)
+    listed = store.memories(ALICE)
     assert [m["id"] for m in listed] == [ids["a-user"], ids["a-trip"], ids["a-other"]]
     assert listed[1] == {"id": ids["a-trip"], "level": "task", "text": "Book the Lisbon hotel.",
                          "source": "trip/turn-1", "created_at": "2026-10-20T09:01:00+00:00",
@@ -62,19 +68,19 @@ def test_memories_lists_the_scope_oldest_first(store: MemoryStore) -> None:
 
 def test_forget_own_memory(store: MemoryStore) -> None:
     ids = seed(store)
-    assert store.forget(ALICE_TRIP, ids["a-trip"]) is True
-    assert index_problems(store.db) == []
-    assert store.recall(ALICE_TRIP, "lisbon hotel") == []
-    assert [m["id"] for m in store.recall(BOB_TRIP, "lisbon hotel")] == [ids["b-trip"]]
-    assert store.forget(ALICE_TRIP, ids["a-trip"]) is False
-    assert store.count(ALICE_TRIP) == 2
+    assert store.forget(ALICE, ids["a-trip"]) is True
+    assert index_problems_at(store.path) == []
+    assert store.recall(ALICE, "lisbon hotel") == []
+    assert [m["id"] for m in store.recall(BOB, "lisbon hotel")] == [ids["b-trip"]]
+    assert store.forget(ALICE, ids["a-trip"]) is False
+    assert store.count(ALICE) == 2
 
 
 def test_forget_answers_alike_for_everything_out_of_scope(store: MemoryStore) -> None:
     ids = seed(store)
     before = snapshot(store)
     for memory_id in (ids["b-user"], ids["b-trip"], ids["a-work"], 999, 2**63 - 1):
-        assert store.forget(ALICE_TRIP, memory_id) is False
+        assert store.forget(ALICE, memory_id) is False
     assert snapshot(store) == before
 
 
@@ -83,34 +89,35 @@ def test_forget_rejects_what_is_not_an_id(store: MemoryStore, bad: Any) -> None:
     seed(store)
     before = snapshot(store)
     with pytest.raises(MemoryInputError):
-        store.forget(ALICE_TRIP, bad)
+        store.forget(ALICE, bad)
     assert snapshot(store) == before
 
 
 def test_forget_source_stays_in_scope(store: MemoryStore) -> None:
     ids = seed(store)
-    assert store.forget_source(ALICE_TRIP, "trip/turn-1") == 2
-    assert index_problems(store.db) == []
-    assert [m["id"] for m in store.memories(ALICE_TRIP)] == [ids["a-other"]]
+    assert store.forget_source(ALICE, "trip/turn-1") == 2
+    assert index_problems_at(store.path) == []
+    assert [m["id"] for m in store.memories(ALICE)] == [ids["a-other"]]
     assert [m["id"] for m in store.memories(ALICE_WORK)] == [ids["a-work"], ids["a-other"]]
-    assert store.count(BOB_TRIP) == 2
+    assert store.count(BOB) == 2
     assert store.recall(ALICE_WORK, "vegetarian") == []
-    assert store.forget_source(ALICE_TRIP, "trip/turn-1") == 0
-    assert store.forget_source(ALICE_TRIP, "no such source") == 0
+    assert store.forget_source(ALICE, "trip/turn-1") == 0
+    assert store.forget_source(ALICE, "no such source") == 0
     with pytest.raises(MemoryInputError):
-        store.forget_source(ALICE_TRIP, " ")
+        store.forget_source(ALICE, " ")
 
 
 def test_erase_user_removes_every_level_and_task(store: MemoryStore) -> None:
     seed(store)
     assert store.erase_user("alice") == 4
-    for scope in (ALICE_TRIP, ALICE_WORK, Scope("alice", "new")):
+    for scope in (ALICE, ALICE_WORK, Scope("alice", "new")):
         assert store.count(scope) == 0
         assert store.recall(scope, "vegetarian lisbon hotel jazz report") == []
     assert store.export_user("alice") == []
-    assert store.count(BOB_TRIP) == 2
-    assert store.db.execute("SELECT count(*) FROM memory_words WHERE user_id = 'alice'"
-                            ).fetchone()[0] == 0
+    assert store.count(BOB) == 2
+    with owner_connection(store.path) as db:
+        assert db.execute("SELECT count(*) FROM memory_words WHERE user_id = 'alice'"
+                          ).fetchone()[0] == 0
     assert store.erase_user("alice") == 0
     for bad in ("", "Alice", None, 7):
         with pytest.raises(MemoryInputError):
@@ -132,23 +139,23 @@ def test_export_user_has_every_task(store: MemoryStore) -> None:
 def test_ids_are_never_reused(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "memory.db"
     with MemoryStore(path) as store:
-        first = store.remember(ALICE_TRIP, "user", "one", "s")
-        newest = store.remember(ALICE_TRIP, "user", "two", "s")
-        assert store.forget(ALICE_TRIP, newest)
-        third = store.remember(ALICE_TRIP, "user", "three", "s")
+        first = store.remember(ALICE, "user", "one", "s")
+        newest = store.remember(ALICE, "user", "two", "s")
+        assert store.forget(ALICE, newest)
+        third = store.remember(ALICE, "user", "three", "s")
         assert third > newest > first
         store.erase_user("alice")
     with MemoryStore(path) as store:
-        assert store.remember(ALICE_TRIP, "user", "four", "s") > third
-        assert store.remember_many([(ALICE_TRIP, "user", "five", "s")])[0] > third + 1
+        assert store.remember(ALICE, "user", "four", "s") > third
+        assert store.remember_many([(ALICE, "user", "five", "s")])[0] > third + 1
 
 
 def test_upgraded_file_never_reuses_ids(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "old.db"
     write_version_1(path, [Memory(n, "alice", None, f"old {n}", "s", "t") for n in (1, 2, 7)])
     with MemoryStore(path) as store:
-        assert store.forget(ALICE_TRIP, 7)
-        assert store.remember(ALICE_TRIP, "user", "new", "s") == 8
+        assert store.forget(ALICE, 7)
+        assert store.remember(ALICE, "user", "new", "s") == 8
 
 
 def deny_deleting_memories(action: int, table: str | None, *_: Any) -> int:
@@ -158,11 +165,13 @@ def deny_deleting_memories(action: int, table: str | None, *_: Any) -> int:
 
 
 @pytest.mark.parametrize("delete", [
-    lambda s, ids: s.forget(ALICE_TRIP, ids["a-trip"]),
-    lambda s, ids: s.forget_source(ALICE_TRIP, "trip/turn-1"),
+    lambda s, ids: s.forget(ALICE, ids["a-trip"]),
+    lambda s, ids: s.forget_source(ALICE, "trip/turn-1"),
     lambda s, ids: s.erase_user("alice"),
 ])
-def test_a_deletion_failing_part_way_changes_nothing(store: MemoryStore, delete: Any) -> None:
+def test_a_deletion_failing_part_way_changes_nothing(sqlite_store: MemoryStore,
+                                                    delete: Any) -> None:
+    store = sqlite_store
     ids = seed(store)
     before = snapshot(store)
     # The postings are changed first; the memories' own DELETE is refused after them.
@@ -171,7 +180,7 @@ def test_a_deletion_failing_part_way_changes_nothing(store: MemoryStore, delete:
         delete(store, ids)
     store.db.connection.set_authorizer(None)
     assert snapshot(store) == before
-    assert len(store.recall(ALICE_TRIP, "lisbon hotel vegetarian jazz", limit=20)) == 3
+    assert len(store.recall(ALICE, "lisbon hotel vegetarian jazz", limit=20)) == 3
 
 
 # -- leaving no trace ---------------------------------------------------------------------
@@ -182,17 +191,17 @@ SECRET_SOURCE = "secret/turn-9"
 
 def filled_with_secret(path: pathlib.Path) -> MemoryStore:
     store = MemoryStore(path)
-    store.remember_many([(ALICE_TRIP, "user", f"filler memory number {n} about hotels", "s")
+    store.remember_many([(ALICE, "user", f"filler memory number {n} about hotels", "s")
                          for n in range(400)])
-    store.remember(ALICE_TRIP, "task", SECRET, SECRET_SOURCE)
-    store.remember(ALICE_TRIP, "user", "Alice keeps this one about hotels.", "keep")
-    store.remember_many([(ALICE_TRIP, "user", f"later memory {n}", "s") for n in range(50)])
+    store.remember(ALICE, "task", SECRET, SECRET_SOURCE)
+    store.remember(ALICE, "user", "Alice keeps this one about hotels.", "keep")
+    store.remember_many([(ALICE, "user", f"later memory {n}", "s") for n in range(50)])
     return store
 
 
 @pytest.mark.parametrize("forget", [
-    lambda s: s.forget(ALICE_TRIP, s.recall(ALICE_TRIP, "passport")[0]["id"]),
-    lambda s: s.forget_source(ALICE_TRIP, SECRET_SOURCE),
+    lambda s: s.forget(ALICE, s.recall(ALICE, "passport")[0]["id"]),
+    lambda s: s.forget_source(ALICE, SECRET_SOURCE),
     lambda s: s.erase_user("alice"),
 ])
 def test_forgotten_text_is_gone_from_the_file_and_wal(tmp_path: pathlib.Path, forget: Any) -> None:
@@ -203,8 +212,8 @@ def test_forgotten_text_is_gone_from_the_file_and_wal(tmp_path: pathlib.Path, fo
         assert forget(store)
         assert SECRET.encode() not in file_bytes(path)
         assert b"XK-4471" not in file_bytes(path)
-        if store.count(ALICE_TRIP):
-            assert store.recall(ALICE_TRIP, "keeps") != []
+        if store.count(ALICE):
+            assert store.recall(ALICE, "keeps") != []
     finally:
         store.close()
     assert SECRET.encode() not in file_bytes(path)
@@ -217,15 +226,15 @@ def test_secure_delete_is_what_scrubs_the_file(tmp_path: pathlib.Path) -> None:
         assert store.db.execute("PRAGMA secure_delete").fetchone()[0] == 1
         # The control: with it off, the same forget leaves the text in the file's bytes.
         store.db.execute("PRAGMA secure_delete = OFF")
-        assert store.forget_source(ALICE_TRIP, SECRET_SOURCE) == 1
+        assert store.forget_source(ALICE, SECRET_SOURCE) == 1
         assert SECRET.encode() in file_bytes(path)
     finally:
         store.close()
 
 
 DELETIONS = [
-    lambda s: s.forget(ALICE_TRIP, s.recall(ALICE_TRIP, "passport")[0]["id"]),
-    lambda s: s.forget_source(ALICE_TRIP, SECRET_SOURCE),
+    lambda s: s.forget(ALICE, s.recall(ALICE, "passport")[0]["id"]),
+    lambda s: s.forget_source(ALICE, SECRET_SOURCE),
     lambda s: s.erase_user("alice"),
 ]
 
@@ -244,8 +253,8 @@ def test_after_compact_no_byte_of_a_deleted_memory_remains(tmp_path: pathlib.Pat
         store.compact()
         for needle in (SECRET, SECRET_SOURCE, "quokka"):  # its text, source, a word of its own
             assert needle.encode() not in file_bytes(path)
-        if store.count(ALICE_TRIP):
-            assert store.recall(ALICE_TRIP, "keeps") != []
+        if store.count(ALICE):
+            assert store.recall(ALICE, "keeps") != []
         assert store.check()["ok"]
     finally:
         store.close()
@@ -258,19 +267,19 @@ def test_compact_after_many_shuffled_deletions(tmp_path: pathlib.Path) -> None:
     texts = [f"memory {n} keeps codeword zq{n:04d}x " + " ".join(
         f"w{rng.randrange(10**6)}" for _ in range(rng.randint(5, 120))) for n in range(600)]
     with MemoryStore(path) as store:
-        ids = store.remember_many([(ALICE_TRIP, "user", text, f"turn-{n:04d}q")
+        ids = store.remember_many([(ALICE, "user", text, f"turn-{n:04d}q")
                                    for n, text in enumerate(texts)])
         order = list(range(600))
         rng.shuffle(order)
         gone, kept = order[:300], order[300:]
         for n in gone:
-            assert store.forget(ALICE_TRIP, ids[n])
+            assert store.forget(ALICE, ids[n])
         store.compact()
         data = file_bytes(path)
         assert [n for n in gone if f"zq{n:04d}x".encode() in data] == []
         assert [n for n in gone if f"turn-{n:04d}q".encode() in data] == []
         assert all(texts[n].encode() in data for n in kept)  # the search finds what is kept
-        assert store.count(ALICE_TRIP) == 300
+        assert store.count(ALICE) == 300
 
 
 def test_compact_says_so_when_a_reader_keeps_the_old_wal(tmp_path: pathlib.Path,
@@ -280,7 +289,7 @@ def test_compact_says_so_when_a_reader_keeps_the_old_wal(tmp_path: pathlib.Path,
     store = filled_with_secret(path)
     reader = sqlite3.connect(path, isolation_level=None)
     try:
-        assert store.forget_source(ALICE_TRIP, SECRET_SOURCE) == 1
+        assert store.forget_source(ALICE, SECRET_SOURCE) == 1
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM memories").fetchone()  # holds its snapshot
         with pytest.raises(StoreError, match="run compact again"):
@@ -309,16 +318,16 @@ def test_secure_delete_is_on_before_an_upgrade_drops_the_old_table(
 
     monkeypatch.setattr(sqlite3, "connect", default_off)
     with MemoryStore(path) as store:  # the upgrade copies the rows, drops the old table
-        assert store.forget(ALICE_TRIP, 1)
+        assert store.forget(ALICE, 1)
     assert SECRET.encode() not in file_bytes(path)
 
 
 def test_everything_not_forgotten_recalls_as_before(store: MemoryStore) -> None:
     ids = seed(store)
-    asks = [(scope, query) for scope in (ALICE_TRIP, ALICE_WORK, BOB_TRIP)
+    asks = [(scope, query) for scope in (ALICE, ALICE_WORK, BOB)
             for query in ("vegetarian", "lisbon hotel", "jazz report hotel")]
     before = {(s, q): store.recall(s, q, 20) for s, q in asks}
-    store.forget(ALICE_TRIP, ids["a-other"])
+    store.forget(ALICE, ids["a-other"])
     for (scope, query), results in before.items():
         kept = [r for r in results if r["id"] != ids["a-other"]]
         assert store.recall(scope, query, 20) == kept
@@ -328,9 +337,9 @@ def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
     ids = seed(store)
     statements: list[str] = []
     store.db.set_trace_callback(statements.append)
-    store.memories(ALICE_TRIP)
-    store.forget(ALICE_TRIP, ids["a-trip"])
-    store.forget(ALICE_TRIP, ids["b-user"])
+    store.memories(ALICE)
+    store.forget(ALICE, ids["a-trip"])
+    store.forget(ALICE, ids["b-user"])
     store.forget_source(ALICE_WORK, "trip/turn-1")
     scoped = len(statements)
     store.export_user("bob")
@@ -351,9 +360,9 @@ def memory_statements(statements: list[str]) -> list[str]:
 def test_forget_in_a_read_only_store_is_refused(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "memory.db"
     with MemoryStore(path) as store:
-        kept = store.remember(ALICE_TRIP, "user", "kept", "s")
+        kept = store.remember(ALICE, "user", "kept", "s")
     with MemoryStore(path, read_only=True) as store:
         with pytest.raises(StoreError):
-            store.forget(ALICE_TRIP, kept)
-        assert store.count(ALICE_TRIP) == 1
+            store.forget(ALICE, kept)
+        assert store.count(ALICE) == 1
     assert memory.SCHEMA_VERSION >= 2

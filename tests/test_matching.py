@@ -12,12 +12,9 @@ import unicodedata
 import pytest
 
 import memory
-from helpers import cli, digest, write_version_1
+from helpers import ALICE, BOB, cli, digest, write_version_1
 from memory import MemoryInputError, MemoryStore, Scope, StoreError, stems, words
-from model import Memory, Model, index_problems, is_cjk, model_stems
-
-ALICE = Scope("alice", "trip")
-BOB = Scope("bob", "trip")
+from model import Memory, Model, index_problems, index_problems_at, is_cjk, model_stems
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -49,8 +46,8 @@ def test_the_exact_rule_is_unchanged() -> None:
 
 
 @pytest.mark.stems
-def test_a_file_records_its_rule(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "m.db"
+def test_a_file_records_its_rule(target: str, tmp_path: pathlib.Path) -> None:
+    path = target
     with MemoryStore(path, matching="stems") as store:
         store.remember(ALICE, "user", "Alice likes hiking.", "s")
         assert store.recall(ALICE, "she liked a hike")[0]["score"] == 2
@@ -94,8 +91,8 @@ def fill(store: MemoryStore) -> None:
     ])
 
 
-def test_idf_weighs_rare_words_more(tmp_path: pathlib.Path) -> None:
-    with MemoryStore(tmp_path / "m.db") as store:
+def test_idf_weighs_rare_words_more(target: str) -> None:
+    with MemoryStore(target) as store:
         fill(store)
         visible = 4  # the work task's memory is not visible in the trip task
         results = store.recall(ALICE, "alice jazz", limit=5, rank="idf")
@@ -113,8 +110,8 @@ def test_idf_weighs_rare_words_more(tmp_path: pathlib.Path) -> None:
             store.recall(ALICE, "jazz", rank="bm25")
 
 
-def test_another_users_memories_never_change_a_score(tmp_path: pathlib.Path) -> None:
-    with MemoryStore(tmp_path / "m.db") as store:
+def test_another_users_memories_never_change_a_score(target: str) -> None:
+    with MemoryStore(target) as store:
         fill(store)
         before = store.recall(ALICE, "alice likes jazz tea", limit=10, rank="idf")
         store.remember_many([(BOB, "user", f"Bob likes jazz {n}", "b") for n in range(50)])
@@ -124,8 +121,8 @@ def test_another_users_memories_never_change_a_score(tmp_path: pathlib.Path) -> 
 
 @pytest.mark.parametrize("rank", memory.RANKS)
 @pytest.mark.stems
-def test_reindex_switches_the_rule_in_one_step(tmp_path: pathlib.Path, rank: str) -> None:
-    path = tmp_path / "m.db"
+def test_reindex_switches_the_rule_in_one_step(target: str, rank: str) -> None:
+    path = target
     with MemoryStore(path) as store:
         fill(store)
         store.remember(BOB, "user", "Bob liked hiking.", "b")
@@ -137,7 +134,7 @@ def test_reindex_switches_the_rule_in_one_step(tmp_path: pathlib.Path, rank: str
         store.reindex("stems", lambda done, users: progress.append((done, users)))
         assert progress == [(1, 2), (2, 2)]
         model.matching = "stems"
-        assert index_problems(store.db) == []
+        assert index_problems_at(path) == []
         for scope in (ALICE, BOB, Scope("alice", "work")):
             for query in ("liking jazz", "hike", "alice walk tea"):
                 assert store.recall(scope, query, 5, rank=rank) == \
@@ -145,18 +142,18 @@ def test_reindex_switches_the_rule_in_one_step(tmp_path: pathlib.Path, rank: str
     with MemoryStore(path) as store:
         assert store.matching == "stems"
         store.reindex("exact")
-        assert index_problems(store.db) == []
+        assert index_problems_at(path) == []
 
 
 @pytest.mark.stems
-def test_a_store_follows_a_reindex_made_by_another(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "m.db"
+def test_a_store_follows_a_reindex_made_by_another(target: str) -> None:
+    path = target
     with MemoryStore(path) as first, MemoryStore(path) as second:
         first.remember(ALICE, "user", "Alice likes hiking.", "s")
         second.reindex("stems")
         first.remember(ALICE, "user", "Alice hiked again.", "s")  # indexed under stems
         assert first.matching == "stems"
-        assert index_problems(first.db) == []
+        assert index_problems_at(path) == []
         assert len(first.recall(ALICE, "hike")) == 2
 
 

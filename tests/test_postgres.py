@@ -29,23 +29,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
 
 import memory
-from helpers import TOUCHES_MEMORY_DATA
+from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA
 from machine import StoreMatchesModel
-from memory import (
-    RANKS,
-    MemoryInputError,
-    MemoryStore,
-    SchemaError,
-    Scope,
-    StoreError,
-    fixed_clock,
-)
-from model import RULES_HERE, Memory, Model, index_problems
+from memory import RANKS, MemoryInputError, MemoryStore, SchemaError, Scope, StoreError, fixed_clock
+from model import RULES_HERE, Memory, Model, index_problems_at
 from pg_server import APP_ROLE, Server
-
-ALICE = Scope("alice", "trip")
-ALICE_WORK = Scope("alice", "work")
-BOB = Scope("bob", "trip")
 
 
 @pytest.fixture
@@ -258,14 +246,7 @@ def test_eight_processes_write_500_each_with_exact_counts(url: str) -> None:
             assert opened.count(Scope(f"user-{n}", "t")) == 1000
         found = opened.recall(Scope("user-1", "t"), "note 7 of user-1", 20)
         assert len(found) == 20
-    assert index_problems_on(url) == []
-
-
-def index_problems_on(url: str) -> list[str]:
-    import psycopg
-
-    with psycopg.connect(url.replace(APP_ROLE, "postgres"), autocommit=True) as db:
-        return index_problems(db)
+    assert index_problems_at(url) == []
 
 
 def write_forever(target: str, user: str, acknowledged: Any) -> None:
@@ -328,7 +309,7 @@ class PostgresMatchesModel(StoreMatchesModel):
 
     @invariant()
     def index_matches_the_memories(self) -> None:
-        assert index_problems_on(self.url) == []
+        assert index_problems_at(self.url) == []
 
 
 def test_state_machine_against_the_model(server: Server) -> None:
