@@ -86,6 +86,21 @@ _CJK = (
 _ALNUM_RUN = re.compile(r"[^\W_]+")  # maximal runs of characters c with c.isalnum()
 _SCRIPT_PART = re.compile(f"[{_CJK}]+|[^{_CJK}]+")
 _CJK_PART = re.compile(f"[{_CJK}]")
+# Scripts written without spaces between words, whole blocks, marks included: Thai, Lao,
+# Myanmar (and its extensions), Khmer (and its symbols). They are split as CJK is.
+_UNSPACED = (
+    "\u0e00-\u0e7f\u0e80-\u0eff\u1000-\u109f\u1780-\u17ff\u19e0-\u19ff"
+    "\ua9e0-\ua9ff\uaa60-\uaa7f"
+)
+_PAIRED_PART = re.compile(f"[{_CJK}{_UNSPACED}]+|[^{_CJK}{_UNSPACED}]+")
+_PAIRED = re.compile(f"[{_CJK}{_UNSPACED}]")
+# Latin and Greek, where the stems rule drops diacritics (as SQLite's unicode61 tokenizer
+# does for Latin): people type "cafe" for café and leave Greek accents off. Cyrillic keeps
+# its marks: й and ё are letters of their own.
+_FOLDED_SCRIPTS = (
+    "\u0000-\u02af\u0370-\u03ff\u1d00-\u1dbf\u1e00-\u1fff\u2c60-\u2c7f\ua720-\ua7ff"
+    "\uab30-\uab6f"
+)
 # Sized so a row stays on its B-tree page (no overflow page) and rewriting one is cheap.
 POSTINGS_PER_ROW = 96
 # Each connection's page cache: the word index of a large store is written in key order
@@ -303,13 +318,15 @@ _SQL_POSTINGS = _sql(
     f"SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
     " AND word IN (SELECT value FROM json_each(?))"
 )
-# The rows recall needs, by key: each word's rows and each first id are looked up, one
-# statement a round; the caller keeps the (word, first id) pairs it asked for.
+# The rows recall needs, by key: one statement a round, its (word, first id) pairs a
+# JSON list walked first, each pair one look-up of the primary key. (Lists of words and
+# of first ids would cost their product: a query may hold thousands of words.)
 _SQL_POSTINGS_ROWS = _sql(
-    f"SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
-    " AND word IN (SELECT value FROM json_each(?))"
-    " AND first_id IN (SELECT value FROM json_each(?))"
-)
+    f"SELECT word, first_id, ids FROM json_each(?) CROSS JOIN memory_words {_IN_SCOPE}"
+    " AND word = json_extract(value, '$[0]') AND first_id = json_extract(value, '$[1]')",
+    "SELECT word, first_id, ids FROM jsonb_array_elements(%s::jsonb) AS wanted (pair)"
+    " CROSS JOIN memory_words WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
+    " AND word = pair ->> 0 AND first_id = (pair ->> 1)::bigint")
 # NOT INDEXED: look the few ids up by primary key rather than walk the user's index range.
 _SQL_RECALLED = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"
@@ -390,7 +407,9 @@ _SQLITE_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 1
+POSTGRES_SCHEMA_VERSION = 2
+# Version 1, to the letter (a new database is made by it and the steps after it, as an
+# upgraded one is).
 _PG_SCHEMA = (
     "CREATE TABLE store_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE SEQUENCE memories_id_seq AS BIGINT",
@@ -432,13 +451,48 @@ _PG_SCHEMA = (
           "current_setting('memory.user_ids', true), ',')) OR current_setting("
           "'memory.operator', true) = 'on')")),
 )
+_PG_VERSION_2 = tuple(
+    statement.format(table=table) for table in ("memories", "memory_words", "memory_counts")
+    for statement in (
+        "DROP POLICY {table}_scope ON {table}",
+        "CREATE POLICY {table}_scope ON {table} USING (user_id IN (SELECT unnest("
+        "string_to_array(current_setting('memory.user_ids', true), ','))) OR"
+        " current_setting('memory.operator', true) = 'on')"))
 # From pg_class under the statement's snapshot, not the catalog cache (to_regclass), which
 # may not yet know of a table another process created while this one waited for the lock.
 _PG_TABLE_EXISTS = (
     "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'store_settings'"
     " AND relnamespace = current_schema()::regnamespace)"
 )
-_PG_VERSION = "SELECT value::int FROM store_settings WHERE name = 'schema_version'"
+_PG_VERSION = "SELECT value FROM store_settings WHERE name = 'schema_version'"
+# Checked before anything is created: text is stored as the database encodes it.
+_PG_ENCODING = (
+    "SELECT convert_to(pg_encoding_to_char(encoding), 'SQL_ASCII') FROM pg_database"
+    " WHERE datname = current_database()")  # as bytes: a SQL_ASCII database sends no text
+# What the store trusts, as SQLite's layout check does for a file: its objects, each owned
+# by the connecting role or a role whose privileges it has (a schema owned by a migration
+# role, the application's role a member of it), the three tables of memory data with
+# row-level security enabled and forced, and exactly the store's policies on them.
+_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", "memories", "memory_words",
+                     "memory_counts")
+_PG_OBJECTS = (
+    "SELECT relname, relkind, relrowsecurity, relforcerowsecurity,"
+    " pg_has_role(relowner, 'USAGE') FROM pg_class"
+    " WHERE relnamespace = current_schema()::regnamespace AND relname = ANY (%s)"
+    " ORDER BY relname"
+)
+_PG_POLICIES = (
+    "SELECT tablename, policyname, permissive, roles::text, cmd, qual, with_check"
+    " FROM pg_policies WHERE schemaname = current_schema() ORDER BY tablename, policyname"
+)
+# Each version's policies as the server gives them back (pg_get_expr's form).
+_PG_POLICY_TEXTS = {
+    1: "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
+       " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))",
+    2: "((user_id IN ( SELECT unnest(string_to_array(current_setting('memory.user_ids'::text,"
+       " true), ','::text)) AS unnest)) OR (current_setting('memory.operator'::text, true) ="
+       " 'on'::text))",
+}
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
@@ -602,10 +656,11 @@ def _check_scope(scope: object) -> Scope:
     """A Scope checked again, read once: a subclass or a mutated instance gets no say."""
     if not isinstance(scope, Scope):
         raise MemoryInputError(f"scope must be a Scope, got {_described(scope)}")
-    user, task = scope.user, scope.task
+    # getattr: an instance made without __init__ (Scope.__new__) has no fields at all.
+    user, task = getattr(scope, "user", None), getattr(scope, "task", None)
     if type(user) is str and type(task) is str:
         return _valid_scope(user, task)
-    return Scope(user, task)  # raises, naming the field
+    return _valid_scope(_check_identifier("user", user), _check_identifier("task", task))
 
 
 class _ScopeKey(NamedTuple):
@@ -640,9 +695,13 @@ def _check_ttl(ttl: object) -> float | None:
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
         raise MemoryInputError(f"ttl must be a number of seconds or None, got {_described(ttl)}")
-    if not (math.isfinite(ttl) and ttl > 0):
+    try:
+        seconds = float(ttl)  # an int past the largest float overflows here
+    except OverflowError:
+        seconds = math.inf
+    if not (math.isfinite(seconds) and seconds > 0):
         raise MemoryInputError("ttl must be a finite number of seconds above 0")
-    return float(ttl)
+    return seconds
 
 
 class _NewMemory(NamedTuple):
@@ -802,11 +861,10 @@ def _stemmer() -> Callable[[str], str]:
     return functools.lru_cache(maxsize=1 << 16)(stem)
 
 
-def stems(text: str) -> set[str]:
-    """The words of `text` under the `stems` rule: maximal runs of letters and digits of
-    the NFKC-normalized, case-folded text; a part in Han, Hiragana, Katakana or Hangul is
-    split into overlapping two-character words (a lone character is one); any other part
-    is dropped if a stopword, else reduced to its Snowball English stem."""
+def _stems_first(text: str) -> set[str]:
+    """The first version of the `stems` rule, which folded case before normalizing (so
+    words could keep capitals) and split words at combining marks: the words of the
+    files it indexed, until they are reindexed."""
     stem = _stemmer()
     found: set[str] = set()
     for run in _ALNUM_RUN.findall(unicodedata.normalize("NFKC", text.casefold())):
@@ -818,14 +876,73 @@ def stems(text: str) -> set[str]:
     return found
 
 
-_WORDS_OF: dict[str, Callable[[str], set[str]]] = {"exact": words, "stems": stems}
+def _ranges(code_points: Iterable[int]) -> str:
+    """A regular expression's character class body holding `code_points` (ascending)."""
+    spans: list[list[int]] = []
+    for code_point in code_points:
+        if spans and spans[-1][1] == code_point - 1:
+            spans[-1][1] = code_point
+        else:
+            spans.append([code_point, code_point])
+    return "".join(re.escape(chr(low)) + ("" if low == high else "-" + re.escape(chr(high)))
+                   for low, high in spans)
 
 
-def _words_of(matching: str) -> Callable[[str], set[str]]:
-    """The rule's word function; StoreError now if it cannot run here."""
-    if matching == "stems":
+@functools.cache
+def _word_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Runs of letters, digits and combining marks (a mark stays with its letter, as in
+    Unicode's word boundaries, UAX #29), and a Latin or Greek letter's nonspacing marks.
+    Built from this Python's Unicode data at the first use of the rule (about 30 ms):
+    every mark lies in planes 0 and 1 but for plane 14's variation selectors."""
+    planes = itertools.chain(range(0x20000), range(0xE0000, 0xE0200))
+    categories = [(code_point, unicodedata.category(chr(code_point))) for code_point in planes]
+    marks = _ranges(code_point for code_point, kind in categories if kind[0] == "M")
+    nonspacing = _ranges(code_point for code_point, kind in categories if kind == "Mn")
+    return (re.compile(f"(?:[^\\W_]|[{marks}])+"),
+            re.compile(f"([{_FOLDED_SCRIPTS}])[{nonspacing}]+"))
+
+
+def stems(text: str) -> set[str]:
+    """The words of `text` under the `stems` rule. The text is NFKC-normalized, then
+    case-folded and normalized again; its words are the maximal runs of letters, digits
+    and combining marks, the nonspacing marks of Latin and Greek letters dropped. A part
+    in Han, Hiragana, Katakana, Hangul, Thai, Lao, Myanmar or Khmer is split into
+    overlapping two-character words (a lone character is one); any other part is dropped
+    if a stopword, else reduced to its Snowball English stem."""
+    stem = _stemmer()
+    runs, diacritics = _word_patterns()
+    found: set[str] = set()
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    for run in runs.findall(folded):
+        if not run.isascii():
+            bare = diacritics.sub(r"\1", unicodedata.normalize("NFD", run))
+            run = unicodedata.normalize("NFC", bare)
+        for part in _PAIRED_PART.findall(run):
+            if _PAIRED.match(part):
+                found.update(part[i : i + 2] for i in range(max(1, len(part) - 1)))
+            elif part not in STOPWORDS:
+                found.add(stem(part))
+    return found
+
+
+# The matching rules as a file records them: the rule, with the version of it the file's
+# word index was built by ("stems" alone is the first version). A rule's newest version
+# is what a new or reindexed file records.
+_RULES: dict[str, tuple[str, Callable[[str], set[str]]]] = {
+    "exact": ("exact", words),
+    "stems": ("stems", _stems_first),
+    "stems-2": ("stems", stems),
+}
+_RECORDED = {"exact": "exact", "stems": "stems-2"}
+
+
+def _words_of(recorded: str) -> Callable[[str], set[str]]:
+    """The word function of a rule as a file records it; StoreError now if it cannot run
+    here."""
+    name, words_of = _RULES[recorded]
+    if name == "stems":
         _stemmer()
-    return _WORDS_OF[matching]
+    return words_of
 
 
 # -- the word index --------------------------------------------------------------------
@@ -1170,13 +1287,16 @@ _FORKED = (
 _INHERITED: list[_Engine] = []
 
 
-def _sqlite_uri(path: str, read_only: bool) -> str:
-    """The URI to open: the file, created first (privately) unless read-only."""
+def _sqlite_uri(path: str, read_only: bool, create: bool) -> str:
+    """The URI to open: the file, created first (privately) unless read-only or told not
+    to create a store."""
     if path == ":memory:":
         return "file::memory:"
     if os.path.isdir(path):
         raise SchemaError("path is a directory, not a memory store")
     uri = pathlib.Path(path).absolute().as_uri()
+    if not read_only and not create and not os.path.isfile(path):
+        raise StoreError("no such memory store at path")
     if not read_only:
         _create_private(path, existing=True)
         return f"{uri}?mode=rwc"
@@ -1210,9 +1330,9 @@ class _SqliteEngine(_Engine):
         self.executemany = connection.executemany
 
     @classmethod
-    def open(cls, path: str, read_only: bool, durable: bool,
-             matching: str | None) -> _SqliteEngine:
-        target = _sqlite_uri(path, read_only)
+    def open(cls, path: str, read_only: bool, durable: bool, matching: str | None,
+             create: bool = True) -> _SqliteEngine:
+        target = _sqlite_uri(path, read_only, create)
         file = None
         if path != ":memory:":
             stat = os.stat(path)
@@ -1255,7 +1375,7 @@ class _SqliteEngine(_Engine):
             layout = _file_layout(self.connection)
             if layout is None:
                 _execute_script(self, SQLITE_LAYOUTS[-1].statements)
-                self.execute(_SQL_SET_MATCHING, (matching or "exact",))
+                self.execute(_SQL_SET_MATCHING, (_RECORDED[matching or "exact"],))
             else:
                 for step in MIGRATIONS[layout:]:
                     step(self)
@@ -1273,10 +1393,25 @@ class _SqliteEngine(_Engine):
             if read_only:
                 self.execute("PRAGMA query_only = ON")
             elif self.path != ":memory:":
-                self.execute("PRAGMA journal_mode = WAL")
+                self._when_not_busy("PRAGMA journal_mode = WAL")
             self.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         except sqlite3.Error as exc:
             raise _store_error(exc) from exc
+
+    def _when_not_busy(self, sql: str) -> None:
+        """Run `sql`, trying again while other connections hold the lock it needs, until
+        the busy timeout: SQLite's busy handler does not wait for a change of journal
+        mode, which processes opening a new file at once all make."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+        while True:
+            try:
+                self.execute(sql)
+                return
+            except sqlite3.OperationalError as exc:
+                busy = exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+                if not busy or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.002)
 
     @property
     def in_transaction(self) -> bool:
@@ -1318,7 +1453,7 @@ class _SqliteEngine(_Engine):
         # copies them over the old ones and truncating the WAL drops its older frames.
         if self._checkpoint():
             _log.warning("checkpoint blocked by a reader; deleted text stays in the WAL until"
-                        " the next checkpoint")
+                         " the next checkpoint")
 
     def compact(self) -> None:
         self.execute("VACUUM")
@@ -1357,9 +1492,20 @@ def _postgres_error(exc: Exception) -> StoreError:
                       f" SQLSTATE {state})")
 
 
-# Version 2 and on: append (version, step); each step runs in the transaction that
-# creates or upgrades the schema, under the store's lock, with the version bump.
-POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresEngine], None]]] = []
+def _hash_the_policies(db: _PostgresEngine) -> None:
+    """Version 1's policies test `user_id = ANY (array)`, the array rebuilt and scanned for
+    every row, so a batch for thousands of users cost their square (3,000 users: 4.3 s).
+    Version 2's read the users once per statement into a hashed set."""
+    for statement in _PG_VERSION_2:
+        db._send(statement)
+
+
+# (version a database is at after the step, the step), in order; each runs in the
+# transaction that creates or upgrades the schema, under the store's lock, with the
+# version bump.
+POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresEngine], None]]] = [
+    (2, _hash_the_policies),
+]
 
 
 class _PostgresEngine(_Engine):
@@ -1375,20 +1521,27 @@ class _PostgresEngine(_Engine):
         except ImportError:
             raise StoreError("a postgresql:// store needs psycopg 3:"
                              " pip install 'memory-store[postgres]'") from None
-        try:
-            self.connection = self._psycopg.connect(url, autocommit=True)
-        except self._psycopg.Error as exc:
-            raise _postgres_error(exc) from None
+        self.connection = self._driver(functools.partial(
+            self._psycopg.connect, url, autocommit=True))
         self._trace: Callable[[str], object] | None = None
         self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
         self._batching = False
 
     @classmethod
-    def open(cls, url: str, read_only: bool, durable: bool,
-             matching: str | None) -> _PostgresEngine:
+    def open(cls, url: str, read_only: bool, durable: bool, matching: str | None,
+             create: bool = True) -> _PostgresEngine:
         engine = cls(url)
         try:
-            engine._prepare(writable=not read_only, matching=matching)
+            encoding = bytes(engine._send(_PG_ENCODING).fetchone()[0]).decode("ascii")
+            if encoding != "UTF8":
+                raise StoreError(f"the database's encoding is {encoding}; a memory store needs"
+                                 " a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8')")
+            version = engine.version()
+            if version in _PG_POLICY_TEXTS:  # a version this code wrote: before any change
+                engine._check_layout(version)
+            engine._prepare(writable=not read_only, matching=matching, create=create)
+            if version != POSTGRES_SCHEMA_VERSION:
+                engine._check_layout(POSTGRES_SCHEMA_VERSION)  # what was made
             if read_only:
                 engine._send(_PG_READ_ONLY)
             if not durable:
@@ -1396,52 +1549,83 @@ class _PostgresEngine(_Engine):
             (privileged,) = engine._send(_PG_PRIVILEGED).fetchone()
             if privileged:
                 _log.warning("connected as a role that bypasses row-level security: only"
-                            " each statement's user filter confines the store's calls")
+                             " each statement's user filter confines the store's calls")
         except BaseException:
             engine.close()
             raise
         return engine
 
-    def _prepare(self, writable: bool, matching: str | None) -> None:
+    def _prepare(self, writable: bool, matching: str | None, create: bool) -> None:
         """Create or upgrade the database's schema in one transaction under the store's
         lock, so processes opening a new database at once create it once; refuse a newer
-        one."""
+        one, and with `create` False a database that holds none."""
         version = self.version()
         if version > POSTGRES_SCHEMA_VERSION:
             raise SchemaError(f"the database is at schema version {version}, newer than this"
                               f" code's {POSTGRES_SCHEMA_VERSION}")
         if version == POSTGRES_SCHEMA_VERSION:
             return
+        if version == 0 and not create:
+            raise StoreError("the database holds no memory store")
         if not writable:
             raise StoreError("the database holds no memory store at this version and was"
                              " opened read-only")
         with _transaction(self, write=True):
             self._send(_PG_LOCK_STORE)
             version = self.version()  # again, under the lock
+            if version in _PG_POLICY_TEXTS:
+                self._check_layout(version)
             if version == 0:
                 for statement in _PG_SCHEMA:
                     self._send(statement)
-                self.execute(_SQL_SET_MATCHING, (matching or "exact",))
+                self.execute(_SQL_SET_MATCHING, (_RECORDED[matching or "exact"],))
+                version = 1
             for target, step in POSTGRES_MIGRATIONS:
                 if 0 < version < target:
                     step(self)
             self._send(_PG_SET_VERSION, (str(POSTGRES_SCHEMA_VERSION),))
         _log.info("prepared PostgreSQL schema version %d", POSTGRES_SCHEMA_VERSION)
 
+    def _check_layout(self, version: int) -> None:
+        """SchemaError unless the store's objects are the store's own (_PG_OBJECTS) at
+        `version`."""
+        objects = self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),)).fetchall()
+        guarded = {"memories", "memory_words", "memory_counts"}
+        trusted = len(objects) == len(_PG_STORE_OBJECTS) and all(
+            owned and (name not in guarded or (kind == "r" and secured and forced))
+            for name, kind, secured, forced, owned in objects)
+        policies = [tuple(row) for row in self._send(_PG_POLICIES)]
+        expected = [(table, f"{table}_scope", "PERMISSIVE", "{public}", "ALL",
+                     _PG_POLICY_TEXTS[version], None) for table in sorted(guarded)]
+        if not trusted or policies != expected:
+            raise SchemaError(
+                "the database's store tables are not exactly the store's: each must be owned"
+                " by the connecting role (or a role whose privileges it has), with row-level"
+                " security enabled and forced and only the store's policies")
+
+    def _driver(self, call: Callable[[], Any]) -> Any:
+        """call(), a driver error raised as StoreError outside its handler, so that no
+        driver error (whose text may quote a value or the URL) hangs on it as context."""
+        try:
+            return call()
+        except self._psycopg.Error as exc:
+            error = _postgres_error(exc)
+        raise error
+
     def _send(self, text: str, parameters: Any = ()) -> Any:
         """Run PostgreSQL text, with a BEGIN not sent yet going before it."""
         if self._trace is not None:
             self._trace(text)
         begin, self._begin = self._begin, None
-        try:
-            if begin is None:
-                return self.connection.execute(text, parameters)
-            # In a batch already, BEGIN joins it: a pipeline of its own would wait here.
-            with contextlib.nullcontext() if self._batching else self.connection.pipeline():
-                self.connection.execute(begin)
-                return self.connection.execute(text, parameters)
-        except self._psycopg.Error as exc:
-            raise _postgres_error(exc) from None
+        if begin is None:
+            return self._driver(lambda: self.connection.execute(text, parameters))
+        return self._driver(lambda: self._send_after(begin, text, parameters))
+
+    def _send_after(self, begin: str, text: str, parameters: Any) -> Any:
+        # In a batch already, BEGIN joins it: a pipeline of its own would wait here.
+        with contextlib.nullcontext() if self._batching else self.connection.pipeline():
+            self.connection.execute(begin)
+            return self.connection.execute(text, parameters)
 
     def _twin(self, sql: str) -> str:
         text = getattr(sql, "pg", None)
@@ -1456,24 +1640,24 @@ class _PostgresEngine(_Engine):
         text, cursor = self._twin(sql), self.connection.cursor()
         if self._trace is not None:
             self._trace(text)
-        try:
-            cursor.executemany(text, list(parameters))
-        except self._psycopg.Error as exc:
-            raise _postgres_error(exc) from None
+        self._driver(lambda: cursor.executemany(text, list(parameters)))
         return cursor
 
     @contextlib.contextmanager
     def _pipeline(self) -> Iterator[None]:
         """Send the block's statements without waiting for each one's result (psycopg's
         pipeline); a statement whose result is read waits for all before it."""
+        error = None
         try:
             with self.connection.pipeline():
                 self._batching = True
                 yield
         except self._psycopg.Error as exc:
-            raise _postgres_error(exc) from None
+            error = _postgres_error(exc)
         finally:
             self._batching = False
+        if error is not None:
+            raise error
 
     def batch(self) -> contextlib.AbstractContextManager[object]:
         return self._pipeline()
@@ -1526,13 +1710,23 @@ class _PostgresEngine(_Engine):
 
     def version(self) -> int:
         (exists,) = self._send(_PG_TABLE_EXISTS).fetchone()
-        row = self._send(_PG_VERSION).fetchone() if exists else None
-        return int(row[0]) if row else 0
+        if not exists:
+            return 0
+        row = self._send(_PG_VERSION).fetchone()
+        if row is None or re.fullmatch(r"[1-9][0-9]{0,8}", row[0]) is None:
+            raise SchemaError("the database's store_settings record no schema version this"
+                              " code wrote: not a memory store")
+        return int(row[0])
 
     def size(self) -> int:
         return int(self._send(_PG_SIZE).fetchone()[0])
 
     def compact(self) -> None:
+        # VACUUM skips, with only a warning, a table its role may not vacuum.
+        owned = [row[4] for row in self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),))]
+        if not (owned and all(owned)):
+            raise StoreError("compact needs the connecting role to own the store's tables"
+                             " (or to have the privileges of their owner)")
         self._send(_PG_VACUUM)
         _log.info("vacuumed the store's tables")
 
@@ -1685,6 +1879,12 @@ class _TopK:
         self.skip_common = skip_common
         self.order = sorted({group.word for group in groups})
         self.bits = {word: 1 << n for n, word in enumerate(self.order)}
+        self.weighed = [0.0 if weights is None else weights[word] for word in self.order]
+        # A word's rows, by task: a query may hold thousands of words, so no step may
+        # look through every group for one word's.
+        self.rows_by_word: dict[str, list[_WordRows]] = collections.defaultdict(list)
+        for group in groups:
+            self.rows_by_word[group.word].append(group)
         self.by_commonness = sorted(self.order, key=self.unread_rows, reverse=True)
         self.values: dict[int, float] = {}  # mask of words held -> its score
         self.read = 0  # postings the rounds have read
@@ -1703,10 +1903,11 @@ class _TopK:
             if self.weights is None:
                 score = mask.bit_count()
             else:
-                score = 0.0
-                for n, word in enumerate(self.order):
-                    if mask >> n & 1:
-                        score += self.weights[word]
+                score, rest = 0.0, mask
+                while rest:  # the words held, in sorted order: lowest bit first
+                    lowest = rest & -rest
+                    score += self.weighed[lowest.bit_length() - 1]
+                    rest ^= lowest
             self.values[mask] = score
         return score
 
@@ -1733,7 +1934,7 @@ class _TopK:
     # -- reading rows --
 
     def unread_rows(self, word: str) -> int:
-        return sum(group.unread for group in self.groups if group.word == word)
+        return sum(group.unread for group in self.rows_by_word[word])
 
     def unread_words(self) -> int:
         """The mask of the words with rows not read yet, the skipped ones included."""
@@ -1798,7 +1999,7 @@ class _TopK:
                      key=self.unread_rows)
         if self.unread_rows(rarest) > self.rows_read:
             return False
-        firsts = [first for group in self.groups if group.word == rarest
+        firsts = [first for group in self.rows_by_word[rarest]
                   for first in group.rows_down_to(-1)]
         self.rows_read += len(firsts)
         self.take(self.rows_of({rarest: firsts}))
@@ -1857,9 +2058,8 @@ class _TopK:
     def held_by(self, word: str, ids: set[int]) -> set[int]:
         """Those of `ids` that the word's rows hold, reading only the rows that can."""
         firsts: set[int] = set()
-        for group in self.groups:
-            if group.word == word:
-                firsts |= group.rows_for(ids)
+        for group in self.rows_by_word[word]:
+            firsts |= group.rows_for(ids)
         found: set[int] = set()
         for _, row in self.rows_of({word: sorted(firsts)}):
             found.update(ids.intersection(row))
@@ -1937,6 +2137,8 @@ class MemoryStore:
     One store may be shared by threads; processes each open their own on the same file.
     `read_only` opens an existing store without writing to it. `durable=False` trades the
     last commits before a power loss (never before a process crash) for faster writes.
+    `create=False` refuses a path or database that holds no store yet, instead of making
+    one (a mistyped name then fails rather than starting an empty store).
     """
 
     def __init__(
@@ -1947,6 +2149,7 @@ class MemoryStore:
         read_only: bool = False,
         durable: bool = True,
         matching: str | None = None,
+        create: bool = True,
     ) -> None:
         self.path = _check_path(path)
         if matching is not None:
@@ -1962,14 +2165,25 @@ class MemoryStore:
         self._pid = os.getpid()
         self._file: tuple[int, int] | None = None
         self.matching = "exact"
+        self._recorded = "exact"  # the rule as the file records it, with its version
         self._words: Callable[[str], set[str]] = words
-        self._db: _Engine | None = self._connect(matching)
+        self._db: _Engine | None = self._connect(matching, bool(create))
         _OPEN_STORES.add(self)
+        if self._recorded != _RECORDED[self.matching] and not self.read_only:
+            # Built by an earlier version of its rule: brought up to date in one
+            # transaction, as `memory reindex` would. Read-only, it reads by that version.
+            _log.info("the word index was built by an earlier version of matching=%s:"
+                      " reindexing", self.matching)
+            try:
+                self.reindex(self.matching)
+            except BaseException:
+                self.close()
+                raise
 
-    def _connect(self, matching: str | None) -> _Engine:
+    def _connect(self, matching: str | None, create: bool) -> _Engine:
         """Open and prepare the engine for the path, then follow its rule."""
         engine_type = _PostgresEngine if _is_postgres(self.path) else _SqliteEngine
-        engine = engine_type.open(self.path, self.read_only, self.durable, matching)
+        engine = engine_type.open(self.path, self.read_only, self.durable, matching, create)
         try:
             self._file = engine.file
             self._adopt_rule(engine)
@@ -1986,14 +2200,15 @@ class MemoryStore:
         """Use the file's matching rule, from the first column of `found` (a cursor that
         has read it) or read now: another process may have reindexed it."""
         try:
-            matching = (found if found is not None else db.execute(_SQL_MATCHING)
+            recorded = (found if found is not None else db.execute(_SQL_MATCHING)
                         ).fetchone()[0]
         except (sqlite3.Error, TypeError) as exc:
             raise SchemaError("the file records no matching rule") from exc
-        if matching != self.matching:
-            if matching not in MATCHING:
+        if recorded != self._recorded:
+            if recorded not in _RULES:
                 raise SchemaError("the file records a matching rule this code does not know")
-            self._words, self.matching = _words_of(matching), matching
+            self._words, self.matching = _words_of(recorded), _RULES[recorded][0]
+            self._recorded = recorded
 
     # -- the object ----------------------------------------------------------------
 
@@ -2064,26 +2279,27 @@ class MemoryStore:
     def remember_many(self, items: Iterable[tuple[Any, ...]]) -> list[int]:
         """Keep many (scope, level, text, source[, ttl]) items in one transaction; all or
         none."""
-        return self._insert(_each_valid(items, lambda item: _new_row(*item), "item"))
+        return self._insert(_each_valid(items, lambda item: _new_row(*item), "item"), "item")
 
     def import_memories(self, records: Iterable[dict[str, Any]]) -> list[int]:
         """Keep records as export_user writes them, each with its own created_at and
         expires_at, in one transaction; all or none. Their ids are not kept: the store
         gives new ones. A record already expired is kept, and is not live."""
-        return self._insert(_each_valid(records, _record_row, "record"))
+        return self._insert(_each_valid(records, _record_row, "record"), "record")
 
-    def _insert(self, rows: list[_NewMemory]) -> list[int]:
+    def _insert(self, rows: list[_NewMemory], noun: str | None = None) -> list[int]:
         with self._writing({row.user_id for row in rows}) as db:
-            ids = self._write(db, rows)
+            ids = self._write(db, rows, noun)
         task_level = sum(row.task_id is not None for row in rows)
         _log.info("remembered %d memories (%d user level, %d task level), ids %s",
-                 len(ids), len(ids) - task_level, task_level, _id_span(ids))
+                  len(ids), len(ids) - task_level, task_level, _id_span(ids))
         return ids
 
-    def _write(self, db: _Engine, rows: list[_NewMemory]) -> list[int]:
+    def _write(self, db: _Engine, rows: list[_NewMemory], noun: str | None = None) -> list[int]:
         """The last step of a write transaction: purge some expired memories of the rows'
         scopes, write the rows, reading the clock once for each that has no created_at,
-        and commit (with the last statements, in one round trip on PostgreSQL)."""
+        and commit (with the last statements, in one round trip on PostgreSQL). A bulk
+        call names its rows' `noun`, so that an error names the row's position."""
         now = self._read_instant()
         scopes = [] if now is None else sorted(
             {_ScopeKey(row.user_id, row.task_id or "") for row in rows})
@@ -2098,13 +2314,18 @@ class MemoryStore:
             self._delete(db, seen, (asked.pop() if asked else expired(seen)).fetchall())
         ids = ask_ids()
         values, reading = [], None
-        for memory_id, row in zip(ids, rows, strict=True):
+        for position, (memory_id, row) in enumerate(zip(ids, rows, strict=True)):
             created_at = row.created_at
             if created_at is None:
                 created_at = reading = self._write_reading(reading)
             expires_at = row.expires_at
             if row.ttl is not None:
-                expires_at = _expiry(created_at, row.ttl)
+                try:
+                    expires_at = _expiry(created_at, row.ttl)
+                except MemoryInputError as exc:
+                    if noun is None:
+                        raise
+                    raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
             values.append((memory_id, *row[:4], created_at, expires_at))
         added = collections.Counter(_CountKey(row.user_id, row.task_id or "") for row in rows)
         new = ((memory_id, *row[:3]) for memory_id, row in zip(ids, rows, strict=True))
@@ -2228,12 +2449,10 @@ class MemoryStore:
         """_TopK's search over the postings rows `groups`, read as it asks."""
 
         def fetch(wanted: dict[str, list[int]]) -> list[tuple[str, int, bytes]]:
-            keys = {(word, first) for word, firsts in wanted.items() for first in firsts}
+            keys = sorted({(word, first) for word, firsts in wanted.items() for first in firsts})
             if not keys:
                 return []
-            listed, firsts = (json.dumps(sorted({key[n] for key in keys})) for n in (0, 1))
-            rows = db.execute(_SQL_POSTINGS_ROWS, (*recall.seen, listed, firsts))
-            return [row for row in rows if (row[0], row[1]) in keys]
+            return list(db.execute(_SQL_POSTINGS_ROWS, (json.dumps(keys), *recall.seen)))
 
         weights = None
         if recall.rank == "idf":
@@ -2261,7 +2480,8 @@ class MemoryStore:
                 progress: Callable[[int, int], None] | None = None) -> None:
         """Rebuild the word index under the `matching` rule, user by user, in one
         transaction; `progress(users done, users)` is called after each user."""
-        words_of = _words_of(_check_choice("matching", matching, MATCHING))
+        recorded = _RECORDED[_check_choice("matching", matching, MATCHING)]
+        words_of = _words_of(recorded)
         with self._writing(None) as db:
             users = [user for (user,) in db.execute(_SQL_USERS)]
             for done, user in enumerate(users, start=1):
@@ -2270,8 +2490,8 @@ class MemoryStore:
                              words_of=words_of)
                 if progress is not None:
                     progress(done, len(users))
-            db.execute(_SQL_SET_MATCHING, (matching,))
-            self._words, self.matching = words_of, matching
+            db.execute(_SQL_SET_MATCHING, (recorded,))
+            self._words, self.matching, self._recorded = words_of, matching, recorded
         _log.info("reindexed %d users with matching=%s", len(users), matching)
 
     # -- seeing and forgetting -------------------------------------------------------
@@ -2306,7 +2526,7 @@ class MemoryStore:
             deleted = self._delete(db, seen, rows)
         self._scrub()
         _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
-                 [row[0] for row in rows])
+                  [row[0] for row in rows])
         return deleted
 
     def revise(self, scope: Scope, memory_id: int, text: str, source: str, *,
@@ -2424,6 +2644,17 @@ def _identifier(value: str) -> str:
         raise argparse.ArgumentTypeError(
             f"must match {IDENTIFIER.pattern}, got {_described(value)}")
     return value
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """argparse's `choices`, without its message that repeats what was typed."""
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise argparse.ArgumentTypeError(
+                f"must be one of {', '.join(choices)}, got {_described(value)}")
+        return value
+
+    return parse
 
 
 def _bounded_int(low: int, high: int) -> Callable[[str], int]:
@@ -2595,9 +2826,7 @@ _READS, _WRITES, _CREATES = "reads", "writes", "creates"
 def _open_for(args: argparse.Namespace) -> MemoryStore:
     if args.opens == _READS:
         return MemoryStore(args.path, read_only=True)
-    if args.opens == _WRITES and not _is_postgres(args.path) and not os.path.isfile(args.path):
-        raise StoreError("no such memory store at PATH")
-    return MemoryStore(args.path)
+    return MemoryStore(args.path, create=args.opens == _CREATES)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -2631,7 +2860,8 @@ def _parser() -> argparse.ArgumentParser:
     recall.add_argument("query", metavar="QUERY")
     recall.add_argument("--limit", type=_bounded_int(1, MAX_LIMIT), default=3,
                         help=f"at most this many (1 to {MAX_LIMIT}, default 3)")
-    recall.add_argument("--rank", choices=RANKS, default="shared",
+    recall.add_argument("--rank", type=_one_of(RANKS), default="shared",
+                        metavar="{" + ",".join(RANKS) + "}",
                         help="shared: count shared words (default); idf: weigh rare words more")
     command("export", _run_export, _READS, "every memory of the user, as JSON Lines on stdout",
             user=True)
@@ -2657,7 +2887,8 @@ def _parser() -> argparse.ArgumentParser:
     command("check", _run_check, _READS, "integrity check and schema version; exit 1 unless ok")
     reindex = command("reindex", _run_reindex, _WRITES,
                       "rebuild the word index under another matching rule, in one transaction")
-    reindex.add_argument("--matching", required=True, choices=MATCHING)
+    reindex.add_argument("--matching", required=True, type=_one_of(MATCHING),
+                         metavar="{" + ",".join(MATCHING) + "}")
     command("compact", _run_compact, _WRITES,
             "rebuild the file so that no byte of anything deleted remains in it")
     backup = command("backup", _run_backup, _READS,
@@ -2668,6 +2899,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """The `memory` command: 0 on success, 2 on a usage error, 1 on a store error."""
+    if sys.stdout is None:  # started with it closed: what a command prints would be lost
+        print("memory: error: standard output is closed", file=sys.stderr)
+        return 1
     # JSON Lines out in UTF-8 whatever the locale: an ASCII stdout would cut an export short.
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(encoding="utf-8")

@@ -55,24 +55,57 @@ def is_cjk(character: str) -> bool:
     return character.isalnum() and unicodedata.name(character, "").startswith(CJK_NAMES)
 
 
-def model_stems(text: str) -> set[str]:
-    found: set[str] = set()
-    normalized = unicodedata.normalize("NFKC", text.casefold())
-    for alnum, run in itertools.groupby(normalized, key=str.isalnum):
-        if not alnum:
+# Blocks the model reads by code point: scripts written without spaces, split into
+# pairs as CJK is (Thai, Lao, Myanmar and its extensions, Khmer and its symbols), and the
+# Latin and Greek letters whose nonspacing marks the rule drops.
+UNSPACED_BLOCKS = ((0x0E00, 0x0E7F), (0x0E80, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF),
+                   (0x19E0, 0x19FF), (0xA9E0, 0xA9FF), (0xAA60, 0xAA7F))
+FOLDED_BLOCKS = ((0x0000, 0x02AF), (0x0370, 0x03FF), (0x1D00, 0x1DBF), (0x1E00, 0x1FFF),
+                 (0x2C60, 0x2C7F), (0xA720, 0xA7FF), (0xAB30, 0xAB6F))
+
+
+def in_blocks(character: str, blocks: tuple[tuple[int, int], ...]) -> bool:
+    return any(low <= ord(character) <= high for low, high in blocks)
+
+
+def is_paired(character: str) -> bool:
+    return is_cjk(character) or in_blocks(character, UNSPACED_BLOCKS)
+
+
+def without_latin_and_greek_marks(run: str) -> str:
+    kept, after_folded = [], False
+    for character in unicodedata.normalize("NFD", run):
+        if unicodedata.category(character) == "Mn" and after_folded:
             continue
-        for cjk, characters in itertools.groupby(run, key=is_cjk):
+        kept.append(character)
+        after_folded = in_blocks(character, FOLDED_BLOCKS)
+    return unicodedata.normalize("NFC", "".join(kept))
+
+
+def model_stems(text: str) -> set[str]:
+    """The stems rule, read one character at a time: letters, digits and marks make
+    words; Latin and Greek marks go; paired scripts split in two-character words."""
+    found: set[str] = set()
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    in_word = [c.isalnum() or unicodedata.category(c).startswith("M") for c in folded]
+    for wordy, run in itertools.groupby(zip(folded, in_word, strict=True), key=lambda p: p[1]):
+        if not wordy:
+            continue
+        word = without_latin_and_greek_marks("".join(c for c, _ in run))
+        for paired, characters in itertools.groupby(word, key=is_paired):
             part = "".join(characters)
-            if cjk and len(part) == 1:
+            if paired and len(part) == 1:
                 found.add(part)
-            elif cjk:
+            elif paired:
                 found.update(part[i] + part[i + 1] for i in range(len(part) - 1))
             elif part not in MODEL_STOPWORDS:
                 found.add(stem()(part))
     return found
 
 
-MODEL_RULES: dict[str, Callable[[str], set[str]]] = {"exact": model_words, "stems": model_stems}
+# By the rule's name, and by the name a file records (with the stems rule's version).
+MODEL_RULES: dict[str, Callable[[str], set[str]]] = {
+    "exact": model_words, "stems": model_stems, "stems-2": model_stems}
 
 
 def utc(reading: str) -> datetime:

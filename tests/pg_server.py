@@ -75,7 +75,14 @@ class Server:
             cursor = db.execute(statement)
             return cursor.fetchall() if cursor.description else None
 
-    def new_database(self) -> str:
+    def new_database(self, options: str = "") -> str:
+        """A new database owned by the store's role (`options` as CREATE DATABASE takes
+        them); the URL the store opens it by."""
         name = f"store_{next(self.databases)}"
-        self.admin(f"CREATE DATABASE {name} OWNER {APP_ROLE}")
+        self.admin(f"CREATE DATABASE {name} OWNER {APP_ROLE} {options}")
         return self.url(name)
+
+
+def database_of(url: str) -> str:
+    """The database a URL of Server.url names."""
+    return url.split("@/", 1)[1].split("?")[0]

@@ -9,6 +9,7 @@ import json
 import multiprocessing
 import os
 import pathlib
+import queue
 import random
 import signal
 import sqlite3
@@ -119,6 +120,55 @@ def test_processes_racing_to_create_the_file(path: pathlib.Path) -> None:
         assert child.returncode == 0, child.stderr
     with MemoryStore(path) as store:
         assert sum(store.count(Scope(f"proc-{n}", "work")) for n in range(6)) == 30
+
+
+def open_new_files_together(folder: str, rounds: int, barrier: Any, errors: Any) -> None:
+    """Open (and close) a store on each round's new file the moment every opener is
+    ready; put the messages of the errors seen, as a list, on `errors`."""
+    seen = []
+    for n in range(rounds):
+        barrier.wait(timeout=JOIN_SECONDS)
+        try:
+            MemoryStore(os.path.join(folder, f"new-{n}.db")).close()
+        except StoreError as exc:
+            seen.append(str(exc))
+    errors.put(seen)
+
+
+# 8 openers on each of 80 new files: 640 opens. Were 1 open in 100 to fail, all would
+# succeed by luck with a probability of 0.99 ** 640, under 0.2%.
+OPENERS, ROUNDS = 8, 80
+
+
+def test_processes_opening_new_files_at_once_all_succeed(tmp_path: pathlib.Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    barrier, errors = context.Barrier(OPENERS), context.Queue()
+    openers = [context.Process(target=open_new_files_together,
+                               args=(str(tmp_path), ROUNDS, barrier, errors))
+               for _ in range(OPENERS)]
+    for opener in openers:
+        opener.start()
+    try:
+        seen = [errors.get(timeout=JOIN_SECONDS * 2) for _ in openers]
+    finally:
+        for opener in openers:
+            opener.join(timeout=JOIN_SECONDS)
+            if opener.is_alive():
+                opener.kill()
+    assert seen == [[]] * OPENERS
+
+
+def test_threads_opening_new_files_at_once_all_succeed(tmp_path: pathlib.Path) -> None:
+    barrier, errors = threading.Barrier(OPENERS), queue.Queue[list[str]]()
+    openers = [threading.Thread(target=open_new_files_together,
+                                args=(str(tmp_path), ROUNDS, barrier, errors))
+               for _ in range(OPENERS)]
+    for opener in openers:
+        opener.start()
+    for opener in openers:
+        opener.join(timeout=JOIN_SECONDS * 2)
+    assert not any(opener.is_alive() for opener in openers)
+    assert [errors.get(timeout=1) for _ in openers] == [[]] * OPENERS
 
 
 CRASHER = textwrap.dedent("""

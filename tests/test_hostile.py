@@ -14,6 +14,7 @@ import random
 import sqlite3
 import stat
 import subprocess
+import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memory
-from helpers import ALICE, digest, row_count, scalar, stamp_version, write_version_1
+from helpers import ALICE, ROOT, digest, row_count, scalar, stamp_version, write_version_1
 from memory import MAX_TEXT, MemoryInputError, MemoryStore, SchemaError, Scope, StoreError
 from model import Memory
 
@@ -643,3 +644,69 @@ def test_read_only_store_beside_a_writer_sees_its_writes(tmp_path: pathlib.Path)
             writer.remember(ALICE, "user", "hotel note written while a reader is open", "s")
             assert reader.count(ALICE) == 6
         assert listing(tmp_path) == files
+
+
+# -- round two: inputs that slipped past validation ------------------------------------
+
+@pytest.mark.parametrize("ttl", [10**400, 2**1024, -10**400], ids=["1e400", "2^1024", "-1e400"])
+def test_a_ttl_too_large_for_a_float_is_an_input_error(tmp_path: pathlib.Path, ttl: int) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStore(path) as store:
+        with pytest.raises(MemoryInputError, match="ttl must be a finite number"):
+            store.remember(ALICE, "user", "text", "s", ttl=ttl)
+        with pytest.raises(MemoryInputError, match="item 1: ttl") as caught:
+            store.remember_many([(ALICE, "user", "text", "s"), (ALICE, "user", "t", "s", ttl)])
+        assert caught.value.position == 1
+    assert row_count(path) == 0
+
+
+def test_a_ttl_past_the_year_9999_in_a_batch_names_its_item(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.db"
+    items = [(ALICE, "user", f"note {n}", "s", 60.0) for n in range(5)]
+    items.append((ALICE, "user", "the sixth", "s", 1e300))
+    with MemoryStore(path) as store:
+        with pytest.raises(MemoryInputError, match="^item 5: ttl reaches past") as caught:
+            store.remember_many(items)
+        assert caught.value.position == 5
+        assert not store.db.in_transaction
+        with pytest.raises(MemoryInputError, match="^ttl reaches past") as single:
+            store.remember(ALICE, "user", "one", "s", ttl=1e300)
+        assert single.value.position is None
+    assert row_count(path) == 0
+
+
+def test_a_scope_made_without_its_fields_is_an_input_error(tmp_path: pathlib.Path) -> None:
+    hollow = Scope.__new__(Scope)
+    with MemoryStore(filled(tmp_path / "m.db", 3)) as store:
+        calls: list[Callable[[], object]] = [
+            lambda: store.remember(hollow, "user", "text", "s"),
+            lambda: store.recall(hollow, "hotel"), lambda: store.count(hollow),
+            lambda: store.forget(hollow, 1), lambda: store.memories(hollow)]
+        for call in calls:
+            with pytest.raises(MemoryInputError, match="user must be a str"):
+                call()
+        assert store.count(ALICE) == 3
+
+
+@pytest.mark.parametrize("argv", [
+    ["recall", "m.db", "--user", "alice", "--task", "trip", "q", "--rank", "SECRETVALUE-4417"],
+    ["reindex", "m.db", "--matching", "SECRETVALUE-4417"],
+])
+def test_the_command_line_never_echoes_an_invalid_choice(
+        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        memory.main(argv)
+    assert done.value.code == 2
+    printed = capsys.readouterr()
+    assert "SECRETVALUE" not in printed.out + printed.err
+    assert "must be one of" in printed.err
+
+
+def test_export_with_standard_output_closed_fails(tmp_path: pathlib.Path) -> None:
+    path = filled(tmp_path / "m.db", 3)
+    done = subprocess.run(
+        [sys.executable, "-m", "memory", "export", str(path), "--user", "alice"],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=60,
+        preexec_fn=lambda: os.close(1))
+    assert done.returncode == 1
+    assert done.stderr == "memory: error: standard output is closed\n"

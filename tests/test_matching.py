@@ -20,7 +20,13 @@ from model import Memory, Model, index_problems, index_problems_at, is_cjk, mode
 @pytest.mark.parametrize("text, expected", [
     ("Alice likes hiking", {"alic", "like", "hike"}),
     ("She liked the LIKES", {"she", "like"}),
-    ("café CAFÉS", {"café"}),
+    ("café CAFÉS", {"cafe"}),
+    ("İstanbul", {"istanbul"}),
+    ("𝐇𝐞𝐥𝐥𝐨 ℌello ㎒ 🄰pple ™", {"hello", "mhz", "appl", "tm"}),
+    ("हिन्दी भाषा", {"हिन्दी", "भाषा"}),
+    ("ภาษาไทย", {"ภา", "าษ", "ษา", "าไ", "ไท", "ทย"}),
+    ("Ελληνικά", {"ελληνικα"}),
+    ("йод Ёж", {"йод", "ёж"}),
     ("Ｈｏｔｅｌ ﬁsh", {"hotel", "fish"}),
     ("東京都に住む", {"東京", "京都", "都に", "に住", "住む"}),
     ("서울 tower", {"서울", "tower"}),
@@ -190,3 +196,61 @@ def test_command_line_reindex_and_rank(tmp_path: pathlib.Path) -> None:
                 "--rank", "idf", "--limit", "1")
     assert found.returncode == 0 and "green tea and jazz" in found.stdout
     assert cli("reindex", str(path), "--matching", "porter").returncode == 2
+
+
+@pytest.mark.stems
+def test_every_word_the_stems_rule_yields_is_folded_and_stable() -> None:
+    """Over every assigned code point: each word is case-folded and NFKC-stable, and a
+    text normalized first (NFKC, NFC or NFD) has the same words."""
+    wrong = []
+    for code_point in range(sys.maxunicode + 1):
+        character = chr(code_point)
+        if unicodedata.category(character) in ("Cn", "Cs"):
+            continue
+        found = stems(character)
+        unstable = [w for w in found
+                    if w.casefold() != w or unicodedata.normalize("NFKC", w) != w]
+        renormalized = [form for form in ("NFKC", "NFC", "NFD")
+                        if stems(unicodedata.normalize(form, character)) != found]
+        if unstable or renormalized:
+            wrong.append((hex(code_point), unstable, renormalized))
+    assert wrong == [], f"Unicode {unicodedata.unidata_version}: {wrong[:10]}"
+
+
+@pytest.mark.stems
+def test_words_keep_their_marks_and_drop_latin_ones_in_recall(target: str) -> None:
+    with MemoryStore(target, matching="stems") as store:
+        istanbul = store.remember(ALICE, "user", "Flight to İstanbul on Friday.", "s")
+        cafe = store.remember(ALICE, "user", "The café by the harbour.", "s")
+        bold = store.remember(ALICE, "user", "𝐇𝐞𝐥𝐥𝐨 from the math alphabet.", "s")
+        hindi = store.remember(ALICE, "user", "हिन्दी भाषा", "s")
+        thai = store.remember(ALICE, "user", "ภาษาไทย", "s")
+        assert [r["id"] for r in store.recall(ALICE, "istanbul")] == [istanbul]
+        assert [r["id"] for r in store.recall(ALICE, "cafe")] == [cafe]
+        assert [r["id"] for r in store.recall(ALICE, "hello")] == [bold]
+        assert store.recall(ALICE, "हाथ") == []  # no longer a shared letter
+        assert [r["id"] for r in store.recall(ALICE, "भाषा")] == [hindi]
+        assert [r["id"] for r in store.recall(ALICE, "ภาษา")] == [thai]
+    assert index_problems_at(target) == []
+
+
+@pytest.mark.stems
+def test_a_file_indexed_by_the_first_stems_rule_is_reindexed_when_opened_to_write(
+        target: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    with monkeypatch.context() as first_release:  # as the first version wrote its files
+        first_release.setitem(memory._RECORDED, "stems", "stems")
+        with MemoryStore(target, matching="stems") as store:
+            old = store.remember(ALICE, "user", "𝐇𝐞𝐥𝐥𝐨 and İstanbul", "s")
+    with MemoryStore(target, read_only=True) as reader:  # read by the rule it was built by
+        assert reader.matching == "stems"
+        assert [r["id"] for r in reader.recall(ALICE, "stanbul")] == [old]
+        assert reader.recall(ALICE, "istanbul") == []
+    with caplog.at_level("INFO", logger="memory"), MemoryStore(target) as writer:
+        assert writer.matching == "stems"
+        assert [r["id"] for r in writer.recall(ALICE, "istanbul hello")] == [old]
+        assert writer.recall(ALICE, "stanbul") == []
+    assert any("earlier version of matching=stems: reindexing" in r.getMessage()
+               for r in caplog.records)
+    assert index_problems_at(target) == []
+    with MemoryStore(target, read_only=True) as reader:
+        assert [r["id"] for r in reader.recall(ALICE, "istanbul")] == [old]
