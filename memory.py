@@ -407,9 +407,9 @@ _SQLITE_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 2
+POSTGRES_SCHEMA_VERSION = 1
 # Version 1, to the letter (a new database is made by it and the steps after it, as an
-# upgraded one is).
+# upgraded one will be).
 _PG_SCHEMA = (
     "CREATE TABLE store_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE SEQUENCE memories_id_seq AS BIGINT",
@@ -451,13 +451,6 @@ _PG_SCHEMA = (
           "current_setting('memory.user_ids', true), ',')) OR current_setting("
           "'memory.operator', true) = 'on')")),
 )
-_PG_VERSION_2 = tuple(
-    statement.format(table=table) for table in ("memories", "memory_words", "memory_counts")
-    for statement in (
-        "DROP POLICY {table}_scope ON {table}",
-        "CREATE POLICY {table}_scope ON {table} USING (user_id IN (SELECT unnest("
-        "string_to_array(current_setting('memory.user_ids', true), ','))) OR"
-        " current_setting('memory.operator', true) = 'on')"))
 # From pg_class under the statement's snapshot, not the catalog cache (to_regclass), which
 # may not yet know of a table another process created while this one waited for the lock.
 _PG_TABLE_EXISTS = (
@@ -489,9 +482,6 @@ _PG_POLICIES = (
 _PG_POLICY_TEXTS = {
     1: "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
        " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))",
-    2: "((user_id IN ( SELECT unnest(string_to_array(current_setting('memory.user_ids'::text,"
-       " true), ','::text)) AS unnest)) OR (current_setting('memory.operator'::text, true) ="
-       " 'on'::text))",
 }
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
@@ -1492,20 +1482,10 @@ def _postgres_error(exc: Exception) -> StoreError:
                       f" SQLSTATE {state})")
 
 
-def _hash_the_policies(db: _PostgresEngine) -> None:
-    """Version 1's policies test `user_id = ANY (array)`, the array rebuilt and scanned for
-    every row, so a batch for thousands of users cost their square (3,000 users: 4.3 s).
-    Version 2's read the users once per statement into a hashed set."""
-    for statement in _PG_VERSION_2:
-        db._send(statement)
-
-
 # (version a database is at after the step, the step), in order; each runs in the
 # transaction that creates or upgrades the schema, under the store's lock, with the
-# version bump.
-POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresEngine], None]]] = [
-    (2, _hash_the_policies),
-]
+# version bump. None yet: version 1 is the first.
+POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresEngine], None]]] = []
 
 
 class _PostgresEngine(_Engine):

@@ -626,33 +626,3 @@ def test_no_part_of_the_url_reaches_any_exception(server: Server, secret_part: s
     assert caught.value.__cause__ is None and caught.value.__context__ is None
     for text in chain(caught.value):
         assert "hunter2" not in text and "quokka" not in text and APP_ROLE not in text, text
-
-
-def test_a_version_1_database_gets_the_hashed_policies_keeping_everything(
-        url: str, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    with monkeypatch.context() as first_release:  # as version 1 made its databases
-        first_release.setattr(memory, "POSTGRES_SCHEMA_VERSION", 1)
-        first_release.setattr(memory, "POSTGRES_MIGRATIONS", [])
-        with MemoryStore(url, clock=fixed_clock()) as opened:
-            kept = opened.remember(ALICE, "user", "Alice is vegetarian.", "s")
-    database = database_of(url)
-    assert {qual for (qual,) in server.admin("SELECT qual FROM pg_policies", database)} == {
-        memory._PG_POLICY_TEXTS[1]}
-    with MemoryStore(url) as opened:
-        assert opened.stats()["schema_version"] == 2
-        assert [m["id"] for m in opened.memories(ALICE)] == [kept]
-        assert opened.memories(BOB) == []
-    assert {qual for (qual,) in server.admin("SELECT qual FROM pg_policies", database)} == {
-        memory._PG_POLICY_TEXTS[2]}
-
-
-def test_the_policy_reads_its_users_once_into_a_hashed_set(store: MemoryStore) -> None:
-    """Version 1's `user_id = ANY (array)` rebuilt and scanned the array for every row: a
-    batch for 3,000 users cost 4.3 s where one user's took 0.2 s. The plan shows the
-    users read once per statement and looked up by hash."""
-    store.remember_many([(Scope(f"user-{n}", "t"), "user", f"note {n}", "s")
-                         for n in range(50)])
-    explain = memory._sql("", "EXPLAIN SELECT count(*) FROM memory_counts")
-    with store._snapshot({f"user-{n}" for n in range(50)}) as db:
-        plan = "\n".join(row[0] for row in db.execute(explain))
-    assert "hashed SubPlan" in plan, plan
