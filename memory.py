@@ -302,22 +302,30 @@ _SQL_SET_MATCHING = _sql(
 # than the lookup): the first ids of its user-level rows, then of the task's (the scope
 # lets in no other task), how many ids they hold, and whether every row is a whole run
 # of int64 ids. The blobs stay in the database.
+# Both statements read the query's words (a JSON list, the first parameter) one by one,
+# each looked up under the scope by key: a query may hold thousands of words, and a list
+# tested against each of the user's index rows would cost their product. On PostgreSQL
+# the rows of each word are a lateral subquery (OFFSET 0 keeps it one), so that the plan
+# cannot turn the list into a filter whatever the table's statistics say.
+_SCOPED_WORD_ROWS_PG = (
+    "FROM jsonb_array_elements_text(%s::jsonb) AS wanted (listed), LATERAL (SELECT word,"
+    " first_id, task_id, ids FROM memory_words WHERE user_id = %s AND (task_id IS NULL OR"
+    " task_id = %s) AND word = wanted.listed OFFSET 0) AS found"
+)
 _SQL_POSTINGS_MAP = _sql(
     "SELECT word, json_group_array(first_id) FILTER (WHERE task_id IS NULL),"
     " json_group_array(first_id) FILTER (WHERE task_id IS NOT NULL), sum(length(ids)) / 8,"
     " min(typeof(ids) = 'blob' AND length(ids) % 8 = 0)"
-    f" FROM memory_words {_IN_SCOPE} AND word IN (SELECT value FROM json_each(?))"
-    " GROUP BY word",
+    f" FROM json_each(?) CROSS JOIN memory_words {_IN_SCOPE} AND word = value GROUP BY word",
     "SELECT word, coalesce(json_agg(first_id) FILTER (WHERE task_id IS NULL), '[]')::text,"
     " coalesce(json_agg(first_id) FILTER (WHERE task_id IS NOT NULL), '[]')::text,"
     " (sum(length(ids)) / 8)::bigint, bool_and(length(ids) %% 8 = 0)::int"
-    " FROM memory_words WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
-    " AND word = ANY (ARRAY(SELECT jsonb_array_elements_text(%s::jsonb))) GROUP BY word")
+    f" {_SCOPED_WORD_ROWS_PG} GROUP BY word")
 # All rows of the query words, when they are few.
 _SQL_POSTINGS = _sql(
-    f"SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
-    " AND word IN (SELECT value FROM json_each(?))"
-)
+    f"SELECT word, first_id, ids FROM json_each(?) CROSS JOIN memory_words {_IN_SCOPE}"
+    " AND word = value",
+    f"SELECT word, first_id, ids {_SCOPED_WORD_ROWS_PG}")
 # The rows recall needs, by key: one statement a round, its (word, first id) pairs a
 # JSON list walked first, each pair one look-up of the primary key. (Lists of words and
 # of first ids would cost their product: a query may hold thousands of words.)
@@ -2381,7 +2389,7 @@ class MemoryStore:
             if not wanted:
                 return []
             now = self._expiry_instant(db, seen)
-            listed = (*seen, json.dumps(sorted(wanted)))
+            listed = (json.dumps(sorted(wanted)), *seen)
             with db.batch():  # sent together, the results read after
                 # PostgreSQL sends a whole result at once, so there the rows' map comes
                 # first; SQLite's postings are read until they are too many.

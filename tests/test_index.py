@@ -205,7 +205,7 @@ def test_recall_reads_only_postings_of_the_query_words(tmp_path: pathlib.Path) -
         store.remember_many([(ALICE, "user", f"filler{n} words here", "s") for n in range(300)])
         target = store.remember(ALICE, "user", "needle in the haystack", "s")
         assert [r["id"] for r in store.recall(ALICE, "needle")] == [target]
-        postings = plan(store, memory._SQL_POSTINGS_MAP, ("alice", "trip", '["needle"]'))
+        postings = plan(store, memory._SQL_POSTINGS_MAP, ('["needle"]', "alice", "trip"))
         postings += plan(store, memory._SQL_POSTINGS_ROWS, ('[["needle", 1]]', "alice", "trip"))
         rows = plan(store, memory._SQL_RECALLED, ("alice", "trip", f"[{target}]"))
     assert "SEARCH memory_words USING PRIMARY KEY (user_id=? AND word=?)" in postings
