@@ -1509,11 +1509,25 @@ class _PostgresEngine(_Engine):
         except ImportError:
             raise StoreError("a postgresql:// store needs psycopg 3:"
                              " pip install 'memory-store[postgres]'") from None
-        self.connection = self._driver(functools.partial(
-            self._psycopg.connect, url, autocommit=True))
+        self._url = url
+        self._session: list[str] = []  # settings each new connection is given
+        self.connection = self._connect()
         self._trace: Callable[[str], object] | None = None
         self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
         self._batching = False
+
+    def _connect(self) -> Any:
+        connection = None
+        try:
+            connection = self._psycopg.connect(self._url, autocommit=True)
+            for setting in self._session:
+                connection.execute(setting)
+            return connection
+        except self._psycopg.Error as exc:
+            error = _postgres_error(exc)
+        if connection is not None:
+            connection.close()
+        raise error
 
     @classmethod
     def open(cls, url: str, read_only: bool, durable: bool, matching: str | None,
@@ -1530,10 +1544,9 @@ class _PostgresEngine(_Engine):
             engine._prepare(writable=not read_only, matching=matching, create=create)
             if version != POSTGRES_SCHEMA_VERSION:
                 engine._check_layout(POSTGRES_SCHEMA_VERSION)  # what was made
-            if read_only:
-                engine._send(_PG_READ_ONLY)
-            if not durable:
-                engine._send(_PG_ASYNC_COMMIT)
+            engine._session = [_PG_READ_ONLY] * read_only + [_PG_ASYNC_COMMIT] * (not durable)
+            for setting in engine._session:
+                engine._send(setting)
             (privileged,) = engine._send(_PG_PRIVILEGED).fetchone()
             if privileged:
                 _log.warning("connected as a role that bypasses row-level security: only"
@@ -1593,12 +1606,38 @@ class _PostgresEngine(_Engine):
 
     def _driver(self, call: Callable[[], Any]) -> Any:
         """call(), a driver error raised as StoreError outside its handler, so that no
-        driver error (whose text may quote a value or the URL) hangs on it as context."""
+        driver error (whose text may quote a value or the URL) hangs on it as context;
+        an exception of the caller's that broke a wait on the server, as it came."""
         try:
             return call()
         except self._psycopg.Error as exc:
-            error = _postgres_error(exc)
+            error: BaseException = self._interruption(exc) or _postgres_error(exc)
+        except BaseException:
+            self._abandon()
+            raise
         raise error
+
+    def _interruption(self, exc: BaseException) -> BaseException | None:
+        """The caller's own exception (a signal handler's timeout, KeyboardInterrupt) in
+        `exc` or in the context of the driver errors it gave way to, the connection then
+        given up; None for a driver error alone."""
+        seen: BaseException | None = exc
+        while isinstance(seen, self._psycopg.Error):
+            seen = seen.__context__
+        if seen is not None:
+            self._abandon()
+        return seen
+
+    def _abandon(self) -> None:
+        """Give up a connection whose wait on the server was broken off: cancel what the
+        server runs and close it, so that the server rolls the transaction back and frees
+        its locks at once, whatever state the driver was left in. The next call connects
+        anew."""
+        with contextlib.suppress(Exception):
+            self.connection.cancel()
+        with contextlib.suppress(Exception):
+            self.connection.close()
+        self._begin, self._batching = None, False
 
     def _send(self, text: str, parameters: Any = ()) -> Any:
         """Run PostgreSQL text, with a BEGIN not sent yet going before it."""
@@ -1635,13 +1674,16 @@ class _PostgresEngine(_Engine):
     def _pipeline(self) -> Iterator[None]:
         """Send the block's statements without waiting for each one's result (psycopg's
         pipeline); a statement whose result is read waits for all before it."""
-        error = None
+        error: BaseException | None = None
         try:
             with self.connection.pipeline():
                 self._batching = True
                 yield
         except self._psycopg.Error as exc:
-            error = _postgres_error(exc)
+            error = self._interruption(exc) or _postgres_error(exc)
+        except BaseException:
+            self._abandon()
+            raise
         finally:
             self._batching = False
         if error is not None:
@@ -1652,6 +1694,8 @@ class _PostgresEngine(_Engine):
 
     @property
     def in_transaction(self) -> bool:
+        if self.connection.closed:  # given up: the server rolled back
+            return False
         return self._begin is not None or bool(
             self.connection.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE)
 
@@ -1659,6 +1703,8 @@ class _PostgresEngine(_Engine):
         self._trace = trace
 
     def begin(self, write: bool) -> None:
+        if self.connection.closed:  # given up after an interruption
+            self.connection = self._connect()
         # Sent with the transaction's first statement: a round trip saved.
         self._begin = _PG_BEGIN_WRITE if write else _PG_BEGIN_READ
 

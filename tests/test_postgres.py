@@ -626,3 +626,37 @@ def test_no_part_of_the_url_reaches_any_exception(server: Server, secret_part: s
     assert caught.value.__cause__ is None and caught.value.__context__ is None
     for text in chain(caught.value):
         assert "hunter2" not in text and "quokka" not in text and APP_ROLE not in text, text
+
+
+def test_a_timeout_signal_while_a_write_waits_for_its_user_leaves_nothing_held(
+        store: MemoryStore, url: str, server: Server) -> None:
+    """A SIGALRM handler raises while the write waits for its user's advisory lock: the
+    caller gets its own exception, no transaction stays open, the server holds no lock of
+    the store's once the other holder lets go, and the next call works."""
+    import psycopg
+
+    store.remember(ALICE, "user", "first", "s")
+    holder = psycopg.connect(url)
+    holder.execute(f"SELECT pg_advisory_xact_lock({memory._PG_LOCK_CLASS} + 1,"
+                   " hashtext('alice'))")
+
+    def alarm(*_: Any) -> None:
+        raise TimeoutError("the caller's own timeout")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(TimeoutError, match="the caller's own timeout"):
+            store.remember(ALICE, "user", "second", "s")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        holder.rollback()
+        holder.close()
+    assert not store.db.in_transaction
+    deadline = time.monotonic() + 10
+    while server.admin("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") != [(0,)]:
+        assert time.monotonic() < deadline, "an advisory lock is still held"
+        time.sleep(0.05)
+    assert store.remember(ALICE, "user", "third", "s") == 2
+    assert [m["text"] for m in store.memories(ALICE)] == ["first", "third"]
