@@ -859,18 +859,25 @@ def _stemmer() -> Callable[[str], str]:
     return functools.lru_cache(maxsize=1 << 16)(stem)
 
 
+def _add_parts(found: set[str], parts: Iterable[str], paired: re.Pattern[str]) -> None:
+    """Add the words of a run's script `parts`: a part `paired` matches becomes its
+    overlapping two-character pieces (a lone character is one); any other part its
+    Snowball English stem, unless it is a stopword."""
+    stem = _stemmer()
+    for part in parts:
+        if paired.match(part):
+            found.update(part[i : i + 2] for i in range(max(1, len(part) - 1)))
+        elif part not in STOPWORDS:
+            found.add(stem(part))
+
+
 def _stems_first(text: str) -> set[str]:
     """The first version of the `stems` rule, which folded case before normalizing (so
     words could keep capitals) and split words at combining marks: the words of the
     files it indexed, until they are reindexed."""
-    stem = _stemmer()
     found: set[str] = set()
     for run in _ALNUM_RUN.findall(unicodedata.normalize("NFKC", text.casefold())):
-        for part in _SCRIPT_PART.findall(run):
-            if _CJK_PART.match(part):
-                found.update(part[i : i + 2] for i in range(max(1, len(part) - 1)))
-            elif part not in STOPWORDS:
-                found.add(stem(part))
+        _add_parts(found, _SCRIPT_PART.findall(run), _CJK_PART)
     return found
 
 
@@ -907,7 +914,6 @@ def stems(text: str) -> set[str]:
     in Han, Hiragana, Katakana, Hangul, Thai, Lao, Myanmar or Khmer is split into
     overlapping two-character words (a lone character is one); any other part is dropped
     if a stopword, else reduced to its Snowball English stem."""
-    stem = _stemmer()
     runs, diacritics = _word_patterns()
     found: set[str] = set()
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
@@ -915,11 +921,7 @@ def stems(text: str) -> set[str]:
         if not run.isascii():
             bare = diacritics.sub(r"\1", unicodedata.normalize("NFD", run))
             run = unicodedata.normalize("NFC", bare)
-        for part in _PAIRED_PART.findall(run):
-            if _PAIRED.match(part):
-                found.update(part[i : i + 2] for i in range(max(1, len(part) - 1)))
-            elif part not in STOPWORDS:
-                found.add(stem(part))
+        _add_parts(found, _PAIRED_PART.findall(run), _PAIRED)
     return found
 
 
