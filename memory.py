@@ -37,6 +37,7 @@ import math
 import os
 import pathlib
 import re
+import select
 import sqlite3
 import sys
 import threading
@@ -45,7 +46,7 @@ import unicodedata
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 __version__ = "0.1.0"
 __all__ = [
@@ -53,8 +54,8 @@ __all__ = [
     "MAX_TEXT", "MIGRATIONS", "POSTGRES_MIGRATIONS", "POSTGRES_SCHEMA_VERSION",
     "POSTINGS_PER_ROW", "PURGE_PER_WRITE", "RANKS", "RECORD_KEYS", "SCHEMA", "SCHEMA_VERSION",
     "SQLITE_LAYOUTS", "STOPWORDS", "WORD", "FixedClock", "MemoryInputError", "MemoryStore",
-    "SchemaError", "Scope", "StoreError", "fixed_clock", "main", "stems", "system_clock",
-    "words",
+    "OutcomeUnknown", "SchemaError", "Scope", "StoreError", "fixed_clock", "main", "stems",
+    "system_clock", "words",
 ]
 
 SCHEMA_VERSION = 4
@@ -547,6 +548,15 @@ class StoreError(RuntimeError):
 
 class SchemaError(StoreError):
     """The file is not a memory store this code can read: foreign, newer or damaged."""
+
+
+class OutcomeUnknown(StoreError):
+    """The connection broke after a write's COMMIT was sent: it may or may not be applied."""
+
+
+class _ConnectionLost(StoreError):
+    """The connection to the server broke before a transaction committed: nothing of it
+    was applied, and the next call connects anew."""
 
 
 def _store_error(exc: sqlite3.Error) -> StoreError:
@@ -1517,6 +1527,7 @@ class _PostgresEngine(_Engine):
         self._trace: Callable[[str], object] | None = None
         self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
         self._batching = False
+        self._write = self._commit_sent = False  # what the transaction under way is
 
     def _connect(self) -> Any:
         connection = None
@@ -1613,7 +1624,7 @@ class _PostgresEngine(_Engine):
         try:
             return call()
         except self._psycopg.Error as exc:
-            error: BaseException = self._interruption(exc) or _postgres_error(exc)
+            error: BaseException = self._interruption(exc) or self._failure(exc)
         except BaseException:
             self._abandon()
             raise
@@ -1629,6 +1640,21 @@ class _PostgresEngine(_Engine):
         if seen is not None:
             self._abandon()
         return seen
+
+    def _failure(self, exc: Exception) -> StoreError:
+        """The StoreError for a driver error: a lost connection says what became of the
+        transaction; any other names its class and SQLSTATE."""
+        if not self.connection.closed:
+            return _postgres_error(exc)
+        if self._write and self._commit_sent:
+            return OutcomeUnknown(
+                "the connection to the PostgreSQL server was lost after the write's COMMIT"
+                " was sent: it may or may not have been applied; check (memories, count or"
+                " its source) before writing it again")
+        if self._write:
+            return _ConnectionLost("the connection to the PostgreSQL server was lost before"
+                                   " the write's COMMIT: the write was not applied")
+        return _ConnectionLost("the connection to the PostgreSQL server was lost")
 
     def _abandon(self) -> None:
         """Give up a connection whose wait on the server was broken off: cancel what the
@@ -1682,7 +1708,7 @@ class _PostgresEngine(_Engine):
                 self._batching = True
                 yield
         except self._psycopg.Error as exc:
-            error = self._interruption(exc) or _postgres_error(exc)
+            error = self._interruption(exc) or self._failure(exc)
         except BaseException:
             self._abandon()
             raise
@@ -1705,10 +1731,23 @@ class _PostgresEngine(_Engine):
         self._trace = trace
 
     def begin(self, write: bool) -> None:
-        if self.connection.closed:  # given up after an interruption
+        if self.connection.closed or self._dropped():
+            self._abandon()
             self.connection = self._connect()
+            _log.info("connected to the PostgreSQL server anew")
+        self._write, self._commit_sent = write, False
         # Sent with the transaction's first statement: a round trip saved.
         self._begin = _PG_BEGIN_WRITE if write else _PG_BEGIN_READ
+
+    def _dropped(self) -> bool:
+        """Whether the server has ended the idle connection (a restart, a terminated
+        backend, a proxy's idle timeout): its last words, or the end of the stream, are
+        already waiting to be read. One poll of the socket, no round trip."""
+        try:
+            readable, _, _ = select.select([self.connection.pgconn.socket], [], [], 0)
+        except (OSError, ValueError, self._psycopg.Error):
+            return True
+        return bool(readable)
 
     def _end(self, text: str) -> None:
         if self._begin is not None:
@@ -1717,6 +1756,7 @@ class _PostgresEngine(_Engine):
             self._send(text)
 
     def commit(self) -> None:
+        self._commit_sent = True
         self._end("COMMIT")
 
     def rollback(self) -> None:
@@ -2131,6 +2171,26 @@ class _TopK:
 
 # -- the store -------------------------------------------------------------------------
 
+_Arguments = ParamSpec("_Arguments")
+_Result = TypeVar("_Result")
+
+
+def _read_again_if_cut_off(
+    read: Callable[Concatenate[MemoryStore, _Arguments], _Result]
+) -> Callable[Concatenate[MemoryStore, _Arguments], _Result]:
+    """A read whose connection broke (a server restart, a terminated backend) runs once
+    more, on a new connection: a read changes nothing, so this is always safe."""
+    @functools.wraps(read)
+    def run(store: MemoryStore, /, *args: _Arguments.args,
+            **kwargs: _Arguments.kwargs) -> _Result:
+        try:
+            return read(store, *args, **kwargs)
+        except _ConnectionLost:
+            _log.info("the connection to the server was lost during a read: reading again")
+            return read(store, *args, **kwargs)
+    return run
+
+
 # Open stores, so that a forked child can give each a lock of its own (the parent's may
 # have been held by a thread that does not exist in the child) and learn their files.
 _OPEN_STORES: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
@@ -2420,6 +2480,7 @@ class MemoryStore:
                                    " a memory has expired is unknown")
         return now
 
+    @_read_again_if_cut_off
     def recall(self, scope: Scope, query: str, limit: int = 3, *,
                rank: str = "shared") -> list[dict[str, Any]]:
         """The memories visible in the scope that match `query` best. rank="shared":
@@ -2499,6 +2560,7 @@ class MemoryStore:
                      budget=sum(held.values()) // _TOP_K_BUDGET,
                      skip_common=db.skips_common_words).search()
 
+    @_read_again_if_cut_off
     def count(self, scope: Scope) -> int:
         """How many live memories are visible in the scope: the stored count less the
         expired ones not yet purged, found through the expiry index."""
@@ -2532,6 +2594,7 @@ class MemoryStore:
 
     # -- seeing and forgetting -------------------------------------------------------
 
+    @_read_again_if_cut_off
     def memories(self, scope: Scope) -> list[dict[str, Any]]:
         """Every live memory visible in the scope, oldest first, with its expires_at."""
         scope = _check_scope(scope)
@@ -2617,6 +2680,7 @@ class MemoryStore:
         _log.info("erased %d memories of user %s", erased, user)
         return int(erased)
 
+    @_read_again_if_cut_off
     def export_user(self, user: str) -> list[dict[str, Any]]:
         """Every memory the user still stores, oldest first, expired ones not yet purged
         included, as records `import_memories` reads (keys RECORD_KEYS; task None at user
@@ -2643,6 +2707,7 @@ class MemoryStore:
 
     # -- operating -------------------------------------------------------------------
 
+    @_read_again_if_cut_off
     def stats(self) -> dict[str, Any]:
         """Counts by level and users, schema version and bytes on disk (PostgreSQL: of the
         store's tables and indexes); never text."""

@@ -53,6 +53,15 @@ class Server:
                  str(self.folder / "server.log"), "-w", "-t", "60", "-o", options, "start")
         self.admin(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS")
 
+    def restart(self) -> None:
+        """pg_ctl restart, as a minor upgrade or a configuration change does: every
+        connection is ended. Its output goes to the log file, not to a pipe, which pg_ctl
+        would hold open."""
+        subprocess.run([*self.as_owner, str(self.binaries / "pg_ctl"), "-D", str(self.data),
+                        "-l", str(self.folder / "server.log"), "-w", "-t", "60", "-m", "fast",
+                        "restart"], check=True, timeout=120,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
     def stop(self) -> None:
         pid = int((self.data / "postmaster.pid").read_text().split()[0])
         os.kill(pid, signal.SIGQUIT)  # immediate shutdown: the data is thrown away

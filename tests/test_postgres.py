@@ -660,3 +660,80 @@ def test_a_timeout_signal_while_a_write_waits_for_its_user_leaves_nothing_held(
         time.sleep(0.05)
     assert store.remember(ALICE, "user", "third", "s") == 2
     assert [m["text"] for m in store.memories(ALICE)] == ["first", "third"]
+
+
+# -- a server that restarts or drops the connection ------------------------------------
+
+def backend_of(store: MemoryStore) -> int:
+    return int(store.db.connection.info.backend_pid)
+
+
+def test_an_idle_store_works_on_after_a_server_restart(store: MemoryStore,
+                                                        server: Server) -> None:
+    kept = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
+    server.restart()
+    assert [m["id"] for m in store.recall(ALICE, "vegetarian")] == [kept]
+    assert store.count(ALICE) == 1
+    assert store.remember(ALICE, "user", "Alice likes trains.", "s") > kept
+    assert store.count(ALICE) == 2
+
+
+def test_a_backend_terminated_between_calls_is_replaced(store: MemoryStore,
+                                                        server: Server) -> None:
+    kept = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
+    for call in range(2):
+        server.admin(f"SELECT pg_terminate_backend({backend_of(store)})")
+        if call == 0:
+            assert [m["id"] for m in store.memories(ALICE)] == [kept]
+        else:
+            store.remember(ALICE, "user", "Alice likes trains.", "s")
+    assert store.count(ALICE) == 2
+
+
+def terminate_at(store: MemoryStore, server: Server, statement: str) -> list[str]:
+    """Terminate the store's backend once, the moment `statement` starts being sent
+    (the trace sees each statement's text just before it goes); what was traced."""
+    seen: list[str] = []
+
+    def trace(sql: str) -> None:
+        seen.append(sql)
+        if sql.startswith(statement) and seen.count(sql) == 1:
+            server.admin(f"SELECT pg_terminate_backend({backend_of(store)})")
+
+    store.db.set_trace_callback(trace)
+    return seen
+
+
+def test_a_read_cut_off_midway_is_read_again(store: MemoryStore, server: Server,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    kept = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
+    terminate_at(store, server, "SELECT word, coalesce(json_agg(first_id)")
+    with caplog.at_level("INFO", logger="memory"):
+        assert [m["id"] for m in store.recall(ALICE, "vegetarian")] == [kept]
+    store.db.set_trace_callback(None)
+    assert "lost during a read: reading again" in caplog.text
+
+
+def test_a_write_cut_off_before_its_commit_was_not_applied(store: MemoryStore,
+                                                           server: Server) -> None:
+    store.remember(ALICE, "user", "Alice is vegetarian.", "s")
+    terminate_at(store, server, "INSERT INTO memories")
+    with pytest.raises(StoreError, match="before the write's COMMIT: the write was not"
+                                         " applied") as caught:
+        store.remember(ALICE, "user", "Alice likes trains.", "s")
+    store.db.set_trace_callback(None)
+    assert not isinstance(caught.value, memory.OutcomeUnknown)
+    assert store.count(ALICE) == 1
+    store.remember(ALICE, "user", "Alice likes trains.", "s")
+    assert store.count(ALICE) == 2
+
+
+def test_a_write_cut_off_once_its_commit_was_sent_has_an_unknown_outcome(
+        store: MemoryStore, server: Server) -> None:
+    store.remember(ALICE, "user", "Alice is vegetarian.", "s")
+    terminate_at(store, server, "COMMIT")
+    with pytest.raises(memory.OutcomeUnknown, match="may or may not have been applied"):
+        store.remember(ALICE, "user", "Alice likes trains.", "s")
+    store.db.set_trace_callback(None)
+    assert store.count(ALICE) in (1, 2)  # the caller checks, as the message says
+    assert store.remember(ALICE, "user", "Alice likes jazz.", "s")
