@@ -524,6 +524,11 @@ _PG_SIZE = (
 )
 _PG_VACUUM = "VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts"
 _PG_READ_ONLY = "SET default_transaction_read_only = on"
+# A statement, and a wait for a lock, past the store's statement_timeout is cancelled by
+# the server (milliseconds, an integer).
+_PG_TIMEOUTS = "SET statement_timeout = {ms:d}; SET lock_timeout = {ms:d}"
+# libpq waits for a connection without end by default; a URL may set its own.
+_PG_CONNECT_SECONDS = 30
 _PG_ASYNC_COMMIT = "SET synchronous_commit = off"
 
 
@@ -698,18 +703,21 @@ def _check_id(memory_id: object, name: str = "memory_id") -> int:
     return memory_id
 
 
-def _check_ttl(ttl: object) -> float | None:
-    if ttl is None:
-        return None
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
-        raise MemoryInputError(f"ttl must be a number of seconds or None, got {_described(ttl)}")
+def _check_seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MemoryInputError(
+            f"{name} must be a number of seconds or None, got {_described(value)}")
     try:
-        seconds = float(ttl)  # an int past the largest float overflows here
+        seconds = float(value)  # an int past the largest float overflows here
     except OverflowError:
         seconds = math.inf
     if not (math.isfinite(seconds) and seconds > 0):
-        raise MemoryInputError("ttl must be a finite number of seconds above 0")
+        raise MemoryInputError(f"{name} must be a finite number of seconds above 0")
     return seconds
+
+
+def _check_ttl(ttl: object) -> float | None:
+    return None if ttl is None else _check_seconds("ttl", ttl)
 
 
 class _NewMemory(NamedTuple):
@@ -1341,7 +1349,7 @@ class _SqliteEngine(_Engine):
 
     @classmethod
     def open(cls, path: str, read_only: bool, durable: bool, matching: str | None,
-             create: bool = True) -> _SqliteEngine:
+             create: bool = True, statement_timeout: float | None = None) -> _SqliteEngine:
         target = _sqlite_uri(path, read_only, create)
         file = None
         if path != ":memory:":
@@ -1494,12 +1502,35 @@ def _is_postgres(path: str) -> bool:
     return path.startswith(("postgresql://", "postgres://"))
 
 
-def _postgres_error(exc: Exception) -> StoreError:
+# The kinds of failure a caller can act on, by SQLSTATE (a class is its first two
+# characters); anything else is named by its class and SQLSTATE alone.
+_PG_FAILURES = {
+    "08": "the connection to the server failed",
+    "28": "the server refused the role's credentials",
+    "3D": "the database does not exist",
+    "40001": "a serialization failure (the transaction was rolled back; try again)",
+    "40P01": "a deadlock (the transaction was rolled back; try again)",
+    "42501": "permission denied: the role needs to own the database, or to have CREATE on"
+             " its schema to create the store and to own the store's tables to use them",
+    "53": "the server ran out of a resource (disk, memory or connections)",
+    "55P03": "timed out waiting for a lock (lock_timeout)",
+    "57014": "timed out (statement_timeout), or cancelled",
+    "57P": "the server is shutting down or restarting",
+}
+
+
+def _postgres_error(exc: Exception, connecting: bool = False) -> StoreError:
     # The driver's messages can quote a value (a duplicate key, the URL's user), so only
-    # the error's class and SQLSTATE go on.
-    state = getattr(exc, "sqlstate", None) or "none"
-    return StoreError(f"the PostgreSQL server could not do it ({type(exc).__name__},"
-                      f" SQLSTATE {state})")
+    # the kind of failure, the error's class and its SQLSTATE go on.
+    state = getattr(exc, "sqlstate", None) or ""
+    kind = next((_PG_FAILURES[key] for key in (state, state[:3], state[:2])
+                 if key in _PG_FAILURES), None)
+    failed = "the PostgreSQL server could not do it"
+    if connecting and not state:  # libpq gives no SQLSTATE for a failed connection
+        failed = "could not connect to the PostgreSQL server"
+        kind = "it is down or unreachable, or refused the role or the database"
+    return StoreError(f"{failed}{': ' + kind if kind else ''}"
+                      f" ({type(exc).__name__}, SQLSTATE {state or 'none'})")
 
 
 # (version a database is at after the step, the step), in order; each runs in the
@@ -1532,19 +1563,21 @@ class _PostgresEngine(_Engine):
     def _connect(self) -> Any:
         connection = None
         try:
-            connection = self._psycopg.connect(self._url, autocommit=True)
+            bounded = {} if "connect_timeout" in self._url else {
+                "connect_timeout": _PG_CONNECT_SECONDS}
+            connection = self._psycopg.connect(self._url, autocommit=True, **bounded)
             for setting in self._session:
                 connection.execute(setting)
             return connection
         except self._psycopg.Error as exc:
-            error = _postgres_error(exc)
+            error = _postgres_error(exc, connecting=connection is None)
         if connection is not None:
             connection.close()
         raise error
 
     @classmethod
     def open(cls, url: str, read_only: bool, durable: bool, matching: str | None,
-             create: bool = True) -> _PostgresEngine:
+             create: bool = True, statement_timeout: float | None = None) -> _PostgresEngine:
         engine = cls(url)
         try:
             encoding = bytes(engine._send(_PG_ENCODING).fetchone()[0]).decode("ascii")
@@ -1558,6 +1591,9 @@ class _PostgresEngine(_Engine):
             if version != POSTGRES_SCHEMA_VERSION:
                 engine._check_layout(POSTGRES_SCHEMA_VERSION)  # what was made
             engine._session = [_PG_READ_ONLY] * read_only + [_PG_ASYNC_COMMIT] * (not durable)
+            if statement_timeout is not None:
+                ms = max(1, round(statement_timeout * 1000))
+                engine._session += _PG_TIMEOUTS.format(ms=ms).split("; ")
             for setting in engine._session:
                 engine._send(setting)
             (privileged,) = engine._send(_PG_PRIVILEGED).fetchone()
@@ -2246,8 +2282,15 @@ class MemoryStore:
         durable: bool = True,
         matching: str | None = None,
         create: bool = True,
+        statement_timeout: float | None = None,
     ) -> None:
         self.path = _check_path(path)
+        if statement_timeout is not None:
+            if not _is_postgres(self.path):
+                raise MemoryInputError("statement_timeout is for a postgresql:// store; an"
+                                       " SQLite file waits for its lock up to"
+                                       f" {BUSY_TIMEOUT_SECONDS:g} seconds")
+            statement_timeout = _check_seconds("statement_timeout", statement_timeout)
         if matching is not None:
             _check_choice("matching", matching, MATCHING)
         if not callable(clock):
@@ -2263,7 +2306,7 @@ class MemoryStore:
         self.matching = "exact"
         self._recorded = "exact"  # the rule as the file records it, with its version
         self._words: Callable[[str], set[str]] = words
-        self._db: _Engine | None = self._connect(matching, bool(create))
+        self._db: _Engine | None = self._connect(matching, bool(create), statement_timeout)
         _OPEN_STORES.add(self)
         if self._recorded != _RECORDED[self.matching] and not self.read_only:
             # Built by an earlier version of its rule: brought up to date in one
@@ -2276,10 +2319,12 @@ class MemoryStore:
                 self.close()
                 raise
 
-    def _connect(self, matching: str | None, create: bool) -> _Engine:
+    def _connect(self, matching: str | None, create: bool,
+                 statement_timeout: float | None) -> _Engine:
         """Open and prepare the engine for the path, then follow its rule."""
         engine_type = _PostgresEngine if _is_postgres(self.path) else _SqliteEngine
-        engine = engine_type.open(self.path, self.read_only, self.durable, matching, create)
+        engine = engine_type.open(self.path, self.read_only, self.durable, matching, create,
+                                  statement_timeout)
         try:
             self._file = engine.file
             self._adopt_rule(engine)

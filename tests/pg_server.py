@@ -47,11 +47,20 @@ class Server:
             shutil.chown(self.folder, "postgres", "postgres")
         self.run(str(self.binaries / "initdb"), "-D", str(self.data), "-U", "postgres",
                  "--auth=trust", "-E", "UTF8", "--no-sync")
+        self.launch()
+        self.admin(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS")
+
+    def launch(self) -> None:
+        """pg_ctl start on the initialized data, listening on the folder's socket only."""
         options = (f"-k {self.folder} -c listen_addresses='' -c max_connections=60"
                    f" -c fsync={'on' if self.fsync else 'off'}")
         self.run(str(self.binaries / "pg_ctl"), "-D", str(self.data), "-l",
                  str(self.folder / "server.log"), "-w", "-t", "60", "-o", options, "start")
-        self.admin(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS")
+
+    def halt(self) -> None:
+        """pg_ctl stop, fast: the server is down until launch()."""
+        self.run(str(self.binaries / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60",
+                 "-m", "fast", "stop")
 
     def restart(self) -> None:
         """pg_ctl restart, as a minor upgrade or a configuration change does: every

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
@@ -737,3 +737,85 @@ def test_a_write_cut_off_once_its_commit_was_sent_has_an_unknown_outcome(
     store.db.set_trace_callback(None)
     assert store.count(ALICE) in (1, 2)  # the caller checks, as the message says
     assert store.remember(ALICE, "user", "Alice likes jazz.", "s")
+
+
+def test_a_server_that_is_down_fails_a_call_at_once_and_the_store_works_once_it_is_back(
+        store: MemoryStore, server: Server) -> None:
+    kept = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
+    server.halt()
+    calls: list[Callable[[], object]] = [lambda: store.count(ALICE),
+                                         lambda: store.remember(ALICE, "user", "lost", "s")]
+    try:
+        for call in calls:  # each a StoreError, not a wait: libpq's connect_timeout is set
+            with pytest.raises(StoreError, match="could not connect to the PostgreSQL server"):
+                call()
+    finally:
+        server.launch()
+    assert [m["id"] for m in store.memories(ALICE)] == [kept]
+    store.remember(ALICE, "user", "Alice likes trains.", "s")
+    assert store.count(ALICE) == 2
+
+
+def test_statement_timeout_bounds_a_wait_for_a_lock(url: str) -> None:
+    import psycopg
+
+    with pytest.raises(MemoryInputError, match="statement_timeout is for a postgresql"):
+        MemoryStore("m.db", statement_timeout=1)
+    for bad in (0, -1, float("nan"), True, "1"):
+        with pytest.raises(MemoryInputError, match="statement_timeout must be"):
+            MemoryStore(url, statement_timeout=bad)  # type: ignore[arg-type]
+    with MemoryStore(url, statement_timeout=0.2) as opened:
+        opened.remember(ALICE, "user", "first", "s")
+        holder = psycopg.connect(url)
+        holder.execute(f"SELECT pg_advisory_xact_lock({memory._PG_LOCK_CLASS} + 1,"
+                       " hashtext('alice'))")
+        try:
+            with pytest.raises(StoreError, match="timed out"):
+                opened.remember(ALICE, "user", "second", "s")
+            assert not opened.db.in_transaction
+        finally:
+            holder.rollback()
+            holder.close()
+        opened.remember(ALICE, "user", "third", "s")
+        assert [m["text"] for m in opened.memories(ALICE)] == ["first", "third"]
+
+
+def use_after_fork(store: MemoryStore, report: Any) -> None:
+    try:
+        store.count(ALICE)
+        report.put("used the parent's connection")
+    except StoreError as exc:
+        report.put(str(exc))
+
+
+def test_a_forked_child_is_refused_the_parents_store(store: MemoryStore) -> None:
+    store.remember(ALICE, "user", "Alice is vegetarian.", "s")
+    context = multiprocessing.get_context("fork")
+    report = context.Queue()
+    child = context.Process(target=use_after_fork, args=(store, report))
+    child.start()
+    child.join(timeout=60)
+    assert "opened before this process forked" in report.get(timeout=10)
+    assert store.count(ALICE) == 1  # the parent's connection is untouched
+
+
+def test_a_password_in_the_url_appears_nowhere(url: str, server: Server,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    secret = "quokka-password-4471"
+    with_password = url.replace(f"{APP_ROLE}@", f"{APP_ROLE}:{secret}@")
+    texts = []
+    with caplog.at_level("DEBUG"):
+        with MemoryStore(with_password) as opened:
+            texts.append(repr(opened))
+            opened.remember(ALICE, "user", "Alice is vegetarian.", "s")
+            server.admin(f"SELECT pg_terminate_backend({backend_of(opened)})")
+            opened.recall(ALICE, "vegetarian")
+        server.halt()
+        try:
+            with pytest.raises(StoreError) as caught:
+                MemoryStore(with_password)
+            texts += chain(caught.value)
+        finally:
+            server.launch()
+    texts += [record.getMessage() for record in caplog.records]
+    assert all(secret not in text for text in texts)
