@@ -716,6 +716,13 @@ def _check_seconds(name: str, value: object) -> float:
     return seconds
 
 
+def _check_pool_size(size: object) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 100:
+        raise MemoryInputError(f"pool_size must be an int from 1 to 100, got {_described(size)}"
+                               + (" out of range" if type(size) is int else ""))
+    return size
+
+
 def _check_ttl(ttl: object) -> float | None:
     return None if ttl is None else _check_seconds("ttl", ttl)
 
@@ -1071,7 +1078,9 @@ def _transaction(db: _Engine, write: bool) -> Iterator[_Engine]:
 # which engine it has.
 
 class _Engine:
-    """A store's database connection and what differs between the databases."""
+    """A store's database and what differs between the databases: an engine hands each
+    call a session to run on (SQLite's engine is its own session, one call at a time;
+    PostgreSQL's lends a pooled connection), and a session runs the call's statements."""
 
     #: The database's name, for the log.
     name = ""
@@ -1089,6 +1098,10 @@ class _Engine:
     #: Run one statement of both engines, or many with a sequence of parameters.
     execute: Callable[..., Any]
     executemany: Callable[..., Any]
+
+    def session(self) -> contextlib.AbstractContextManager[_Engine]:
+        """What one call runs on, for the length of the call."""
+        raise NotImplementedError
 
     @property
     def in_transaction(self) -> bool:
@@ -1343,13 +1356,15 @@ class _SqliteEngine(_Engine):
     def __init__(self, connection: sqlite3.Connection, path: str) -> None:
         self.connection = connection
         self.path = path
+        self._lock = threading.RLock()  # one connection: a call at a time
         # Bound once: the store's hot path pays no call of its own per statement.
         self.execute = connection.execute
         self.executemany = connection.executemany
 
     @classmethod
     def open(cls, path: str, read_only: bool, durable: bool, matching: str | None,
-             create: bool = True, statement_timeout: float | None = None) -> _SqliteEngine:
+             create: bool = True, statement_timeout: float | None = None,
+             pool_size: int = 1, pool_timeout: float = 0.0) -> _SqliteEngine:
         target = _sqlite_uri(path, read_only, create)
         file = None
         if path != ":memory:":
@@ -1430,6 +1445,11 @@ class _SqliteEngine(_Engine):
                 if not busy or time.monotonic() >= deadline:
                     raise
             time.sleep(0.002)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[_Engine]:
+        with self._lock:
+            yield self
 
     @property
     def in_transaction(self) -> bool:
@@ -1536,74 +1556,65 @@ def _postgres_error(exc: Exception, connecting: bool = False) -> StoreError:
 # (version a database is at after the step, the step), in order; each runs in the
 # transaction that creates or upgrades the schema, under the store's lock, with the
 # version bump. None yet: version 1 is the first.
-POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresEngine], None]]] = []
+POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = []
 
 
-class _PostgresEngine(_Engine):
-    """A PostgreSQL database through one psycopg 3 connection: each statement's `.pg`
-    text, its errors as StoreError, row-level security and advisory locks."""
+def _psycopg() -> Any:
+    """psycopg 3, or StoreError naming the extra that brings it."""
+    try:
+        return importlib.import_module("psycopg")
+    except ImportError:
+        raise StoreError("a postgresql:// store needs psycopg 3 and psycopg_pool:"
+                         " pip install 'memory-store[postgres]'") from None
 
-    name = "PostgreSQL"
+
+def _postgres_connection(url: str, settings: list[str]) -> Any:
+    """A new connection to the store's database, given the store's session settings; the
+    wait bounded by libpq's connect_timeout unless the URL sets its own."""
+    psycopg, connection = _psycopg(), None
+    try:
+        bounded = {} if "connect_timeout" in url else {"connect_timeout": _PG_CONNECT_SECONDS}
+        connection = psycopg.connect(url, autocommit=True, **bounded)
+        for setting in settings:
+            connection.execute(setting)
+        return connection
+    except psycopg.Error as exc:
+        error = _postgres_error(exc, connecting=connection is None)
+    if connection is not None:
+        connection.close()
+    raise error
+
+
+class _PostgresSession(_Engine):
+    """One call's transaction on one psycopg 3 connection: each statement's `.pg` text,
+    its errors as StoreError, row-level security and advisory locks."""
+
     reads_map_first = True
 
-    def __init__(self, url: str) -> None:
-        try:
-            self._psycopg: Any = importlib.import_module("psycopg")
-        except ImportError:
-            raise StoreError("a postgresql:// store needs psycopg 3:"
-                             " pip install 'memory-store[postgres]'") from None
-        self._url = url
-        self._session: list[str] = []  # settings each new connection is given
-        self.connection = self._connect()
-        self._trace: Callable[[str], object] | None = None
+    def __init__(self, connection: Any, trace: Callable[[str], object] | None = None) -> None:
+        self._psycopg = _psycopg()
+        self.connection = connection
+        self._trace = trace
         self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
         self._batching = False
         self._write = self._commit_sent = False  # what the transaction under way is
 
-    def _connect(self) -> Any:
-        connection = None
-        try:
-            bounded = {} if "connect_timeout" in self._url else {
-                "connect_timeout": _PG_CONNECT_SECONDS}
-            connection = self._psycopg.connect(self._url, autocommit=True, **bounded)
-            for setting in self._session:
-                connection.execute(setting)
-            return connection
-        except self._psycopg.Error as exc:
-            error = _postgres_error(exc, connecting=connection is None)
-        if connection is not None:
-            connection.close()
-        raise error
-
-    @classmethod
-    def open(cls, url: str, read_only: bool, durable: bool, matching: str | None,
-             create: bool = True, statement_timeout: float | None = None) -> _PostgresEngine:
-        engine = cls(url)
-        try:
-            encoding = bytes(engine._send(_PG_ENCODING).fetchone()[0]).decode("ascii")
-            if encoding != "UTF8":
-                raise StoreError(f"the database's encoding is {encoding}; a memory store needs"
-                                 " a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8')")
-            version = engine.version()
-            if version in _PG_POLICY_TEXTS:  # a version this code wrote: before any change
-                engine._check_layout(version)
-            engine._prepare(writable=not read_only, matching=matching, create=create)
-            if version != POSTGRES_SCHEMA_VERSION:
-                engine._check_layout(POSTGRES_SCHEMA_VERSION)  # what was made
-            engine._session = [_PG_READ_ONLY] * read_only + [_PG_ASYNC_COMMIT] * (not durable)
-            if statement_timeout is not None:
-                ms = max(1, round(statement_timeout * 1000))
-                engine._session += _PG_TIMEOUTS.format(ms=ms).split("; ")
-            for setting in engine._session:
-                engine._send(setting)
-            (privileged,) = engine._send(_PG_PRIVILEGED).fetchone()
-            if privileged:
-                _log.warning("connected as a role that bypasses row-level security: only"
-                             " each statement's user filter confines the store's calls")
-        except BaseException:
-            engine.close()
-            raise
-        return engine
+    def open_store(self, read_only: bool, matching: str | None, create: bool) -> None:
+        """Check, create or upgrade the store in the database, as the store opens."""
+        encoding = bytes(self._send(_PG_ENCODING).fetchone()[0]).decode("ascii")
+        if encoding != "UTF8":
+            raise StoreError(f"the database's encoding is {encoding}; a memory store needs"
+                             " a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8')")
+        version = self.version()
+        if version in _PG_POLICY_TEXTS:  # a version this code wrote: before any change
+            self._check_layout(version)
+        self._prepare(writable=not read_only, matching=matching, create=create)
+        if version != POSTGRES_SCHEMA_VERSION:
+            self._check_layout(POSTGRES_SCHEMA_VERSION)  # what was made
+        (privileged,) = self._send(_PG_PRIVILEGED).fetchone()
+        if privileged:
+            _log.warning("connected as a role that bypasses row-level security: only"
+                         " each statement's user filter confines the store's calls")
 
     def _prepare(self, writable: bool, matching: str | None, create: bool) -> None:
         """Create or upgrade the database's schema in one transaction under the store's
@@ -1763,27 +1774,10 @@ class _PostgresEngine(_Engine):
         return self._begin is not None or bool(
             self.connection.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE)
 
-    def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
-        self._trace = trace
-
     def begin(self, write: bool) -> None:
-        if self.connection.closed or self._dropped():
-            self._abandon()
-            self.connection = self._connect()
-            _log.info("connected to the PostgreSQL server anew")
         self._write, self._commit_sent = write, False
         # Sent with the transaction's first statement: a round trip saved.
         self._begin = _PG_BEGIN_WRITE if write else _PG_BEGIN_READ
-
-    def _dropped(self) -> bool:
-        """Whether the server has ended the idle connection (a restart, a terminated
-        backend, a proxy's idle timeout): its last words, or the end of the stream, are
-        already waiting to be read. One poll of the socket, no round trip."""
-        try:
-            readable, _, _ = select.select([self.connection.pgconn.socket], [], [], 0)
-        except (OSError, ValueError, self._psycopg.Error):
-            return True
-        return bool(readable)
 
     def _end(self, text: str) -> None:
         if self._begin is not None:
@@ -1849,6 +1843,120 @@ class _PostgresEngine(_Engine):
     def backup(self, destination: str) -> None:
         raise StoreError("backup() copies an SQLite file; on PostgreSQL use pg_dump")
 
+
+
+def _dropped(connection: Any) -> bool:
+    """Whether the server has ended an idle connection (a restart, a terminated backend,
+    a proxy's idle timeout): its last words, or the end of the stream, are already waiting
+    to be read. One poll of the socket, no round trip."""
+    if connection.closed:
+        return True
+    try:
+        readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, _psycopg().Error):
+        return True
+    return bool(readable)
+
+
+class _QuietRecoveries(logging.Filter):
+    """Drops psycopg's warnings about a connection the store gives up and recovers from
+    (it logs the recovery itself, at INFO), and about a server the pool cannot reach (the
+    call that waited for it raises StoreError saying so): their text may name the URL's
+    host or user, and the caller's log shows no failure for what recovers."""
+
+    RECOVERED = ("discarding closed connection", "error ignored terminating",
+                 "error ignored exiting", "error connecting in")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.RECOVERED)
+
+
+_QUIET = _QuietRecoveries()
+
+
+class _PostgresEngine(_Engine):
+    """A PostgreSQL database through a pool of connections (psycopg_pool), one per call in
+    flight, so that threads sharing a store run their calls side by side."""
+
+    name = "PostgreSQL"
+
+    def __init__(self, url: str, settings: list[str], pool_size: int,
+                 pool_timeout: float) -> None:
+        try:
+            pool = importlib.import_module("psycopg_pool")
+        except ImportError:
+            raise StoreError("a postgresql:// store needs psycopg_pool:"
+                             " pip install 'memory-store[postgres]'") from None
+        self._trace: Callable[[str], object] | None = None
+        self._pool_timeout = pool_timeout
+        for name in ("psycopg", "psycopg.pool"):
+            logging.getLogger(name).addFilter(_QUIET)  # once: a filter is added once
+
+        def configure(connection: Any) -> None:
+            for setting in settings:
+                connection.execute(setting)
+
+        bounded = {} if "connect_timeout" in url else {"connect_timeout": _PG_CONNECT_SECONDS}
+        self._pool = pool.ConnectionPool(
+            url, min_size=1, max_size=pool_size, timeout=pool_timeout, open=True,
+            kwargs={"autocommit": True, **bounded}, configure=configure, name="memory")
+        self._pool_errors = (pool.PoolTimeout, pool.PoolClosed)
+
+    @classmethod
+    def open(cls, url: str, read_only: bool, durable: bool, matching: str | None,
+             create: bool = True, statement_timeout: float | None = None,
+             pool_size: int = 10, pool_timeout: float = 30.0) -> _PostgresEngine:
+        settings = [_PG_READ_ONLY] * read_only + [_PG_ASYNC_COMMIT] * (not durable)
+        if statement_timeout is not None:
+            ms = max(1, round(statement_timeout * 1000))
+            settings += _PG_TIMEOUTS.format(ms=ms).split("; ")
+        # One connection of its own first, so that a server out of reach, or a database
+        # this code must refuse, fails the open at once with the reason.
+        connection = _postgres_connection(url, settings)
+        try:
+            _PostgresSession(connection).open_store(read_only, matching, create)
+        finally:
+            connection.close()
+        return cls(url, settings, pool_size, pool_timeout)
+
+    def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
+        self._trace = trace
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[_Engine]:
+        """A connection from the pool for one call, given back after it: a broken one is
+        discarded by the pool, which connects anew."""
+        try:
+            connection = self._live_connection()
+        except self._pool_errors:
+            error = StoreError(f"no connection to the PostgreSQL server within"
+                               f" {self._pool_timeout:g} s: it is down or out of reach, or"
+                               " every connection of the pool is in use")
+        except _psycopg().Error as exc:
+            error = _postgres_error(exc, connecting=True)
+        else:
+            try:
+                yield _PostgresSession(connection, self._trace)
+            finally:
+                self._pool.putconn(connection)
+            return
+        raise error
+
+    def _live_connection(self) -> Any:
+        """A connection from the pool that the server has not ended. One it has, closed
+        and given back, the pool discards and replaces; this takes the next at once (the
+        pool's own check hook would wait a second between tries)."""
+        for _ in range(self._pool.max_size):
+            connection = self._pool.getconn()
+            if not _dropped(connection):
+                return connection
+            connection.close()
+            self._pool.putconn(connection)
+            _log.info("the PostgreSQL server had ended a pooled connection: taking another")
+        return self._pool.getconn()
+
+    def close(self) -> None:
+        self._pool.close()
 
 
 # -- recall ----------------------------------------------------------------------------
@@ -2283,14 +2391,21 @@ class MemoryStore:
         matching: str | None = None,
         create: bool = True,
         statement_timeout: float | None = None,
+        pool_size: int | None = None,
+        pool_timeout: float | None = None,
     ) -> None:
         self.path = _check_path(path)
-        if statement_timeout is not None:
-            if not _is_postgres(self.path):
-                raise MemoryInputError("statement_timeout is for a postgresql:// store; an"
-                                       " SQLite file waits for its lock up to"
+        postgres_only = {"statement_timeout": statement_timeout, "pool_size": pool_size,
+                         "pool_timeout": pool_timeout}
+        for name, value in postgres_only.items():
+            if value is not None and not _is_postgres(self.path):
+                raise MemoryInputError(f"{name} is for a postgresql:// store; an SQLite file"
+                                       " has one connection, which waits for its lock up to"
                                        f" {BUSY_TIMEOUT_SECONDS:g} seconds")
+        if statement_timeout is not None:
             statement_timeout = _check_seconds("statement_timeout", statement_timeout)
+        size = _check_pool_size(10 if pool_size is None else pool_size)
+        waited = _check_seconds("pool_timeout", 30.0 if pool_timeout is None else pool_timeout)
         if matching is not None:
             _check_choice("matching", matching, MATCHING)
         if not callable(clock):
@@ -2306,7 +2421,8 @@ class MemoryStore:
         self.matching = "exact"
         self._recorded = "exact"  # the rule as the file records it, with its version
         self._words: Callable[[str], set[str]] = words
-        self._db: _Engine | None = self._connect(matching, bool(create), statement_timeout)
+        self._db: _Engine | None = self._connect(
+            matching, bool(create), statement_timeout, size, waited)
         _OPEN_STORES.add(self)
         if self._recorded != _RECORDED[self.matching] and not self.read_only:
             # Built by an earlier version of its rule: brought up to date in one
@@ -2319,15 +2435,16 @@ class MemoryStore:
                 self.close()
                 raise
 
-    def _connect(self, matching: str | None, create: bool,
-                 statement_timeout: float | None) -> _Engine:
+    def _connect(self, matching: str | None, create: bool, statement_timeout: float | None,
+                 pool_size: int, pool_timeout: float) -> _Engine:
         """Open and prepare the engine for the path, then follow its rule."""
         engine_type = _PostgresEngine if _is_postgres(self.path) else _SqliteEngine
         engine = engine_type.open(self.path, self.read_only, self.durable, matching, create,
-                                  statement_timeout)
+                                  statement_timeout, pool_size, pool_timeout)
         try:
             self._file = engine.file
-            self._adopt_rule(engine)
+            with engine.session() as db:
+                self._adopt_rule(db)
             if matching is not None and matching != self.matching:
                 raise MemoryInputError(f"matching={matching!r} was asked for, but the store's"
                                        f" word index uses matching={self.matching!r}")
@@ -2381,8 +2498,9 @@ class MemoryStore:
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[_Engine]:
-        with self._lock:
-            db = self.db
+        """The session one call runs on (SQLite's connection, one call at a time, or a
+        pooled PostgreSQL connection), sqlite3's errors as the store's."""
+        with self.db.session() as db:
             try:
                 yield db
             except sqlite3.Error as exc:

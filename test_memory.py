@@ -186,7 +186,7 @@ class TestScopeRule(StoreTestCase):
                 self.assertEqual(statement.count("?"), statement.pg.count("%s"))
                 for sqlite_only in ("?", "json_each", "NOT INDEXED", "INSERT OR", " IS ?"):
                     self.assertNotIn(sqlite_only, statement.pg)
-        engine = memory._PostgresEngine.__new__(memory._PostgresEngine)  # no connection
+        engine = memory._PostgresSession.__new__(memory._PostgresSession)  # no connection
         with self.assertRaisesRegex(StoreError, "no PostgreSQL form"):
             engine.execute("SELECT text FROM memories")
 

@@ -483,14 +483,11 @@ def peer_tables(folder: Path, rows: list[tuple[str, str]], queries: list[str],
     return [fts_row, floor]
 
 
-def threads(folder: Path, size: int) -> list[dict[str, Any]]:
-    """Recall throughput on the Zipf file of `size`: one thread; eight threads sharing one
-    store (one connection, taken in turn); eight threads with a store each."""
-    zipf = Zipf(random.Random(SEED))  # the file's vocabulary
-    zipf.rng = random.Random(SEED + 1)  # other queries, drawn the same way
-    me = Scope("bench-user", "task-1")
-    queries = [" ".join(zipf.words(2, 4)) for _ in range(2 * QUERIES)]
-    path = folder / f"zipf-{size}.db"
+def readers(target: str, me: Scope, queries: list[str],
+            sharing: tuple[int, ...] = (1, 8)) -> list[dict[str, Any]]:
+    """Recall throughput on the store at `target`: threads sharing one store (on SQLite
+    one connection, taken in turn; on PostgreSQL its pool), then eight threads with a
+    store (a connection) each."""
 
     def run(stores: list[MemoryStore], count: int) -> float:
         start = threading.Barrier(count)
@@ -508,14 +505,26 @@ def threads(folder: Path, size: int) -> list[dict[str, Any]]:
             worker.join(timeout=600)
         return len(queries) / (time.perf_counter() - began)
 
-    shared = MemoryStore(path)
-    own = [MemoryStore(path) for _ in range(8)]
-    rows = [{"readers": "1 thread, 1 store", "recalls/s": run([shared], 1)},
-            {"readers": "8 threads, 1 shared store", "recalls/s": run([shared], 8)},
-            {"readers": "8 threads, a store (connection) each", "recalls/s": run(own, 8)}]
+    shared = MemoryStore(target)
+    own = [MemoryStore(target) for _ in range(8)]
+    rows: list[dict[str, Any]] = [{"readers": f"{count} thread{'s' * (count > 1)}, 1 shared store",
+             "recalls/s": run([shared], count)} for count in sharing]
+    rows.append({"readers": "8 threads, a store (connection) each", "recalls/s": run(own, 8)})
+    alone = rows[0]["recalls/s"]
+    for row in rows:
+        row["vs 1 thread"] = row["recalls/s"] / alone
+    rows[-2]["vs a store each"] = rows[-2]["recalls/s"] / rows[-1]["recalls/s"]
     for store in [shared, *own]:
         store.close()
     return rows
+
+
+def threads(folder: Path, size: int) -> list[dict[str, Any]]:
+    """Recall throughput on the Zipf file of `size`, from threads (see readers)."""
+    zipf = Zipf(random.Random(SEED))  # the file's vocabulary
+    zipf.rng = random.Random(SEED + 1)  # other queries, drawn the same way
+    queries = [" ".join(zipf.words(2, 4)) for _ in range(2 * QUERIES)]
+    return readers(str(folder / f"zipf-{size}.db"), Scope("bench-user", "task-1"), queries)
 
 
 def durability(folder: Path) -> list[dict[str, Any]]:
@@ -618,15 +627,16 @@ def gin_peers(owner_url: str, rows: list[tuple[Scope, str]], queries: list[str],
     return found
 
 
-def postgres(new_database: Callable[[], str], size: int,
-             gin: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
+def postgres(new_database: Callable[[], str], size: int, gin: Callable[[str], str] | None = None
+             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The uniform and Zipf workloads on PostgreSQL, `size` memories for one user and as
     many for ten others, over the server's Unix socket: bulk and durable writes, recall,
     recall with row-level security switched off (its cost), and 8 processes writing, the
-    store's durable remember beside plain single-row INSERTs (the engine's floor)."""
+    store's durable remember beside plain single-row INSERTs (the engine's floor); and
+    recall throughput from threads sharing a store (its pool) or with a store each."""
     import psycopg
 
-    rows = []
+    rows, threaded = [], []
     me = Scope("bench-user", "task-1")
     for workload in ("uniform", "Zipf"):
         rng = random.Random(SEED)
@@ -668,6 +678,8 @@ def postgres(new_database: Callable[[], str], size: int,
             row["recall p50 ms, no RLS"] = statistics.median(unguarded)
             row["RLS cost"] = row["recall p50 ms"] / row["recall p50 ms, no RLS"]
         rows.append(row)
+        if workload == "Zipf":
+            threaded.extend(readers(url, me, queries * 2, (1, 4, 8)))
         if gin is not None and workload == "Zipf":
             rows += gin_peers(gin(url), [(scope, text) for scope, _, text, _ in items],
                               queries, me)
@@ -682,7 +694,7 @@ def postgres(new_database: Callable[[], str], size: int,
         rows.append({"workload": f"1 process, {name}", "durable remember/s": one})
         rows.append({"workload": f"8 processes, {name}", "durable remember/s": eight,
                      "vs 1 process": eight / one})
-    return rows
+    return rows, threaded
 
 
 def main() -> None:
@@ -783,10 +795,12 @@ def main_postgres(url: str | None, size: int, gin: bool = False) -> None:
               " Unix socket, fsync on")
         owner = (lambda store_url: store_url.replace("memory_app", "postgres")) \
             if gin and server is not None else None
-        print(format_table(postgres(new_database, size, owner),
-                           ["workload", "size", "remember_many/s", "durable remember/s",
-                            "vs 1 process", "recall p50 ms", "recall p99 ms",
-                            "recall p50 ms, no RLS", "RLS cost"]))
+        rows, threaded = postgres(new_database, size, owner)
+        print(format_table(rows, ["workload", "size", "remember_many/s", "durable remember/s",
+                                  "vs 1 process", "recall p50 ms", "recall p99 ms",
+                                  "recall p50 ms, no RLS", "RLS cost"]))
+        print()
+        print(format_table(threaded))
     finally:
         if server is not None:
             server.stop()

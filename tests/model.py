@@ -246,6 +246,17 @@ def owner_connection(target: str) -> Iterator[Statements]:
         db.close()
 
 
+def transactions_left(store: Any) -> int:
+    """How many transactions the store left open: its SQLite connection's, or on
+    PostgreSQL the sessions of its database idle in one, as the server sees them."""
+    if not store.path.startswith("postgresql://"):
+        return int(store.db.in_transaction)
+    with owner_connection(store.path) as db:
+        return int(db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()").fetchone()[0])
+
+
 def index_problems_at(target: str) -> list[str]:
     """index_problems of the store at `target`, on either engine."""
     with owner_connection(target) as db:

@@ -9,6 +9,7 @@ missing the tests skip, saying so; with MEMORY_REQUIRE_POSTGRES=1 (CI) they fail
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import multiprocessing
@@ -18,6 +19,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -33,7 +35,7 @@ import memory
 from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, cli
 from machine import StoreMatchesModel
 from memory import RANKS, MemoryInputError, MemoryStore, SchemaError, Scope, StoreError, fixed_clock
-from model import RULES_HERE, Memory, Model, index_problems_at
+from model import RULES_HERE, Memory, Model, index_problems_at, transactions_left
 from pg_server import APP_ROLE, Server, database_of
 
 
@@ -382,9 +384,17 @@ def test_durable_and_read_only_set_the_session(url: str) -> None:
     found = {}
     for options in ({}, {"durable": False}, {"read_only": True}):
         with MemoryStore(url, **options) as opened:  # type: ignore[arg-type]
-            found[tuple(options)] = [opened.db.execute(show).fetchone()[0] for show in shows]
+            with opened._reading() as db:
+                found[tuple(options)] = [db.execute(show).fetchone()[0] for show in shows]
     assert found == {(): ["on", "off"], ("durable",): ["off", "off"],
                      ("read_only",): ["on", "on"]}
+
+
+@pytest.fixture
+def one_connection(url: str) -> Iterator[MemoryStore]:
+    """A store whose pool holds one connection: the one a protocol trace is set on."""
+    with MemoryStore(url, clock=fixed_clock(), pool_size=1) as opened:
+        yield opened
 
 
 def round_trips(store: MemoryStore, call: Any, folder: pathlib.Path) -> int:
@@ -392,7 +402,8 @@ def round_trips(store: MemoryStore, call: Any, folder: pathlib.Path) -> int:
     from messages sent to messages received."""
     import psycopg
 
-    connection = store.db.connection.pgconn
+    with store._reading() as db:  # the pool's one connection, which the call will take
+        connection = db.connection.pgconn
     with open(folder / "protocol.trace", "w") as trace:
         connection.trace(trace.fileno())
         connection.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
@@ -405,11 +416,13 @@ def round_trips(store: MemoryStore, call: Any, folder: pathlib.Path) -> int:
                if (sent, received) == ("F", "B"))
 
 
-def test_a_recall_waits_on_the_server_four_times(store: MemoryStore,
+def test_a_recall_waits_on_the_server_four_times(
+        one_connection: MemoryStore,
                                                  tmp_path: pathlib.Path) -> None:
     """BEGIN with the scope; the rows' map with the expired ids (and, for idf, the count);
     the postings; the recalled memories with COMMIT. Over a network each wait is most of
     a recall's time."""
+    store = one_connection
     for n in range(20):
         store.remember(ALICE, "user", f"Alice likes trains {n}.", "s", ttl=3600)
     found: dict[str, list[dict[str, Any]]] = {}
@@ -417,7 +430,7 @@ def test_a_recall_waits_on_the_server_four_times(store: MemoryStore,
         assert round_trips(store, lambda r=rank: found.update(
             {r: store.recall(ALICE, "likes trains", 3, rank=r)}), tmp_path) == 4
     assert [ids(found[rank]) for rank in RANKS] == [[20, 19, 18]] * len(RANKS)
-    assert not store.db.in_transaction
+    assert transactions_left(store) == 0
 
 
 def test_a_write_looks_its_words_newest_rows_up_by_key(url: str) -> None:
@@ -435,23 +448,26 @@ def test_a_write_looks_its_words_newest_rows_up_by_key(url: str) -> None:
     assert "Join" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
 
 
-def test_a_remember_waits_on_the_server_four_times(store: MemoryStore,
+def test_a_remember_waits_on_the_server_four_times(
+        one_connection: MemoryStore,
                                                    tmp_path: pathlib.Path) -> None:
     """BEGIN with the scope, the locks and the matching rule; the new id with the expired
     memories to purge; the row, with its words' newest index rows read back; the index
     rows, the count and COMMIT."""
+    store = one_connection
     store.remember(ALICE, "user", "Alice likes trains.", "s")
     assert round_trips(store, lambda: store.remember(
         ALICE, "user", "Alice likes night trains.", "s"), tmp_path) == 4
-    assert not store.db.in_transaction
+    assert transactions_left(store) == 0
     assert ids(store.recall(ALICE, "night trains")) == [2, 1]
 
 
 def test_a_top_k_recall_waits_three_times_and_once_per_read_of_index_rows(
-        store: MemoryStore, tmp_path: pathlib.Path) -> None:
+        one_connection: MemoryStore, tmp_path: pathlib.Path) -> None:
     """Past the words' read-all limit: BEGIN with the scope; the rows' map with the count
     and the expired ids; the recalled memories with COMMIT; and one wait per statement
     that reads index rows (a window, a read-through, a probe)."""
+    store = one_connection
     reads: list[str] = []
     rows_statement = memory._SQL_POSTINGS_ROWS.pg
     with mock.patch.object(memory, "_READ_ALL_UP_TO", 0), \
@@ -653,7 +669,7 @@ def test_a_timeout_signal_while_a_write_waits_for_its_user_leaves_nothing_held(
         signal.signal(signal.SIGALRM, previous)
         holder.rollback()
         holder.close()
-    assert not store.db.in_transaction
+    assert transactions_left(store) == 0
     deadline = time.monotonic() + 10
     while server.admin("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") != [(0,)]:
         assert time.monotonic() < deadline, "an advisory lock is still held"
@@ -664,8 +680,10 @@ def test_a_timeout_signal_while_a_write_waits_for_its_user_leaves_nothing_held(
 
 # -- a server that restarts or drops the connection ------------------------------------
 
-def backend_of(store: MemoryStore) -> int:
-    return int(store.db.connection.info.backend_pid)
+def end_connections(store: MemoryStore, server: Server) -> None:
+    """Terminate every connection of the store's database, as a restart would."""
+    server.admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname ="
+                 f" '{database_of(store.path)}' AND pid <> pg_backend_pid()")
 
 
 def test_an_idle_store_works_on_after_a_server_restart(store: MemoryStore,
@@ -682,7 +700,7 @@ def test_a_backend_terminated_between_calls_is_replaced(store: MemoryStore,
                                                         server: Server) -> None:
     kept = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
     for call in range(2):
-        server.admin(f"SELECT pg_terminate_backend({backend_of(store)})")
+        end_connections(store, server)
         if call == 0:
             assert [m["id"] for m in store.memories(ALICE)] == [kept]
         else:
@@ -698,7 +716,7 @@ def terminate_at(store: MemoryStore, server: Server, statement: str) -> list[str
     def trace(sql: str) -> None:
         seen.append(sql)
         if sql.startswith(statement) and seen.count(sql) == 1:
-            server.admin(f"SELECT pg_terminate_backend({backend_of(store)})")
+            end_connections(store, server)
 
     store.db.set_trace_callback(trace)
     return seen
@@ -739,21 +757,28 @@ def test_a_write_cut_off_once_its_commit_was_sent_has_an_unknown_outcome(
     assert store.remember(ALICE, "user", "Alice likes jazz.", "s")
 
 
-def test_a_server_that_is_down_fails_a_call_at_once_and_the_store_works_once_it_is_back(
-        store: MemoryStore, server: Server) -> None:
+def test_a_server_that_is_down_fails_a_call_within_the_pool_timeout_and_then_works(
+        url: str, server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    store = MemoryStore(url, pool_timeout=1)
     kept = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
     server.halt()
     calls: list[Callable[[], object]] = [lambda: store.count(ALICE),
                                          lambda: store.remember(ALICE, "user", "lost", "s")]
     try:
-        for call in calls:  # each a StoreError, not a wait: libpq's connect_timeout is set
-            with pytest.raises(StoreError, match="could not connect to the PostgreSQL server"):
-                call()
+        with caplog.at_level("WARNING"):
+            for call in calls:
+                with pytest.raises(StoreError, match="no connection to the PostgreSQL server"
+                                                     " within 1 s"):
+                    call()
+            with pytest.raises(StoreError, match="could not connect"):
+                MemoryStore(url)  # opening fails at once, with its own connection
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
     finally:
         server.launch()
-    assert [m["id"] for m in store.memories(ALICE)] == [kept]
-    store.remember(ALICE, "user", "Alice likes trains.", "s")
-    assert store.count(ALICE) == 2
+    with store:
+        assert [m["id"] for m in store.memories(ALICE)] == [kept]
+        store.remember(ALICE, "user", "Alice likes trains.", "s")
+        assert store.count(ALICE) == 2
 
 
 def test_statement_timeout_bounds_a_wait_for_a_lock(url: str) -> None:
@@ -772,10 +797,10 @@ def test_statement_timeout_bounds_a_wait_for_a_lock(url: str) -> None:
         try:
             with pytest.raises(StoreError, match="timed out"):
                 opened.remember(ALICE, "user", "second", "s")
-            assert not opened.db.in_transaction
         finally:
             holder.rollback()
             holder.close()
+        assert transactions_left(opened) == 0
         opened.remember(ALICE, "user", "third", "s")
         assert [m["text"] for m in opened.memories(ALICE)] == ["first", "third"]
 
@@ -808,7 +833,7 @@ def test_a_password_in_the_url_appears_nowhere(url: str, server: Server,
         with MemoryStore(with_password) as opened:
             texts.append(repr(opened))
             opened.remember(ALICE, "user", "Alice is vegetarian.", "s")
-            server.admin(f"SELECT pg_terminate_backend({backend_of(opened)})")
+            end_connections(opened, server)
             opened.recall(ALICE, "vegetarian")
         server.halt()
         try:
@@ -819,3 +844,109 @@ def test_a_password_in_the_url_appears_nowhere(url: str, server: Server,
             server.launch()
     texts += [record.getMessage() for record in caplog.records]
     assert all(secret not in text for text in texts)
+
+
+def test_pool_options_are_checked_and_refused_for_a_file(url: str) -> None:
+    for name in ("pool_size", "pool_timeout"):
+        with pytest.raises(MemoryInputError, match=f"{name} is for a postgresql"):
+            MemoryStore("m.db", **{name: 2})  # type: ignore[arg-type]
+    for bad in (0, 101, True, 2.5, "4"):
+        with pytest.raises(MemoryInputError, match="pool_size must be an int from 1 to 100"):
+            MemoryStore(url, pool_size=bad)  # type: ignore[arg-type]
+    for wait in (0, -1, float("inf"), "1"):
+        with pytest.raises(MemoryInputError, match="pool_timeout must be"):
+            MemoryStore(url, pool_timeout=wait)  # type: ignore[arg-type]
+
+
+def test_sixteen_threads_sharing_a_store_run_on_their_own_connections(
+        url: str, server: Server) -> None:
+    """Each call takes a connection of the pool: calls of different threads overlap on
+    the server (several connections busy at once), and every count comes out exact."""
+    errors: list[BaseException] = []
+    with MemoryStore(url, pool_size=8) as shared:
+        def work(n: int) -> None:
+            scope = Scope(f"user-{n % 4}", f"task-{n}")
+            try:
+                for k in range(25):
+                    shared.remember(scope, "task", f"note {k} of thread {n}", "s")
+                    shared.recall(scope, f"note {k}")
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not any(thread.is_alive() for thread in threads)
+        assert errors == []
+        for n in range(16):
+            assert shared.count(Scope(f"user-{n % 4}", f"task-{n}")) == 25
+        connections = server.admin(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname ="
+            f" '{database_of(url)}' AND pid <> pg_backend_pid()")
+        assert connections[0][0] > 1  # the pool grew: threads did not take turns on one
+    assert index_problems_at(url) == []
+
+
+def write_through_a_restart(url: str, user: str, restarted: Any, done: Any,
+                            report: Any) -> None:
+    """Remember notes until told to stop, reporting each id acknowledged, each failure's
+    class, and how many writes succeeded once the server was back."""
+    acknowledged, failures, after = [], [], 0
+    with MemoryStore(url) as store:
+        while not done.is_set():
+            try:
+                acknowledged.append(store.remember(Scope(user, "t"), "user", "a note", "s"))
+                after += restarted.is_set()
+            except StoreError as exc:
+                failures.append(type(exc).__name__)
+    report.put((acknowledged, failures, after))
+
+
+def test_a_restart_under_load_loses_nothing_acknowledged(url: str, server: Server) -> None:
+    """4 writer processes and 4 reader threads through a pg_ctl restart: every id a write
+    returned is stored; every failure is a documented StoreError; all go on afterwards."""
+    MemoryStore(url).close()
+    context = multiprocessing.get_context("spawn")
+    restarted, done, report = context.Event(), context.Event(), context.Queue()
+    writers = [context.Process(target=write_through_a_restart,
+                               args=(url, f"user-{n}", restarted, done, report))
+               for n in range(4)]
+    read_failures: list[str] = []
+    reads_after = collections.Counter[int]()
+    stop_reading = threading.Event()
+    with MemoryStore(url) as shared:
+        def read(n: int) -> None:
+            while not stop_reading.is_set():
+                try:
+                    shared.recall(Scope(f"user-{n}", "t"), "note")
+                    reads_after[n] += restarted.is_set()
+                except StoreError as exc:
+                    read_failures.append(type(exc).__name__)
+
+        readers = [threading.Thread(target=read, args=(n,)) for n in range(4)]
+        for writer in writers:
+            writer.start()
+        for reader in readers:
+            reader.start()
+        try:
+            time.sleep(1.5)
+            server.restart()
+            restarted.set()
+            time.sleep(1.5)
+        finally:
+            done.set()
+            stop_reading.set()
+            results = [report.get(timeout=120) for _ in writers]
+            for writer in writers:
+                writer.join(timeout=60)
+            for reader in readers:
+                reader.join(timeout=60)
+        stored = {m["id"] for n in range(4) for m in shared.memories(Scope(f"user-{n}", "t"))}
+    acknowledged = [i for ids, _, _ in results for i in ids]
+    assert acknowledged and set(acknowledged) <= stored
+    failures = [name for _, names, _ in results for name in names] + read_failures
+    assert set(failures) <= {"StoreError", "OutcomeUnknown"}, failures
+    assert all(after > 0 for _, _, after in results)
+    assert all(reads_after[n] > 0 for n in range(4))
