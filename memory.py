@@ -328,14 +328,16 @@ _SQL_POSTINGS = _sql(
     " AND word = value",
     f"SELECT word, first_id, ids {_SCOPED_WORD_ROWS_PG}")
 # The rows recall needs, by key: one statement a round, its (word, first id) pairs a
-# JSON list walked first, each pair one look-up of the primary key. (Lists of words and
-# of first ids would cost their product: a query may hold thousands of words.)
+# JSON list walked first, each pair one look-up of the primary key (on PostgreSQL a
+# lateral subquery, as above, or the plan may scan the user's whole index for them).
+# Lists of words and of first ids would cost their product: a query may hold thousands.
 _SQL_POSTINGS_ROWS = _sql(
     f"SELECT word, first_id, ids FROM json_each(?) CROSS JOIN memory_words {_IN_SCOPE}"
     " AND word = json_extract(value, '$[0]') AND first_id = json_extract(value, '$[1]')",
-    "SELECT word, first_id, ids FROM jsonb_array_elements(%s::jsonb) AS wanted (pair)"
-    " CROSS JOIN memory_words WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
-    " AND word = pair ->> 0 AND first_id = (pair ->> 1)::bigint")
+    "SELECT word, first_id, ids FROM jsonb_array_elements(%s::jsonb) AS wanted (pair),"
+    " LATERAL (SELECT word, first_id, ids FROM memory_words WHERE user_id = %s AND"
+    " (task_id IS NULL OR task_id = %s) AND word = wanted.pair ->> 0 AND first_id ="
+    " (wanted.pair ->> 1)::bigint OFFSET 0) AS found")
 # NOT INDEXED: look the few ids up by primary key rather than walk the user's index range.
 _SQL_RECALLED = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"

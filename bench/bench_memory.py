@@ -670,11 +670,13 @@ def postgres(new_database: Callable[[], str], size: int, gin: Callable[[str], st
             toggles = {force: [memory._sql("", f"ALTER TABLE {table} {force} ROW LEVEL SECURITY")
                                for table in ("memories", "memory_words", "memory_counts")]
                        for force in ("FORCE", "NO FORCE")}
-            for sql in toggles["NO FORCE"]:
-                store.db.execute(sql)
+            with store._reading() as db:
+                for sql in toggles["NO FORCE"]:
+                    db.execute(sql)
             unguarded = [timed(functools.partial(store.recall, me, q, 5), 1)[0] for q in queries]
-            for sql in toggles["FORCE"]:
-                store.db.execute(sql)
+            with store._reading() as db:
+                for sql in toggles["FORCE"]:
+                    db.execute(sql)
             row["recall p50 ms, no RLS"] = statistics.median(unguarded)
             row["RLS cost"] = row["recall p50 ms"] / row["recall p50 ms, no RLS"]
         rows.append(row)
