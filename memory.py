@@ -307,25 +307,28 @@ _SQL_SET_MATCHING = _sql(
 # each looked up under the scope by key: a query may hold thousands of words, and a list
 # tested against each of the user's index rows would cost their product. On PostgreSQL
 # the rows of each word are a lateral subquery (OFFSET 0 keeps it one), so that the plan
-# cannot turn the list into a filter whatever the table's statistics say.
+# cannot turn the list into a filter whatever the table's statistics say; SQLite looks
+# the words of a table up by key, and reads them in key order (GROUP BY needs no sort).
+# SQLite's statements name the words first too, as a table it looks each up from.
+_WANTED_WORDS = "WITH wanted (word) AS (SELECT value FROM json_each(?))"
 _SCOPED_WORD_ROWS_PG = (
     "FROM jsonb_array_elements_text(%s::jsonb) AS wanted (listed), LATERAL (SELECT word,"
     " first_id, task_id, ids FROM memory_words WHERE user_id = %s AND (task_id IS NULL OR"
     " task_id = %s) AND word = wanted.listed OFFSET 0) AS found"
 )
 _SQL_POSTINGS_MAP = _sql(
-    "SELECT word, json_group_array(first_id) FILTER (WHERE task_id IS NULL),"
+    f"{_WANTED_WORDS} SELECT word, json_group_array(first_id) FILTER (WHERE task_id IS NULL),"
     " json_group_array(first_id) FILTER (WHERE task_id IS NOT NULL), sum(length(ids)) / 8,"
     " min(typeof(ids) = 'blob' AND length(ids) % 8 = 0)"
-    f" FROM json_each(?) CROSS JOIN memory_words {_IN_SCOPE} AND word = value GROUP BY word",
+    f" FROM memory_words {_IN_SCOPE} AND word IN wanted GROUP BY word",
     "SELECT word, coalesce(json_agg(first_id) FILTER (WHERE task_id IS NULL), '[]')::text,"
     " coalesce(json_agg(first_id) FILTER (WHERE task_id IS NOT NULL), '[]')::text,"
     " (sum(length(ids)) / 8)::bigint, bool_and(length(ids) %% 8 = 0)::int"
     f" {_SCOPED_WORD_ROWS_PG} GROUP BY word")
 # All rows of the query words, when they are few.
 _SQL_POSTINGS = _sql(
-    f"SELECT word, first_id, ids FROM json_each(?) CROSS JOIN memory_words {_IN_SCOPE}"
-    " AND word = value",
+    f"{_WANTED_WORDS} SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
+    " AND word IN wanted",
     f"SELECT word, first_id, ids {_SCOPED_WORD_ROWS_PG}")
 # The rows recall needs, by key: one statement a round, its (word, first id) pairs a
 # JSON list walked first, each pair one look-up of the primary key (on PostgreSQL a
