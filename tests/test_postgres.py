@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import logging
 import multiprocessing
 import os
 import pathlib
@@ -696,16 +697,20 @@ def test_an_idle_store_works_on_after_a_server_restart(store: MemoryStore,
     assert store.count(ALICE) == 2
 
 
-def test_a_backend_terminated_between_calls_is_replaced(store: MemoryStore,
-                                                        server: Server) -> None:
+def test_a_backend_terminated_between_calls_is_replaced(
+        store: MemoryStore, server: Server, caplog: pytest.LogCaptureFixture) -> None:
     kept = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
-    for call in range(2):
-        end_connections(store, server)
-        if call == 0:
-            assert [m["id"] for m in store.memories(ALICE)] == [kept]
-        else:
-            store.remember(ALICE, "user", "Alice likes trains.", "s")
+    with caplog.at_level("INFO"):
+        for call in range(2):
+            end_connections(store, server)
+            if call == 0:
+                assert [m["id"] for m in store.memories(ALICE)] == [kept]
+            else:
+                store.remember(ALICE, "user", "Alice likes trains.", "s")
     assert store.count(ALICE) == 2
+    # The recovery is logged at INFO, by the store alone; psycopg's warnings are not shown.
+    assert "ended a pooled connection: taking another" in caplog.text
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def terminate_at(store: MemoryStore, server: Server, statement: str) -> list[str]:
@@ -950,3 +955,12 @@ def test_a_restart_under_load_loses_nothing_acknowledged(url: str, server: Serve
     assert set(failures) <= {"StoreError", "OutcomeUnknown"}, failures
     assert all(after > 0 for _, _, after in results)
     assert all(reads_after[n] > 0 for n in range(4))
+
+
+def test_a_role_that_may_not_create_the_store_is_told_what_it_needs(server: Server) -> None:
+    """Since PostgreSQL 15 a role may not create tables in a database another role owns."""
+    url = server.new_database()
+    server.admin(f"ALTER DATABASE {database_of(url)} OWNER TO postgres")
+    with pytest.raises(StoreError, match="permission denied: the role needs to own the"
+                                         " database.*SQLSTATE 42501"):
+        MemoryStore(url)
