@@ -728,6 +728,19 @@ def _check_pool_size(size: object) -> int:
     return size
 
 
+def _check_score(score: object) -> float:
+    value = math.nan
+    if not isinstance(score, bool) and isinstance(score, (int, float)):
+        try:
+            value = float(score)
+        except OverflowError:  # an int past the largest float
+            value = math.inf
+    if not (math.isfinite(value) and value >= 0):
+        raise MemoryInputError(
+            f"min_score must be a finite number from 0 up, got {_described(score)}")
+    return value
+
+
 def _check_ttl(ttl: object) -> float | None:
     return None if ttl is None else _check_seconds("ttl", ttl)
 
@@ -2398,8 +2411,12 @@ class MemoryStore:
         statement_timeout: float | None = None,
         pool_size: int | None = None,
         pool_timeout: float | None = None,
+        rank: str | None = None,
     ) -> None:
         self.path = _check_path(path)
+        #: The rank recall uses when a call names none: "shared" (the literal rule's) or
+        #: "idf", the better one for most text.
+        self.rank = "shared" if rank is None else _check_choice("rank", rank, RANKS)
         postgres_only = {"statement_timeout": statement_timeout, "pool_size": pool_size,
                          "pool_timeout": pool_timeout}
         for name, value in postgres_only.items():
@@ -2649,16 +2666,19 @@ class MemoryStore:
         return now
 
     @_read_again_if_cut_off
-    def recall(self, scope: Scope, query: str, limit: int = 3, *,
-               rank: str = "shared") -> list[dict[str, Any]]:
+    def recall(self, scope: Scope, query: str, limit: int = 3, *, rank: str | None = None,
+               min_score: float | None = None) -> list[dict[str, Any]]:
         """The memories visible in the scope that match `query` best. rank="shared":
         a memory's score is the number of distinct words it shares with the query;
         rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
-        (df + 0.5)), N the memories the scope sees, df those of them holding the word.
-        Ties: the newer memory first."""
+        (df + 0.5)), N the memories the scope sees, df those of them holding the word;
+        None: the store's rank. Ties: the newer memory first. With `min_score`, a memory
+        scoring below it is left out."""
         scope = _check_scope(scope)
         _check_limit(limit)
-        _check_choice("rank", rank, RANKS)
+        rank = self.rank if rank is None else _check_choice("rank", rank, RANKS)
+        if min_score is not None:
+            min_score = _check_score(min_score)
         _check_text("query", query, MAX_QUERY, blank=True)
         seen = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
@@ -2683,7 +2703,8 @@ class MemoryStore:
             found = db.last_statement(
                 _SQL_RECALLED, (*seen, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
-        return [_as_memory(rows[i], score=score) for score, i in best if i in rows]
+        return [_as_memory(rows[i], score=score) for score, i in best
+                if i in rows and (min_score is None or score >= min_score)]
 
     def _best(self, db: _Engine, recall: _Recall, row_map: Any) -> list[tuple[float, int]]:
         """The best (score, id) pairs: every posting scored at once where the words hold
@@ -2761,6 +2782,19 @@ class MemoryStore:
         _log.info("reindexed %d users with matching=%s", len(users), matching)
 
     # -- seeing and forgetting -------------------------------------------------------
+
+    @_read_again_if_cut_off
+    def get(self, scope: Scope, memory_id: int) -> dict[str, Any] | None:
+        """The memory `memory_id` if the scope can see it and it is live (the keys of
+        memories()); None for any other id, whatever the reason: all answer alike."""
+        scope = _check_scope(scope)
+        seen = _ScopeKey(scope.user, scope.task)
+        wanted = _check_id(memory_id)
+        with self._snapshot({scope.user}) as db:
+            expired = self._expired(db, seen, self._expiry_instant(db, seen))
+            rows = db.execute(_SQL_VISIBLE_ID, (*seen, wanted)).fetchall()
+        return next((_as_memory(row, expires_at=row[5]) for row in rows
+                     if row[0] not in expired), None)
 
     @_read_again_if_cut_off
     def memories(self, scope: Scope) -> list[dict[str, Any]]:
@@ -3010,6 +3044,19 @@ def _load_records(args: argparse.Namespace) -> None:
     args.records = records
 
 
+def _load_text(args: argparse.Namespace) -> None:
+    """The text to remember, from stdin for `-`, checked before the store is opened."""
+    if args.text == "-":
+        args.text = sys.stdin.read().removesuffix("\n")
+    _check_text("text", args.text, MAX_TEXT)
+
+
+def _run_remember(store: MemoryStore, args: argparse.Namespace) -> int:
+    print(store.remember(Scope(args.user, args.task), args.level, args.text, args.source,
+                         ttl=args.ttl))
+    return 0
+
+
 def _run_import(store: MemoryStore, args: argparse.Namespace) -> int:
     ids = store.import_memories(args.records)
     print(f"imported {len(ids)} memories")
@@ -3134,6 +3181,15 @@ def _parser() -> argparse.ArgumentParser:
                         help="shared: count shared words (default); idf: weigh rare words more")
     command("export", _run_export, _READS, "every memory of the user, as JSON Lines on stdout",
             user=True)
+    remember = command("remember", _run_remember, _CREATES,
+                       "keep TEXT for the user (or the task, with --level task) and print its"
+                       " id; creates the store if it does not exist", user=True, task=True)
+    remember.add_argument("text", metavar="TEXT", help="the text, or - to read it from stdin")
+    remember.add_argument("--level", type=_one_of(LEVELS), default="user",
+                          metavar="{" + ",".join(LEVELS) + "}", help="user (default) or task")
+    remember.add_argument("--source", default="cli", help="where it came from (default cli)")
+    remember.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
+    remember.set_defaults(load=_load_text)
     importing = command("import", _run_import, _CREATES,
                         "add JSON Lines records (as export writes them), all or none;"
                         " creates the store if it does not exist")

@@ -23,7 +23,8 @@ from helpers import ROOT, WRITER, cli, stamp_version, write_version_1
 from memory import MemoryStore, Scope, fixed_clock
 from model import Memory
 
-COMMANDS = ["stats", "list", "recall", "export", "import", "forget", "revise", "purge",
+COMMANDS = ["stats", "list", "recall", "export", "remember", "import", "forget", "revise",
+            "purge",
             "erase-user", "check", "compact", "reindex", "backup"]
 
 
@@ -450,3 +451,18 @@ def test_library_export_imports_again(tmp_path: pathlib.Path) -> None:
         assert len(target.import_memories(exported)) == 2  # ids are the target's own
         assert [{**r, "id": 0} for r in target.export_user("alice")] == \
             [{**r, "id": 0} for r in exported]
+
+
+def test_remember_prints_the_new_id_and_reads_stdin(store_at: str, tmp_path: pathlib.Path) -> None:
+    done = cli("remember", store_at, "--user", "alice", "--task", "trip", "Alice likes jazz.")
+    assert done.returncode == 0 and done.stdout == "5\n", done.stderr
+    done = cli("remember", store_at, "--user", "alice", "--task", "trip", "--level", "task",
+               "--source", "chat/turn-9", "-", stdin="Jazz bar on Friday.\n")
+    assert done.returncode == 0 and done.stdout == "6\n", done.stderr
+    listed = lines(cli("list", store_at, "--user", "alice", "--task", "trip").stdout)
+    assert [(m["text"], m["level"], m["source"]) for m in listed][-2:] == [
+        ("Alice likes jazz.", "user", "cli"), ("Jazz bar on Friday.", "task", "chat/turn-9")]
+    missing = tmp_path / "new.db"
+    assert_clean_failure(cli("remember", str(missing), "--user", "alice", "--task", "t", " "))
+    assert not missing.exists()  # checked before the store is opened
+    assert cli("remember", str(missing), "--user", "alice", "--task", "t", "x").stdout == "1\n"

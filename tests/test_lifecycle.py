@@ -366,3 +366,49 @@ def test_forget_in_a_read_only_store_is_refused(tmp_path: pathlib.Path) -> None:
             store.forget(ALICE, kept)
         assert store.count(ALICE) == 1
     assert memory.SCHEMA_VERSION >= 2
+
+
+# -- calls a user reaches for: get, min_score, the store's rank --------------------------
+
+def test_get_returns_one_memory_the_scope_sees_and_none_otherwise(store: MemoryStore) -> None:
+    ids = seed(store)
+    assert store.get(ALICE, ids["a-trip"]) == store.memories(ALICE)[1]
+    assert store.get(ALICE, ids["a-user"])["level"] == "user"  # type: ignore[index]
+    for memory_id in (ids["b-user"], ids["a-work"], 999, 2**63 - 1):
+        assert store.get(ALICE, memory_id) is None  # another user's, task's, or none: alike
+    expiring = store.remember(ALICE, "user", "Alice's pass.", "s", ttl=30)
+    assert store.get(ALICE, expiring) is not None
+    store.clock()  # a minute passes: it has expired
+    assert store.get(ALICE, expiring) is None
+    for bad in (0, -1, True, "1", None):
+        with pytest.raises(MemoryInputError, match="memory_id"):
+            store.get(ALICE, bad)  # type: ignore[arg-type]
+
+
+def test_min_score_leaves_out_weak_matches(store: MemoryStore) -> None:
+    seed(store)
+    found = store.recall(ALICE, "lisbon hotel vegetarian", limit=10)
+    assert [r["score"] for r in found] == [2, 1]
+    assert store.recall(ALICE, "lisbon hotel vegetarian", limit=10, min_score=2) == found[:1]
+    assert store.recall(ALICE, "lisbon hotel vegetarian", limit=10, min_score=3) == []
+    weighed = store.recall(ALICE, "lisbon hotel vegetarian", limit=10, rank="idf")
+    cut = (weighed[0]["score"] + weighed[1]["score"]) / 2
+    assert store.recall(ALICE, "lisbon hotel vegetarian", limit=10, rank="idf",
+                        min_score=cut) == weighed[:1]
+    for bad in (-1, float("nan"), float("inf"), True, "2", 10**400):
+        with pytest.raises(MemoryInputError, match="min_score must be"):
+            store.recall(ALICE, "hotel", min_score=bad)  # type: ignore[arg-type]
+
+
+def test_a_store_recalls_by_its_own_rank_unless_a_call_names_one(target: str) -> None:
+    with MemoryStore(target, rank="idf") as opened:
+        seed(opened)
+        assert opened.rank == "idf"
+        by_default = opened.recall(ALICE, "lisbon hotel vegetarian")
+        assert by_default == opened.recall(ALICE, "lisbon hotel vegetarian", rank="idf")
+        assert all(isinstance(r["score"], float) for r in by_default)
+        assert [r["score"] for r in opened.recall(ALICE, "lisbon hotel", rank="shared")] == [2]
+    with pytest.raises(MemoryInputError, match="rank must be one of"):
+        MemoryStore(target, rank="bm25")
+    with MemoryStore(target) as plain:
+        assert plain.rank == "shared"
