@@ -254,3 +254,14 @@ def test_a_file_indexed_by_the_first_stems_rule_is_reindexed_when_opened_to_writ
     assert index_problems_at(target) == []
     with MemoryStore(target, read_only=True) as reader:
         assert [r["id"] for r in reader.recall(ALICE, "istanbul")] == [old]
+
+
+@pytest.mark.stems
+def test_code_that_knows_only_the_first_stems_rule_refuses_a_file_of_the_second(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the previous release would: a recorded rule it does not know is a SchemaError,
+    so it never writes its own words into the second rule's index."""
+    MemoryStore(target, matching="stems").close()
+    monkeypatch.delitem(memory._RULES, "stems-2")  # the previous release's table of rules
+    with pytest.raises(memory.SchemaError, match="matching rule this code does not know"):
+        MemoryStore(target)
