@@ -53,9 +53,9 @@ __all__ = [
     "BUSY_TIMEOUT_SECONDS", "IDENTIFIER", "LEVELS", "MATCHING", "MAX_LIMIT", "MAX_QUERY",
     "MAX_TEXT", "MIGRATIONS", "POSTGRES_MIGRATIONS", "POSTGRES_SCHEMA_VERSION",
     "POSTINGS_PER_ROW", "PURGE_PER_WRITE", "RANKS", "RECORD_KEYS", "SCHEMA", "SCHEMA_VERSION",
-    "SQLITE_LAYOUTS", "STOPWORDS", "WORD", "FixedClock", "MemoryInputError", "MemoryStore",
-    "OutcomeUnknown", "SchemaError", "Scope", "StoreError", "fixed_clock", "main", "stems",
-    "system_clock", "words",
+    "SQLITE_LAYOUTS", "STOPWORDS", "WORD", "ConnectionLost", "FixedClock", "MemoryInputError",
+    "MemoryStore", "OutcomeUnknown", "SchemaError", "Scope", "StoreError", "fixed_clock",
+    "main", "stems", "system_clock", "words",
 ]
 
 SCHEMA_VERSION = 4
@@ -564,9 +564,8 @@ class OutcomeUnknown(StoreError):
     """The connection broke after a write's COMMIT was sent: it may or may not be applied."""
 
 
-class _ConnectionLost(StoreError):
-    """The connection to the server broke before a transaction committed: nothing of it
-    was applied, and the next call connects anew."""
+class ConnectionLost(StoreError):
+    """The connection to the server broke before the call's COMMIT: nothing was applied."""
 
 
 def _store_error(exc: sqlite3.Error) -> StoreError:
@@ -1717,9 +1716,9 @@ class _PostgresSession(_Engine):
                 " was sent: it may or may not have been applied; check (memories, count or"
                 " its source) before writing it again")
         if self._write:
-            return _ConnectionLost("the connection to the PostgreSQL server was lost before"
+            return ConnectionLost("the connection to the PostgreSQL server was lost before"
                                    " the write's COMMIT: the write was not applied")
-        return _ConnectionLost("the connection to the PostgreSQL server was lost")
+        return ConnectionLost("the connection to the PostgreSQL server was lost")
 
     def _abandon(self) -> None:
         """Give up a connection whose wait on the server was broken off: cancel what the
@@ -2347,7 +2346,7 @@ def _read_again_if_cut_off(
             **kwargs: _Arguments.kwargs) -> _Result:
         try:
             return read(store, *args, **kwargs)
-        except _ConnectionLost:
+        except ConnectionLost:
             _log.info("the connection to the server was lost during a read: reading again")
             return read(store, *args, **kwargs)
     return run
