@@ -682,9 +682,11 @@ def test_a_timeout_signal_while_a_write_waits_for_its_user_leaves_nothing_held(
 # -- a server that restarts or drops the connection ------------------------------------
 
 def end_connections(store: MemoryStore, server: Server) -> None:
-    """Terminate every connection of the store's database, as a restart would."""
-    server.admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname ="
-                 f" '{database_of(store.path)}' AND pid <> pg_backend_pid()")
+    """Terminate every connection of the store's database, as a restart would, waiting
+    (up to 10 s each) until each backend has exited: its last words are then on the
+    socket, so the call that follows meets a connection that has ended, not one ending."""
+    server.admin("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE"
+                 f" datname = '{database_of(store.path)}' AND pid <> pg_backend_pid()")
 
 
 def test_an_idle_store_works_on_after_a_server_restart(store: MemoryStore,
