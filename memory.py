@@ -707,14 +707,22 @@ def _check_id(memory_id: object, name: str = "memory_id") -> int:
     return memory_id
 
 
+def _as_float(value: object) -> float:
+    """An int or float as a float (an int past the largest float is infinite); NaN for
+    anything else, a bool included."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _check_seconds(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise MemoryInputError(
             f"{name} must be a number of seconds or None, got {_described(value)}")
-    try:
-        seconds = float(value)  # an int past the largest float overflows here
-    except OverflowError:
-        seconds = math.inf
+    seconds = _as_float(value)
     if not (math.isfinite(seconds) and seconds > 0):
         raise MemoryInputError(f"{name} must be a finite number of seconds above 0")
     return seconds
@@ -728,12 +736,7 @@ def _check_pool_size(size: object) -> int:
 
 
 def _check_score(score: object) -> float:
-    value = math.nan
-    if not isinstance(score, bool) and isinstance(score, (int, float)):
-        try:
-            value = float(score)
-        except OverflowError:  # an int past the largest float
-            value = math.inf
+    value = _as_float(score)
     if not (math.isfinite(value) and value >= 0):
         raise MemoryInputError(
             f"min_score must be a finite number from 0 up, got {_described(score)}")
@@ -1576,6 +1579,7 @@ def _postgres_error(exc: Exception, connecting: bool = False) -> StoreError:
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = []
 
 
+@functools.cache
 def _psycopg() -> Any:
     """psycopg 3, or StoreError naming the extra that brings it."""
     try:
@@ -1585,15 +1589,25 @@ def _psycopg() -> Any:
                          " pip install 'memory-store[postgres]'") from None
 
 
+def _connection_options(url: str) -> dict[str, Any]:
+    """How the store connects: autocommit (it begins its own transactions), the wait
+    bounded by libpq's connect_timeout unless the URL sets its own."""
+    bounded = {} if "connect_timeout" in url else {"connect_timeout": _PG_CONNECT_SECONDS}
+    return {"autocommit": True, **bounded}
+
+
+def _configure(connection: Any, settings: list[str]) -> None:
+    """Give a new connection the store's session settings."""
+    for setting in settings:
+        connection.execute(setting)
+
+
 def _postgres_connection(url: str, settings: list[str]) -> Any:
-    """A new connection to the store's database, given the store's session settings; the
-    wait bounded by libpq's connect_timeout unless the URL sets its own."""
+    """A new connection to the store's database, given the store's session settings."""
     psycopg, connection = _psycopg(), None
     try:
-        bounded = {} if "connect_timeout" in url else {"connect_timeout": _PG_CONNECT_SECONDS}
-        connection = psycopg.connect(url, autocommit=True, **bounded)
-        for setting in settings:
-            connection.execute(setting)
+        connection = psycopg.connect(url, **_connection_options(url))
+        _configure(connection, settings)
         return connection
     except psycopg.Error as exc:
         error = _postgres_error(exc, connecting=connection is None)
@@ -1909,14 +1923,10 @@ class _PostgresEngine(_Engine):
         for name in ("psycopg", "psycopg.pool"):
             logging.getLogger(name).addFilter(_QUIET)  # once: a filter is added once
 
-        def configure(connection: Any) -> None:
-            for setting in settings:
-                connection.execute(setting)
-
-        bounded = {} if "connect_timeout" in url else {"connect_timeout": _PG_CONNECT_SECONDS}
         self._pool = pool.ConnectionPool(
             url, min_size=1, max_size=pool_size, timeout=pool_timeout, open=True,
-            kwargs={"autocommit": True, **bounded}, configure=configure, name="memory")
+            kwargs=_connection_options(url), name="memory",
+            configure=functools.partial(_configure, settings=settings))
         self._pool_errors = (pool.PoolTimeout, pool.PoolClosed)
 
     @classmethod
