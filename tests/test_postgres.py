@@ -901,13 +901,25 @@ def test_sixteen_threads_sharing_a_store_run_on_their_own_connections(
 CALLS_AFTER = 5
 
 
-def write_through_a_restart(url: str, user: str, restarted: Any, done: Any,
+def write_through_a_restart(url: str, user: str, started: Any, restarted: Any, done: Any,
                             report: Any) -> None:
     """Remember notes until CALLS_AFTER writes succeeded once the server was back (or
     until told to stop), reporting each id acknowledged, each failure's class, and how
-    many writes succeeded after the restart."""
+    many writes succeeded after the restart. Says on `started` once its first write is
+    acknowledged (or why it could not start), so the restart comes under load."""
     acknowledged, failures, after = [], [], 0
-    with MemoryStore(url) as store:
+    try:
+        store = MemoryStore(url)
+    except StoreError as exc:
+        started.put(type(exc).__name__)
+        return
+    with store:
+        try:
+            acknowledged.append(store.remember(Scope(user, "t"), "user", "a note", "s"))
+        except StoreError as exc:
+            started.put(type(exc).__name__)
+            return
+        started.put("writing")
         while not done.is_set() and after < CALLS_AFTER:
             try:
                 acknowledged.append(store.remember(Scope(user, "t"), "user", "a note", "s"))
@@ -922,9 +934,10 @@ def test_a_restart_under_load_loses_nothing_acknowledged(url: str, server: Serve
     returned is stored; every failure is a documented StoreError; all go on afterwards."""
     MemoryStore(url).close()
     context = multiprocessing.get_context("spawn")
-    restarted, done, report = context.Event(), context.Event(), context.Queue()
+    started, report = context.Queue(), context.Queue()
+    restarted, done = context.Event(), context.Event()
     writers = [context.Process(target=write_through_a_restart,
-                               args=(url, f"user-{n}", restarted, done, report))
+                               args=(url, f"user-{n}", started, restarted, done, report))
                for n in range(4)]
     read_failures: list[str] = []
     reads_after = collections.Counter[int]()
@@ -944,7 +957,10 @@ def test_a_restart_under_load_loses_nothing_acknowledged(url: str, server: Serve
         for reader in readers:
             reader.start()
         try:
-            time.sleep(1.5)
+            # Spawned processes take a while to start on a loaded machine: restart only
+            # once every writer has a write acknowledged, so none opens mid-restart.
+            assert [started.get(timeout=120) for _ in writers] == ["writing"] * 4
+            time.sleep(0.5)
             server.restart()
             restarted.set()
             results = [report.get(timeout=120) for _ in writers]  # each stops by itself
