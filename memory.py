@@ -515,12 +515,17 @@ _PG_LOCK_STORE = f"SELECT pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
 # statement of its own, since a reindex may commit while the write waits for them.
 _PG_USERS = "set_config('memory.user_ids', %s, true), set_config('memory.operator', %s, true)"
 _PG_SCOPE = f"SELECT ({_SQL_MATCHING}), {_PG_USERS}"
+_PG_NARROW = "SELECT set_config('memory.user_ids', %s, true)"
 _PG_SCOPE_WRITE = (
     f"SELECT {_PG_USERS}, pg_advisory_xact_lock_shared({_PG_LOCK_CLASS}, 0), (SELECT"
     f" count(pg_advisory_xact_lock({_PG_LOCK_CLASS} + 1, hashtext(name))) FROM (SELECT"
     " DISTINCT unnest(string_to_array(%s, ',')) AS name ORDER BY name) AS users)"
 )
 _PG_SCOPE_WRITE_ALL = f"SELECT {_PG_USERS}, pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
+# A write for more users takes the store's lock instead of theirs: each lock held takes a
+# slot of the server's shared lock table (about max_locks_per_transaction times
+# max_connections in all), which a batch for thousands of users would fill.
+_PG_MOST_USER_LOCKS = 64
 _PG_NEXT_IDS = "SELECT nextval('memories_id_seq') FROM generate_series(1, %s)"
 _PG_PRIVILEGED = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
 _PG_SIZE = (
@@ -1009,32 +1014,43 @@ def _unpack(blob: object) -> array.array[int]:
     return ids
 
 
-def _index_words(
-    db: _Engine,
-    rows: Iterable[tuple[int, str, str | None, str]],
-    append: bool,
-    words_of: Callable[[str], set[str]],
-) -> None:
-    """Add the postings of new (id, user_id, task_id, text) rows, ids ascending."""
-    owners: dict[tuple[str, str | None], dict[str, list[int]]] = {}
+_Owner = tuple[str, str | None]  # (user_id, task_id): whose postings a row of the index holds
+_Newest = dict[str, tuple[int, int]]  # word: (first_id, bytes of ids) of its newest row
+
+
+def _postings_of(rows: Iterable[tuple[int, str, str | None, str]],
+                 words_of: Callable[[str], set[str]]) -> dict[_Owner, dict[str, list[int]]]:
+    """The postings of (id, user_id, task_id, text) rows, ids ascending: each owner's
+    words, each with the ids of the rows that hold it."""
+    owners: dict[_Owner, dict[str, list[int]]] = {}
     for memory_id, user_id, task_id, text in rows:
         by_word = owners.get((user_id, task_id))
         if by_word is None:
             by_word = owners[user_id, task_id] = collections.defaultdict(list)
         for word in words_of(text):
             by_word[word].append(memory_id)
+    return owners
+
+
+def _ask_newest(db: _Engine, owner: _Owner, words: Iterable[str]) -> Callable[[], _Newest]:
+    """The newest postings row of each of the owner's `words` that has one, asked now and
+    read when the returned function is called (in a batch, once the batch has gone)."""
+    user_id, task_id = owner
+    found = db.ask(_SQL_NEWEST_POSTINGS, (
+        user_id, task_id, user_id, task_id, json.dumps(sorted(words))))
+    return lambda: {word: (first_id, size) for word, first_id, size in found()
+                    if first_id is not None}
+
+
+def _add_postings(db: _Engine, owners: dict[_Owner, dict[str, list[int]]],
+                  newest: dict[_Owner, _Newest]) -> None:
+    """Write new postings, extending each word's `newest` row where it has room."""
     appends, new_rows = [], []
     for (user_id, task_id), by_word in owners.items():
-        listed = sorted(by_word)  # key order: the writes then walk the index pages in turn
-        newest = {}
-        if append:
-            found = db.execute(_SQL_NEWEST_POSTINGS, (
-                user_id, task_id, user_id, task_id, json.dumps(listed)))
-            newest = {word: (first_id, size) for word, first_id, size in found
-                      if first_id is not None}
-        for word in listed:
+        their_newest = newest.get((user_id, task_id), {})
+        for word in sorted(by_word):  # key order: the writes walk the index pages in turn
             ids = by_word[word]
-            first_id, size = newest.get(word, (None, _MAX_ID))
+            first_id, size = their_newest.get(word, (None, _MAX_ID))
             if size // 8 + len(ids) <= POSTINGS_PER_ROW:
                 appends.append((_pack(ids), user_id, task_id, word, first_id))
                 continue
@@ -1043,6 +1059,13 @@ def _index_words(
                 new_rows.append((user_id, word, run[0], task_id, _pack(run)))
     db.executemany(_SQL_APPEND_POSTINGS, appends)
     db.executemany(_SQL_INSERT_POSTINGS, new_rows)
+
+
+def _index_words(db: _Engine, rows: Iterable[tuple[int, str, str | None, str]],
+                 words_of: Callable[[str], set[str]]) -> None:
+    """Index (id, user_id, task_id, text) rows, ids ascending, whose owners have no
+    postings yet."""
+    _add_postings(db, _postings_of(rows, words_of), {})
 
 
 def _unindex(db: _Engine, user_id: str, rows: list[tuple[Any, ...]],
@@ -1111,6 +1134,10 @@ class _Engine:
     #: Top-k recall reads the common words only where candidates are (MaxScore): each
     #: look-up is a statement, cheap in-process but a round trip to a server.
     skips_common_words = False
+    #: How many users' rows a write for many users writes at once, each group's
+    #: statements naming only its users (None: all at once): PostgreSQL's row guard
+    #: costs, for each row, in proportion to the users the statement may see.
+    users_per_batch: int | None = None
     #: (device, inode) of the file, for the fork guard; None where there is no file.
     file: tuple[int, int] | None = None
     #: The driver's connection, for tests that trace or inspect it.
@@ -1154,6 +1181,16 @@ class _Engine:
         """Name the users a transaction may see (None: every user, an operator's call) and
         take a write's locks; a cursor that read the matching rule with them, or None."""
         return None
+
+    def narrow(self, users: list[str]) -> None:
+        """Within a write, let the statements that follow see only `users` (some of those
+        the transaction named), where that makes the row guard cheaper."""
+
+    def ask(self, sql: str, parameters: Any) -> Callable[[], list[Any]]:
+        """A read's rows, asked now and read when the returned function is called: in a
+        batch, once the batch has gone."""
+        rows = self.execute(sql, parameters).fetchall()
+        return lambda: rows
 
     def ask_new_ids(self, count: int) -> Callable[[], list[int]]:
         """`count` ids, each larger than any handed out before, never to be handed out
@@ -1204,7 +1241,7 @@ def _upgrade_to_2(db: _SqliteEngine) -> None:
     db.execute(create_scope_index)
     db.execute(create_words)
     rows = db.execute("SELECT id, user_id, task_id, text FROM memories ORDER BY id")
-    _index_words(db, rows, append=False, words_of=words)
+    _index_words(db, rows, words)
 
 
 def _upgrade_to_3(db: _SqliteEngine) -> None:
@@ -1621,11 +1658,14 @@ class _PostgresSession(_Engine):
     its errors as StoreError, row-level security and advisory locks."""
 
     reads_map_first = True
+    users_per_batch = 64
 
     def __init__(self, connection: Any, trace: Callable[[str], object] | None = None) -> None:
         self._psycopg = _psycopg()
         self.connection = connection
         self._trace = trace
+        self._named: set[str] = set()  # the users the transaction under way named
+        self._seen = ""  # memory.user_ids, as the last statement set it
         self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
         self._batching = False
         self._write = self._commit_sent = False  # what the transaction under way is
@@ -1832,14 +1872,26 @@ class _PostgresSession(_Engine):
     def confine(self, users: set[str] | None, write: bool) -> Any:
         named = ",".join(sorted(users or ()))
         operator = "off" if users is not None else "on"
+        self._named, self._seen = set(users or ()), named
         if not write:
             return self._send(_PG_SCOPE, (named, operator))
         with self.batch():  # the rule is read after the locks, but in the same round trip
-            if users is None:
+            if users is None or len(users) > _PG_MOST_USER_LOCKS:
                 self._send(_PG_SCOPE_WRITE_ALL, (named, operator))
             else:
                 self._send(_PG_SCOPE_WRITE, (named, operator, named))
             return self.execute(_SQL_MATCHING)
+
+    def narrow(self, users: list[str]) -> None:
+        if not self._named.issuperset(users):  # a narrowing never widens what it sees
+            raise StoreError("the store tried to see users its transaction did not name")
+        seen = ",".join(sorted(users))
+        if seen != self._seen:
+            self._send(_PG_NARROW, (seen,))
+            self._seen = seen
+
+    def ask(self, sql: str, parameters: Any) -> Callable[[], list[Any]]:
+        return self.execute(sql, parameters).fetchall  # type: ignore[no-any-return]
 
     def ask_new_ids(self, count: int) -> Callable[[], list[int]]:
         found = self._send(_PG_NEXT_IDS, (count,))
@@ -2589,20 +2641,68 @@ class MemoryStore:
         """The last step of a write transaction: purge some expired memories of the rows'
         scopes, write the rows, reading the clock once for each that has no created_at,
         and commit (with the last statements, in one round trip on PostgreSQL). A bulk
-        call names its rows' `noun`, so that an error names the row's position."""
+        call names its rows' `noun`, so that an error names the row's position. Users go
+        in groups of the engine's users_per_batch: on PostgreSQL a round trip asks what
+        a group's write needs to know, and one more writes it."""
         now = self._read_instant()
-        scopes = [] if now is None else sorted(
-            {_ScopeKey(row.user_id, row.task_id or "") for row in rows})
+        positions: dict[str, list[int]] = collections.defaultdict(list)
+        for position, row in enumerate(rows):
+            positions[row.user_id].append(position)
+        users = sorted(positions)
+        step = db.users_per_batch or len(users) or 1
+        ask_ids: Callable[[], list[int]] | None = None
+        values: list[tuple[Any, ...]] = []
+        for start in range(0, len(users), step):
+            group = users[start : start + step]
+            mine = sorted(p for user in group for p in positions[user])
+            scopes = sorted({_ScopeKey(rows[p].user_id, rows[p].task_id or "") for p in mine})
+            # Postings by position until the ids come back.
+            words = _postings_of(((p, *rows[p][:3]) for p in mine), self._words)
+            with db.batch():
+                db.narrow(group)
+                if ask_ids is None:
+                    ask_ids = db.ask_new_ids(len(rows))
+                firsts: dict[str, Callable[[], list[Any]]] = {}
+                for seen in scopes if now is not None else ():
+                    if seen.user not in firsts:  # a user's first scope: they overlap
+                        firsts[seen.user] = db.ask(
+                            _SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE))
+                newest = {owner: _ask_newest(db, owner, by_word)
+                          for owner, by_word in words.items()}
+            if not values:
+                values = self._values(ask_ids(), rows, noun)
+            purged = self._purge(db, scopes, firsts, now)
+            known = {owner: (_ask_newest(db, owner, words[owner]) if owner[0] in purged
+                             else ask)() for owner, ask in newest.items()}
+            added = collections.Counter(
+                _CountKey(rows[p].user_id, rows[p].task_id or "") for p in mine)
+            with db.batch():
+                db.executemany(_SQL_INSERT, [values[p] for p in mine])
+                _add_postings(db, {owner: {word: [values[p][0] for p in at]
+                                           for word, at in by_word.items()}
+                                   for owner, by_word in words.items()}, known)
+                db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
+                if start + step >= len(users):
+                    db.commit()
+        return [memory_id for memory_id, *_ in values]
 
-        def expired(seen: _ScopeKey) -> Any:
-            return db.execute(_SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE))
+    def _purge(self, db: _Engine, scopes: list[_ScopeKey],
+               firsts: dict[str, Callable[[], list[Any]]], now: str | None) -> set[str]:
+        """Delete up to PURGE_PER_WRITE expired memories of each scope, given those of each
+        user's first scope already asked; the users some were deleted for."""
+        purged = set()
+        for seen in scopes if now is not None else ():
+            ask = firsts.pop(seen.user, None)  # a later scope looks after those purged
+            found = ask() if ask is not None else db.execute(
+                _SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE)).fetchall()
+            if self._delete(db, seen, found):
+                purged.add(seen.user)
+        return purged
 
-        with db.batch():  # the ids and the first scope's expired memories: one round trip
-            ask_ids = db.ask_new_ids(len(rows))
-            asked = [expired(seen) for seen in scopes[:1]]
-        for seen in scopes:  # scopes of one user overlap: each looks after the last purged
-            self._delete(db, seen, (asked.pop() if asked else expired(seen)).fetchall())
-        ids = ask_ids()
+    def _values(self, ids: list[int], rows: list[_NewMemory],
+                noun: str | None) -> list[tuple[Any, ...]]:
+        """The rows as _SQL_INSERT takes them: each with its id, its created_at (the
+        clock's reading for a row that has none) and its expires_at."""
         values, reading = [], None
         for position, (memory_id, row) in enumerate(zip(ids, rows, strict=True)):
             created_at = row.created_at
@@ -2617,14 +2717,7 @@ class MemoryStore:
                         raise
                     raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
             values.append((memory_id, *row[:4], created_at, expires_at))
-        added = collections.Counter(_CountKey(row.user_id, row.task_id or "") for row in rows)
-        new = ((memory_id, *row[:3]) for memory_id, row in zip(ids, rows, strict=True))
-        with db.batch():
-            db.executemany(_SQL_INSERT, values)
-            _index_words(db, new, append=True, words_of=self._words)
-            db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
-            db.commit()
-        return ids
+        return values
 
     def _delete(self, db: _Engine, seen: _ScopeKey,
                 rows: list[tuple[Any, ...]]) -> int:
@@ -2782,8 +2875,7 @@ class MemoryStore:
             users = [user for (user,) in db.execute(_SQL_USERS)]
             for done, user in enumerate(users, start=1):
                 db.execute(_SQL_ERASE_POSTINGS, (user,))
-                _index_words(db, db.execute(_SQL_OWNED_TEXTS, (user,)), append=False,
-                             words_of=words_of)
+                _index_words(db, db.execute(_SQL_OWNED_TEXTS, (user,)), words_of)
                 if progress is not None:
                     progress(done, len(users))
             db.execute(_SQL_SET_MATCHING, (recorded,))

@@ -52,8 +52,9 @@ class Server:
 
     def launch(self) -> None:
         """pg_ctl start on the initialized data, listening on the folder's socket only."""
+        # A small lock table (10 slots for each of about 80 processes), as on a small server.
         options = (f"-k {self.folder} -c listen_addresses='' -c max_connections=60"
-                   f" -c fsync={'on' if self.fsync else 'off'}")
+                   f" -c max_locks_per_transaction=10 -c fsync={'on' if self.fsync else 'off'}")
         self.run(str(self.binaries / "pg_ctl"), "-D", str(self.data), "-l",
                  str(self.folder / "server.log"), "-w", "-t", "60", "-o", options, "start")
 

@@ -13,9 +13,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memory
-from helpers import ALICE, TOUCHES_MEMORY_DATA, digest, stamp_version, write_version_1
+from helpers import ALICE, TOUCHES_MEMORY_DATA, SetClock, digest, stamp_version, write_version_1
 from memory import MemoryInputError, MemoryStore, SchemaError, Scope, fixed_clock
-from model import QUERIES, SCOPES, SOURCES, TEXTS, Memory, Model
+from model import (
+    QUERIES,
+    SCOPES,
+    SOURCES,
+    TEXTS,
+    Memory,
+    Model,
+    index_problems_at,
+    owner_connection,
+)
 
 
 def layout(path: pathlib.Path) -> list[tuple[str, str, str]]:
@@ -321,3 +330,36 @@ def test_top_k_finds_an_old_memory_of_common_words_only(tmp_path: pathlib.Path,
         assert found == model.recall(ALICE, "owl sea sun", 1, rank)
     if rank == "shared":
         assert [(r["id"], r["score"]) for r in found] == [(1, 2)]
+
+
+def test_a_batch_for_more_users_than_a_group_holds(target: str) -> None:
+    """A write for many users goes in groups of users (on PostgreSQL each group's
+    statements see only its users): across the groups each user's expired memories are
+    purged, its new words extend its own index rows (asked again once a purge rewrote
+    them), and the ids and the counts come out as for one group."""
+    clock = SetClock("2026-10-20T09:00:00+00:00")
+    users = [f"user-{n}" for n in range(7)]
+    with mock.patch.object(memory._SqliteEngine, "users_per_batch", 2), \
+            mock.patch.object(memory._PostgresSession, "users_per_batch", 2), \
+            MemoryStore(target, clock=clock) as store:
+        for user in users:
+            store.remember(Scope(user, "trip"), "user", "likes the hotel", "s")
+            store.remember(Scope(user, "trip"), "task", "hotel for one hour", "s", ttl=3600)
+        clock.at = "2026-10-20T11:00:00+00:00"  # each user's task memory has expired
+        items = [(Scope(user, task), level, f"hotel {user} {task} {level}", "s")
+                 for task in ("trip", "work") for user in reversed(users)
+                 for level in ("task", "user")]
+        ids = store.remember_many(items)
+        assert ids == sorted(ids) and len(set(ids)) == len(items)
+        for user in users:
+            trip = store.memories(Scope(user, "trip"))
+            assert [m["text"] for m in trip] == [
+                "likes the hotel", f"hotel {user} trip task", f"hotel {user} trip user",
+                f"hotel {user} work user"]
+            assert store.count(Scope(user, "work")) == 4
+            found = store.recall(Scope(user, "trip"), f"hotel {user}", 10)
+            assert {m["id"] for m in found} == {m["id"] for m in trip}
+    with owner_connection(target) as db:
+        assert db.execute("SELECT count(*) FROM memories WHERE text = 'hotel for one hour'"
+                          ).fetchone()[0] == 0
+    assert index_problems_at(target) == []

@@ -449,16 +449,50 @@ def test_a_write_looks_its_words_newest_rows_up_by_key(url: str) -> None:
     assert "Join" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
 
 
-def test_a_remember_waits_on_the_server_four_times(
-        one_connection: MemoryStore,
-                                                   tmp_path: pathlib.Path) -> None:
+def test_a_batch_for_many_users_names_a_group_of_them_at_a_time(url: str) -> None:
+    """The policy checks each row against every user the statement may see, so a batch
+    for 130 users narrows what its statements see to 64 users at a time (3 groups): the
+    cost per row stays that of a small group, whatever the batch's number of users."""
+    users = [f"user-{n:03d}" for n in range(130)]
+    session = memory._PostgresSession
+    with MemoryStore(url) as store:
+        with mock.patch.object(session, "_send", autospec=True,
+                               side_effect=session._send) as sent:
+            store.remember_many([(Scope(user, "t"), "user", "a note", "s") for user in users])
+        narrowed = [call.args[2][0].split(",") for call in sent.call_args_list
+                    if call.args[1] == memory._PG_NARROW]
+        assert narrowed == [users[:64], users[64:128], users[128:]]
+        assert all(store.count(Scope(user, "t")) == 1 for user in users)
+    assert index_problems_at(url) == []
+
+
+def test_a_batch_for_more_users_than_the_lock_table_holds(url: str) -> None:
+    """Each user's lock takes a slot of the server's lock table (here about 800): a
+    batch for 3,000 users takes the store's lock instead, and is written."""
+    users = [f"user-{n}" for n in range(3000)]
+    with MemoryStore(url) as store:
+        ids = store.remember_many([(Scope(user, "t"), "user", "a", "s") for user in users])
+        assert len(ids) == 3000
+        assert [store.count(Scope(user, "t")) for user in users[::749]] == [1] * 5
+
+
+def test_a_write_never_widens_the_users_it_sees(url: str) -> None:
+    with MemoryStore(url) as store:
+        with pytest.raises(StoreError, match="did not name"), store._writing({"alice"}) as db:
+            db.narrow(["alice", "bob"])
+        assert transactions_left(store) == 0
+        store.remember(ALICE, "user", "still writes", "s")
+
+
+def test_a_remember_waits_on_the_server_three_times(
+        one_connection: MemoryStore, tmp_path: pathlib.Path) -> None:
     """BEGIN with the scope, the locks and the matching rule; the new id with the expired
-    memories to purge; the row, with its words' newest index rows read back; the index
-    rows, the count and COMMIT."""
+    memories to purge and its words' newest index rows; the row, the index rows, the
+    count and COMMIT."""
     store = one_connection
     store.remember(ALICE, "user", "Alice likes trains.", "s")
     assert round_trips(store, lambda: store.remember(
-        ALICE, "user", "Alice likes night trains.", "s"), tmp_path) == 4
+        ALICE, "user", "Alice likes night trains.", "s"), tmp_path) == 3
     assert transactions_left(store) == 0
     assert ids(store.recall(ALICE, "night trains")) == [2, 1]
 
