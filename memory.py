@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import asyncio
 import bisect
 import collections
 import contextlib
@@ -44,18 +45,18 @@ import threading
 import time
 import unicodedata
 import weakref
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 __version__ = "0.1.0"
 __all__ = [
-    "BUSY_TIMEOUT_SECONDS", "IDENTIFIER", "LEVELS", "MATCHING", "MAX_LIMIT", "MAX_QUERY",
-    "MAX_TEXT", "MIGRATIONS", "POSTGRES_MIGRATIONS", "POSTGRES_SCHEMA_VERSION",
-    "POSTINGS_PER_ROW", "PURGE_PER_WRITE", "RANKS", "RECORD_KEYS", "SCHEMA", "SCHEMA_VERSION",
-    "SQLITE_LAYOUTS", "STOPWORDS", "WORD", "ConnectionLost", "FixedClock", "MemoryInputError",
-    "MemoryStore", "OutcomeUnknown", "SchemaError", "Scope", "StoreError", "fixed_clock",
-    "main", "stems", "system_clock", "words",
+    "AsyncMemoryStore", "BUSY_TIMEOUT_SECONDS", "ConnectionLost", "FixedClock", "IDENTIFIER",
+    "LEVELS", "MATCHING", "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "MIGRATIONS",
+    "MemoryInputError", "MemoryStore", "OutcomeUnknown", "POSTGRES_MIGRATIONS",
+    "POSTGRES_SCHEMA_VERSION", "POSTINGS_PER_ROW", "PURGE_PER_WRITE", "RANKS", "RECORD_KEYS",
+    "SCHEMA", "SCHEMA_VERSION", "SQLITE_LAYOUTS", "STOPWORDS", "SchemaError", "Scope",
+    "StoreError", "WORD", "fixed_clock", "main", "stems", "system_clock", "words",
 ]
 
 SCHEMA_VERSION = 4
@@ -3037,6 +3038,92 @@ class MemoryStore:
         target_path = _check_path(destination)
         with self._reading() as db:
             db.backup(target_path)
+
+
+
+# -- the store from asyncio --------------------------------------------------------------
+
+_Awaited = Callable[Concatenate["AsyncMemoryStore", _Arguments], Coroutine[Any, Any, _Result]]
+
+
+def _in_a_thread(call: Callable[Concatenate[MemoryStore, _Arguments], _Result]
+                 ) -> _Awaited[_Arguments, _Result]:
+    """MemoryStore's `call` as a coroutine that runs it in a worker thread."""
+    @functools.wraps(call)
+    async def run(store: AsyncMemoryStore, /, *args: _Arguments.args,
+                  **kwargs: _Arguments.kwargs) -> _Result:
+        return await store._run(functools.partial(call, store.store, *args, **kwargs))
+    return run
+
+
+class AsyncMemoryStore:
+    """MemoryStore's calls as coroutines, for asyncio: each runs in a worker thread over
+    one MemoryStore (on PostgreSQL the pool runs them side by side; on SQLite the store's
+    lock takes them one at a time, as from threads). Takes MemoryStore's arguments; the
+    store opens in a thread, in `async with AsyncMemoryStore(path) as store:` or at
+    `await store.open()` (then `await store.close()`).
+
+    A call whose task is cancelled while it runs still runs to its end in its thread: a
+    write commits or rolls back as a whole, and the cancelled caller is not told which.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
+        self._opening = functools.partial(MemoryStore, path, *args, **kwargs)
+        self._store: MemoryStore | None = None
+        self._running: set[asyncio.Future[Any]] = set()
+
+    @property
+    def store(self) -> MemoryStore:
+        """The MemoryStore every call runs on."""
+        if self._store is None:
+            raise StoreError("AsyncMemoryStore is not open: use `async with` or"
+                             " `await store.open()`")
+        return self._store
+
+    async def open(self) -> AsyncMemoryStore:
+        """Open the store, in a worker thread; opening again does nothing."""
+        if self._store is None:
+            self._store = await asyncio.to_thread(self._opening)
+        return self
+
+    async def _run(self, call: Callable[[], _Result]) -> _Result:
+        # The thread goes on if the caller is cancelled: close() waits for it.
+        running = asyncio.ensure_future(asyncio.to_thread(call))
+        self._running.add(running)
+        running.add_done_callback(self._running.discard)
+        return await asyncio.shield(running)
+
+    async def close(self) -> None:
+        """Wait for the calls still running (those of cancelled tasks too), then close the
+        store; closing again does nothing."""
+        await asyncio.gather(*self._running, return_exceptions=True)
+        if self._store is not None:
+            await asyncio.to_thread(self._store.close)
+
+    async def __aenter__(self) -> AsyncMemoryStore:
+        return await self.open()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    remember = _in_a_thread(MemoryStore.remember)
+    remember_many = _in_a_thread(MemoryStore.remember_many)
+    import_memories = _in_a_thread(MemoryStore.import_memories)
+    recall = _in_a_thread(MemoryStore.recall)
+    count = _in_a_thread(MemoryStore.count)
+    get = _in_a_thread(MemoryStore.get)
+    memories = _in_a_thread(MemoryStore.memories)
+    forget = _in_a_thread(MemoryStore.forget)
+    forget_source = _in_a_thread(MemoryStore.forget_source)
+    revise = _in_a_thread(MemoryStore.revise)
+    purge_expired = _in_a_thread(MemoryStore.purge_expired)
+    erase_user = _in_a_thread(MemoryStore.erase_user)
+    export_user = _in_a_thread(MemoryStore.export_user)
+    reindex = _in_a_thread(MemoryStore.reindex)
+    compact = _in_a_thread(MemoryStore.compact)
+    stats = _in_a_thread(MemoryStore.stats)
+    check = _in_a_thread(MemoryStore.check)
+    backup = _in_a_thread(MemoryStore.backup)
 
 
 # -- the command line ----------------------------------------------------------------

@@ -1,0 +1,108 @@
+"""AsyncMemoryStore: MemoryStore's calls as coroutines, on each engine."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from helpers import ALICE, BOB, SetClock
+from memory import AsyncMemoryStore, MemoryInputError, Scope, StoreError
+from model import index_problems_at, transactions_left
+
+
+def test_two_hundred_tasks_remember_and_recall_exactly_their_own(target: str) -> None:
+    async def one(store: AsyncMemoryStore, n: int) -> tuple[str, int, list[int]]:
+        scope = Scope(f"user{n % 10}", "trip")
+        memory_id = await store.remember(scope, "user", f"the code word is zeta{n}", "s")
+        found = await store.recall(scope, f"zeta{n}", limit=5)
+        return scope.user, memory_id, [row["id"] for row in found]
+
+    async def run() -> tuple[list[tuple[str, int, list[int]]], list[int]]:
+        async with AsyncMemoryStore(target, matching="exact", rank="idf") as store:
+            done = await asyncio.wait_for(
+                asyncio.gather(*(one(store, n) for n in range(200))), timeout=120)
+            counts = [await store.count(Scope(f"user{u}", "trip")) for u in range(10)]
+        return done, counts
+
+    done, counts = asyncio.run(run())
+    assert [found for _, memory_id, found in done] == [[memory_id] for _, memory_id, _ in done]
+    assert len({memory_id for _, memory_id, _ in done}) == 200
+    assert counts == [20] * 10
+    assert index_problems_at(target) == []
+
+
+def test_a_cancelled_call_runs_to_its_end_and_leaves_the_store_usable(target: str) -> None:
+    entered, release = threading.Event(), threading.Event()
+    clock = SetClock()
+
+    def held_clock() -> str:  # the write's clock reading, inside its transaction
+        if not release.is_set():
+            entered.set()
+            assert release.wait(30)
+        return clock()
+
+    async def run() -> tuple[int, int, list[str]]:
+        async with AsyncMemoryStore(target, clock=clock) as store:
+            await store.remember(ALICE, "user", "first", "s")
+            store.store.clock = held_clock
+            call = asyncio.create_task(store.remember(ALICE, "user", "second", "s"))
+            assert await asyncio.to_thread(entered.wait, 30)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            release.set()
+            store.store.clock = clock
+            await store.remember(BOB, "user", "after", "s")
+            left = await asyncio.to_thread(transactions_left, store.store)
+            texts = [row["text"] for row in await store.memories(ALICE)]
+            return left, await store.count(BOB), texts
+
+    left, bob, texts = asyncio.run(run())
+    assert left == 0 and bob == 1
+    assert texts == ["first", "second"]  # the cancelled write completed in its thread
+
+
+def test_close_waits_for_a_cancelled_call_still_running(tmp_path: object) -> None:
+    path = f"{tmp_path}/m.db"
+    release = threading.Event()
+    clock = SetClock()
+
+    def held_clock() -> str:
+        assert release.wait(30)
+        return clock()
+
+    async def run() -> None:
+        store = await AsyncMemoryStore(path, clock=clock).open()
+        store.store.clock = held_clock
+        call = asyncio.create_task(store.remember(ALICE, "user", "late", "s"))
+        await asyncio.sleep(0.05)
+        call.cancel()
+        closing = asyncio.create_task(store.close())
+        await asyncio.sleep(0.05)
+        assert not closing.done()  # the write still runs in its thread
+        release.set()
+        await asyncio.wait_for(closing, timeout=30)
+        with pytest.raises(StoreError, match="closed"):
+            await store.count(ALICE)
+
+    asyncio.run(run())
+    async def reopened() -> int:
+        async with AsyncMemoryStore(path) as store:
+            return await store.count(ALICE)
+    assert asyncio.run(reopened()) == 1
+
+
+def test_errors_come_through_as_the_library_raises_them(tmp_path: object) -> None:
+    async def run() -> None:
+        store = AsyncMemoryStore(f"{tmp_path}/m.db")
+        with pytest.raises(StoreError, match="not open"):
+            await store.count(ALICE)
+        async with store:
+            with pytest.raises(MemoryInputError, match="text must not be blank"):
+                await store.remember(ALICE, "user", "  ", "s")
+            assert await store.get(ALICE, 1) is None
+        await store.close()  # closing again does nothing
+
+    asyncio.run(run())
