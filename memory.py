@@ -47,16 +47,17 @@ import unicodedata
 import weakref
 from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, NamedTuple, ParamSpec, TypedDict, TypeVar, get_args
 
 __version__ = "0.1.0"
 __all__ = [
     "AsyncMemoryStore", "BUSY_TIMEOUT_SECONDS", "ConnectionLost", "FixedClock", "IDENTIFIER",
-    "LEVELS", "MATCHING", "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "MIGRATIONS",
-    "MemoryInputError", "MemoryStore", "OutcomeUnknown", "POSTGRES_MIGRATIONS",
-    "POSTGRES_SCHEMA_VERSION", "POSTINGS_PER_ROW", "PURGE_PER_WRITE", "RANKS", "RECORD_KEYS",
-    "SCHEMA", "SCHEMA_VERSION", "SQLITE_LAYOUTS", "STOPWORDS", "SchemaError", "Scope",
-    "StoreError", "WORD", "fixed_clock", "main", "stems", "system_clock", "words",
+    "LEVELS", "Level", "MATCHING", "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "MIGRATIONS",
+    "Matching", "Memory", "MemoryInputError", "MemoryStore", "OutcomeUnknown",
+    "POSTGRES_MIGRATIONS", "POSTGRES_SCHEMA_VERSION", "POSTINGS_PER_ROW", "PURGE_PER_WRITE",
+    "RANKS", "RECORD_KEYS", "Rank", "Recalled", "Record", "SCHEMA", "SCHEMA_VERSION",
+    "SQLITE_LAYOUTS", "STOPWORDS", "SchemaError", "Scope", "StoreError", "WORD", "fixed_clock",
+    "main", "stems", "system_clock", "words",
 ]
 
 SCHEMA_VERSION = 4
@@ -64,15 +65,21 @@ IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
 MAX_LIMIT = 20
-LEVELS = ("user", "task")
 WORD = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset(
     "a an and are as at be by did do does for from how i in is it my of on or that"
     " the this to was we what when where which who will with you your".split()
 )
 BUSY_TIMEOUT_SECONDS = 30.0
-MATCHING = ("exact", "stems")
-RANKS = ("shared", "idf")
+#: A memory's level: "user" (seen in every task of its user) or "task" (in its task alone).
+Level = Literal["user", "task"]
+#: The word rules: "exact" (the literal rule) and "stems" (English stems, the better one).
+Matching = Literal["exact", "stems"]
+#: Recall's rankings: "shared" (distinct words shared) and "idf" (rarer words weigh more).
+Rank = Literal["shared", "idf"]
+LEVELS: tuple[Level, ...] = get_args(Level)
+MATCHING: tuple[Matching, ...] = get_args(Matching)
+RANKS: tuple[Rank, ...] = get_args(Rank)
 # Characters of the Han, Hiragana, Katakana and Hangul scripts that str.isalnum() accepts,
 # as Unicode 14 (Python 3.11) names them; a test derives the same set from the names.
 _CJK = (
@@ -605,6 +612,41 @@ class Scope:
         _check_identifier("task", self.task)
 
 
+class _Fields(TypedDict):
+    id: int
+    level: Level
+    text: str
+    source: str
+    created_at: str
+
+
+class Memory(_Fields):
+    """A memory as `memories` and `get` return it: expires_at is None for never."""
+
+    expires_at: str | None
+
+
+class Recalled(_Fields):
+    """A memory as `recall` returns it, with its score: distinct words shared with the
+    query (rank "shared"), or their summed rarity (rank "idf")."""
+
+    score: float
+
+
+class Record(TypedDict):
+    """A memory as `export_user` writes it and `import_memories` reads it: task None at
+    user level, expires_at None for never."""
+
+    id: int
+    user: str
+    task: str | None
+    level: Level
+    text: str
+    source: str
+    created_at: str
+    expires_at: str | None
+
+
 def _check_identifier(name: str, value: object) -> str:
     # An exact str: a subclass could compare or hash unlike the text SQLite is given.
     if type(value) is not str or IDENTIFIER.fullmatch(value) is None:
@@ -655,14 +697,17 @@ def _check_path(path: object) -> str:
     return checked
 
 
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+_Choice = TypeVar("_Choice", bound=str)
+
+
+def _check_choice(name: str, value: object, choices: tuple[_Choice, ...]) -> _Choice:
     if not isinstance(value, str) or value not in choices:
         raise MemoryInputError(f"{name} must be one of {', '.join(map(repr, choices))},"
                                f" got {_described(value)}")
-    return value
+    return choices[choices.index(value)]
 
 
-def _check_level(level: object) -> str:
+def _check_level(level: object) -> Level:
     return _check_choice("level", level, LEVELS)
 
 
@@ -979,12 +1024,12 @@ def stems(text: str) -> set[str]:
 # The matching rules as a file records them: the rule, with the version of it the file's
 # word index was built by ("stems" alone is the first version). A rule's newest version
 # is what a new or reindexed file records.
-_RULES: dict[str, tuple[str, Callable[[str], set[str]]]] = {
+_RULES: dict[str, tuple[Matching, Callable[[str], set[str]]]] = {
     "exact": ("exact", words),
     "stems": ("stems", _stems_first),
     "stems-2": ("stems", stems),
 }
-_RECORDED = {"exact": "exact", "stems": "stems-2"}
+_RECORDED: dict[Matching, str] = {"exact": "exact", "stems": "stems-2"}
 
 
 def _words_of(recorded: str) -> Callable[[str], set[str]]:
@@ -1420,7 +1465,7 @@ class _SqliteEngine(_Engine):
         self.executemany = connection.executemany
 
     @classmethod
-    def open(cls, path: str, read_only: bool, durable: bool, matching: str | None,
+    def open(cls, path: str, read_only: bool, durable: bool, matching: Matching | None,
              create: bool = True, statement_timeout: float | None = None,
              pool_size: int = 1, pool_timeout: float = 0.0) -> _SqliteEngine:
         target = _sqlite_uri(path, read_only, create)
@@ -1450,7 +1495,7 @@ class _SqliteEngine(_Engine):
             raise
         return engine
 
-    def _prepare(self, writable: bool, matching: str | None) -> None:
+    def _prepare(self, writable: bool, matching: Matching | None) -> None:
         """Create or upgrade the file's schema; refuse a file this code cannot read. A
         new file gets the `matching` rule, `exact` if None."""
         layout = _file_layout(self.connection)
@@ -1671,7 +1716,7 @@ class _PostgresSession(_Engine):
         self._batching = False
         self._write = self._commit_sent = False  # what the transaction under way is
 
-    def open_store(self, read_only: bool, matching: str | None, create: bool) -> None:
+    def open_store(self, read_only: bool, matching: Matching | None, create: bool) -> None:
         """Check, create or upgrade the store in the database, as the store opens."""
         encoding = bytes(self._send(_PG_ENCODING).fetchone()[0]).decode("ascii")
         if encoding != "UTF8":
@@ -1688,7 +1733,7 @@ class _PostgresSession(_Engine):
             _log.warning("connected as a role that bypasses row-level security: only"
                          " each statement's user filter confines the store's calls")
 
-    def _prepare(self, writable: bool, matching: str | None, create: bool) -> None:
+    def _prepare(self, writable: bool, matching: Matching | None, create: bool) -> None:
         """Create or upgrade the database's schema in one transaction under the store's
         lock, so processes opening a new database at once create it once; refuse a newer
         one, and with `create` False a database that holds none."""
@@ -1983,7 +2028,7 @@ class _PostgresEngine(_Engine):
         self._pool_errors = (pool.PoolTimeout, pool.PoolClosed)
 
     @classmethod
-    def open(cls, url: str, read_only: bool, durable: bool, matching: str | None,
+    def open(cls, url: str, read_only: bool, durable: bool, matching: Matching | None,
              create: bool = True, statement_timeout: float | None = None,
              pool_size: int = 10, pool_timeout: float = 30.0) -> _PostgresEngine:
         settings = [_PG_READ_ONLY] * read_only + [_PG_ASYNC_COMMIT] * (not durable)
@@ -2431,20 +2476,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _level_of(task_id: str | None) -> str:
+def _level_of(task_id: str | None) -> Level:
     return "user" if task_id is None else "task"
 
 
-def _as_memory(row: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
+def _fields(row: tuple[Any, ...]) -> _Fields:
     memory_id, task_id, text, source, created_at, _ = row
-    return {
-        "id": memory_id,
-        "level": _level_of(task_id),
-        "text": text,
-        "source": source,
-        "created_at": created_at,
-        **extra,
-    }
+    return _Fields(id=memory_id, level=_level_of(task_id), text=text, source=source,
+                   created_at=created_at)
 
 
 def _id_span(ids: list[int]) -> str:
@@ -2468,17 +2507,17 @@ class MemoryStore:
         *,
         read_only: bool = False,
         durable: bool = True,
-        matching: str | None = None,
+        matching: Matching | None = None,
         create: bool = True,
         statement_timeout: float | None = None,
         pool_size: int | None = None,
         pool_timeout: float | None = None,
-        rank: str | None = None,
+        rank: Rank | None = None,
     ) -> None:
         self.path = _check_path(path)
         #: The rank recall uses when a call names none: "shared" (the literal rule's) or
         #: "idf", the better one for most text.
-        self.rank = "shared" if rank is None else _check_choice("rank", rank, RANKS)
+        self.rank: Rank = "shared" if rank is None else _check_choice("rank", rank, RANKS)
         postgres_only = {"statement_timeout": statement_timeout, "pool_size": pool_size,
                          "pool_timeout": pool_timeout}
         for name, value in postgres_only.items():
@@ -2502,7 +2541,7 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._file: tuple[int, int] | None = None
-        self.matching = "exact"
+        self.matching: Matching = "exact"
         self._recorded = "exact"  # the rule as the file records it, with its version
         self._words: Callable[[str], set[str]] = words
         self._db: _Engine | None = self._connect(
@@ -2519,7 +2558,7 @@ class MemoryStore:
                 self.close()
                 raise
 
-    def _connect(self, matching: str | None, create: bool, statement_timeout: float | None,
+    def _connect(self, matching: Matching | None, create: bool, statement_timeout: float | None,
                  pool_size: int, pool_timeout: float) -> _Engine:
         """Open and prepare the engine for the path, then follow its rule."""
         engine_type = _PostgresEngine if _is_postgres(self.path) else _SqliteEngine
@@ -2612,7 +2651,7 @@ class MemoryStore:
 
     # -- memories ------------------------------------------------------------------
 
-    def remember(self, scope: Scope, level: str, text: str, source: str, *,
+    def remember(self, scope: Scope, level: Level, text: str, source: str, *,
                  ttl: float | None = None) -> int:
         """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
         memory stops being live `ttl` seconds after its created_at."""
@@ -2624,7 +2663,7 @@ class MemoryStore:
         none."""
         return self._insert(_each_valid(items, lambda item: _new_row(*item), "item"), "item")
 
-    def import_memories(self, records: Iterable[dict[str, Any]]) -> list[int]:
+    def import_memories(self, records: Iterable[Record | dict[str, Any]]) -> list[int]:
         """Keep records as export_user writes them, each with its own created_at and
         expires_at, in one transaction; all or none. Their ids are not kept: the store
         gives new ones. A record already expired is kept, and is not live."""
@@ -2769,8 +2808,8 @@ class MemoryStore:
         return now
 
     @_read_again_if_cut_off
-    def recall(self, scope: Scope, query: str, limit: int = 3, *, rank: str | None = None,
-               min_score: float | None = None) -> list[dict[str, Any]]:
+    def recall(self, scope: Scope, query: str, limit: int = 3, *, rank: Rank | None = None,
+               min_score: float | None = None) -> list[Recalled]:
         """The memories visible in the scope that match `query` best. rank="shared":
         a memory's score is the number of distinct words it shares with the query;
         rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
@@ -2779,7 +2818,7 @@ class MemoryStore:
         scoring below it is left out."""
         scope = _check_scope(scope)
         _check_limit(limit)
-        rank = self.rank if rank is None else _check_choice("rank", rank, RANKS)
+        ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
         if min_score is not None:
             min_score = _check_score(min_score)
         _check_text("query", query, MAX_QUERY, blank=True)
@@ -2795,18 +2834,18 @@ class MemoryStore:
                 # first; SQLite's postings are read until they are too many.
                 row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
                            if db.reads_map_first else None)
-                counted = db.execute(_SQL_COUNT, seen) if rank == "idf" else None
+                counted = db.execute(_SQL_COUNT, seen) if ranked == "idf" else None
                 expired_ids = self._ask_expired(db, seen, now)
             expired = expired_ids()
             visible = 0
             if counted is not None:  # N and df count live memories only
                 visible = counted.fetchone()[0] - len(expired)
-            asked = _Recall(seen, listed, rank, limit, expired, visible)
+            asked = _Recall(seen, listed, ranked, limit, expired, visible)
             best = self._best(db, asked, row_map)
             found = db.last_statement(
                 _SQL_RECALLED, (*seen, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
-        return [_as_memory(rows[i], score=score) for score, i in best
+        return [Recalled(**_fields(rows[i]), score=score) for score, i in best
                 if i in rows and (min_score is None or score >= min_score)]
 
     def _best(self, db: _Engine, recall: _Recall, row_map: Any) -> list[tuple[float, int]]:
@@ -2866,7 +2905,7 @@ class MemoryStore:
             (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*seen, now)).fetchone()
             return int(stored) - int(expired)
 
-    def reindex(self, matching: str,
+    def reindex(self, matching: Matching,
                 progress: Callable[[int, int], None] | None = None) -> None:
         """Rebuild the word index under the `matching` rule, user by user, in one
         transaction; `progress(users done, users)` is called after each user."""
@@ -2886,7 +2925,7 @@ class MemoryStore:
     # -- seeing and forgetting -------------------------------------------------------
 
     @_read_again_if_cut_off
-    def get(self, scope: Scope, memory_id: int) -> dict[str, Any] | None:
+    def get(self, scope: Scope, memory_id: int) -> Memory | None:
         """The memory `memory_id` if the scope can see it and it is live (the keys of
         memories()); None for any other id, whatever the reason: all answer alike."""
         scope = _check_scope(scope)
@@ -2895,18 +2934,18 @@ class MemoryStore:
         with self._snapshot({scope.user}) as db:
             expired = self._expired(db, seen, self._expiry_instant(db, seen))
             rows = db.execute(_SQL_VISIBLE_ID, (*seen, wanted)).fetchall()
-        return next((_as_memory(row, expires_at=row[5]) for row in rows
+        return next((Memory(**_fields(row), expires_at=row[5]) for row in rows
                      if row[0] not in expired), None)
 
     @_read_again_if_cut_off
-    def memories(self, scope: Scope) -> list[dict[str, Any]]:
+    def memories(self, scope: Scope) -> list[Memory]:
         """Every live memory visible in the scope, oldest first, with its expires_at."""
         scope = _check_scope(scope)
         seen = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
             expired = self._expired(db, seen, self._expiry_instant(db, seen))
             rows = db.execute(_SQL_VISIBLE, seen).fetchall()
-        return [_as_memory(row, expires_at=row[5]) for row in rows if row[0] not in expired]
+        return [Memory(**_fields(row), expires_at=row[5]) for row in rows if row[0] not in expired]
 
     def forget(self, scope: Scope, memory_id: int) -> bool:
         """Delete the memory if the scope can see it. False for any id it cannot see,
@@ -2985,16 +3024,16 @@ class MemoryStore:
         return int(erased)
 
     @_read_again_if_cut_off
-    def export_user(self, user: str) -> list[dict[str, Any]]:
+    def export_user(self, user: str) -> list[Record]:
         """Every memory the user still stores, oldest first, expired ones not yet purged
         included, as records `import_memories` reads (keys RECORD_KEYS; task None at user
         level, expires_at None for never)."""
         user = _check_identifier("user", user)
         with self._snapshot({user}) as db:
             rows = db.execute(_SQL_OWNED, (user,)).fetchall()
-        return [{"id": memory_id, "user": user, "task": task_id, "level": _level_of(task_id),
-                 "text": text, "source": source, "created_at": created_at,
-                 "expires_at": expires_at}
+        return [Record(id=memory_id, user=user, task=task_id, level=_level_of(task_id),
+                       text=text, source=source, created_at=created_at,
+                       expires_at=expires_at)
                 for memory_id, task_id, text, source, created_at, expires_at in rows]
 
     def compact(self) -> None:

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import typing
 import unittest
 from collections.abc import Callable
 from typing import Any
@@ -58,7 +59,7 @@ class StoreTestCase(unittest.TestCase):
         self.addCleanup(store.close)
         return store
 
-    def ids(self, results: list[dict[str, Any]]) -> list[int]:
+    def ids(self, results: list[memory.Recalled] | list[memory.Memory]) -> list[int]:
         return [result["id"] for result in results]
 
 
@@ -76,7 +77,8 @@ class TestNames(unittest.TestCase):
     def test_all_lists_every_public_name_the_module_defines(self) -> None:
         defined = {name for name, value in vars(memory).items()
                    if not name.startswith("_") and not isinstance(value, type(memory))
-                   and (not callable(value) or value.__module__ == "memory")
+                   and (not callable(value) or value.__module__ == "memory"
+                        or typing.get_origin(value) is typing.Literal)
                    and name not in ("annotations", "UTC")}  # imported
         self.assertEqual(sorted(memory.__all__), sorted(defined))
 

@@ -42,8 +42,8 @@ def user_of(number: int) -> str:
     return f"conversation-{number}"
 
 
-def store_ranker(folder: Path, conversations: list[dict[str, Any]], matching: str,
-                 rank: str) -> tuple[Ranker, MemoryStore]:
+def store_ranker(folder: Path, conversations: list[dict[str, Any]],
+                 matching: memory.Matching, rank: memory.Rank) -> tuple[Ranker, MemoryStore]:
     store = MemoryStore(folder / f"{matching}.db", matching=matching)
     if store.count(Scope(user_of(0), "questions")) == 0:
         store.remember_many(

@@ -45,7 +45,7 @@ class StoreMatchesModel(RuleBasedStateMachine):
         self.highest_id = 0
 
     @initialize(matching=st.sampled_from(RULES_HERE))
-    def open_a_new_store(self, matching: str) -> None:
+    def open_a_new_store(self, matching: memory.Matching) -> None:
         self.store = MemoryStore(self.folder / "memory.db", clock=self.clock, matching=matching)
         self.model = Model(matching)
 
@@ -71,7 +71,7 @@ class StoreMatchesModel(RuleBasedStateMachine):
 
     @rule(scope=SCOPES, level=st.sampled_from(["user", "task"]), text=TEXTS, source=SOURCES,
           ttl=TTLS)
-    def remember(self, scope: Scope, level: str, text: str, source: str,
+    def remember(self, scope: Scope, level: memory.Level, text: str, source: str,
                  ttl: float | None) -> None:
         memory_id = self.store.remember(scope, level, text, source, ttl=ttl)
         self.write([(scope.user, scope.task if level == "task" else None, text, source, ttl)],
@@ -127,18 +127,18 @@ class StoreMatchesModel(RuleBasedStateMachine):
     @precondition(lambda self: self.model.memories)
     @rule(scope=SCOPES, data=st.data(), limit=LIMITS, rank=RANK)
     def recall_a_stored_text(self, scope: Scope, data: st.DataObject, limit: int,
-                             rank: str) -> None:
+                             rank: memory.Rank) -> None:
         query = data.draw(st.sampled_from([m.text for m in self.model.memories]))
         assert self.store.recall(scope, query, limit, rank=rank) == \
             self.model.recall(scope, query, limit, rank)
 
     @rule(scope=SCOPES, query=QUERIES, limit=LIMITS, rank=RANK)
-    def recall(self, scope: Scope, query: str, limit: int, rank: str) -> None:
+    def recall(self, scope: Scope, query: str, limit: int, rank: memory.Rank) -> None:
         assert self.store.recall(scope, query, limit, rank=rank) == \
             self.model.recall(scope, query, limit, rank)
 
     @rule(matching=st.sampled_from(RULES_HERE))
-    def reindex(self, matching: str) -> None:
+    def reindex(self, matching: memory.Matching) -> None:
         self.store.reindex(matching)
         self.model.matching = matching
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from hypothesis import strategies as st
 
-from memory import MATCHING, MAX_TEXT, RANKS, Scope
+from memory import MATCHING, MAX_TEXT, RANKS, Matching, Scope
 from pg_server import APP_ROLE
 
 # The matching rules this environment can run: `stems` needs the `stems` extra.
@@ -144,7 +144,7 @@ class Memory:
 class Model:
     """Memories in a list. `now` is the clock's last reading: what is live is decided at it."""
 
-    def __init__(self, matching: str = "exact") -> None:
+    def __init__(self, matching: Matching = "exact") -> None:
         self.memories: list[Memory] = []
         self.matching = matching
         self.now = "2026-10-20T09:00:00+00:00"

@@ -260,7 +260,7 @@ def skewed_text(parts: list[str]) -> str:
 )
 def test_top_k_reads_less_and_agrees_with_the_model(
         batches: list[list[tuple[Scope, str, str, float | None]]], query: str, limit: int,
-        per_row: int, rank: str, read_all_up_to: int, skip_common: bool) -> None:
+        per_row: int, rank: memory.Rank, read_all_up_to: int, skip_common: bool) -> None:
     """Recall stops reading once nothing unread can win; with rows of a few ids and
     skewed words it crosses many row boundaries, stops early and probes, with the common
     words skipped (SQLite) or read (PostgreSQL), and must still give the model's answer
@@ -284,7 +284,7 @@ def test_top_k_reads_less_and_agrees_with_the_model(
 
 @pytest.mark.parametrize("rank", memory.RANKS)
 def test_top_k_probes_old_rare_matches_instead_of_reading_a_common_word(
-        tmp_path: pathlib.Path, rank: str) -> None:
+        tmp_path: pathlib.Path, rank: memory.Rank) -> None:
     """Three old memories hold a rare word; 20,000 newer ones only a common word. Recall
     gives up reading every posting once there are more than _READ_ALL_UP_TO, then reads
     the rare word, the newest rows of the common one, and only the rows of the common
@@ -311,7 +311,7 @@ def test_top_k_probes_old_rare_matches_instead_of_reading_a_common_word(
 
 @pytest.mark.parametrize("rank", memory.RANKS)
 def test_top_k_finds_an_old_memory_of_common_words_only(tmp_path: pathlib.Path,
-                                                        rank: str) -> None:
+                                                        rank: memory.Rank) -> None:
     """Once the limit-th best is known, the most common words stop being read, but only
     those that together cannot beat it: an old memory holding just two common words
     still outscores the newer ones holding one word each."""

@@ -46,7 +46,7 @@ def store(url: str) -> Iterator[MemoryStore]:
         yield opened
 
 
-def ids(results: list[dict[str, Any]]) -> list[int]:
+def ids(results: list[memory.Recalled] | list[memory.Memory]) -> list[int]:
     return [result["id"] for result in results]
 
 
@@ -296,7 +296,7 @@ class PostgresMatchesModel(StoreMatchesModel):
     server: Server
 
     @initialize(matching=st.sampled_from(RULES_HERE))
-    def open_a_new_store(self, matching: str) -> None:
+    def open_a_new_store(self, matching: memory.Matching) -> None:
         self.url = self.server.new_database()
         self.store = MemoryStore(self.url, clock=self.clock, matching=matching)
         self.model = Model(matching)
@@ -426,7 +426,7 @@ def test_a_recall_waits_on_the_server_four_times(
     store = one_connection
     for n in range(20):
         store.remember(ALICE, "user", f"Alice likes trains {n}.", "s", ttl=3600)
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, list[memory.Recalled]] = {}
     for rank in RANKS:
         assert round_trips(store, lambda r=rank: found.update(
             {r: store.recall(ALICE, "likes trains", 3, rank=r)}), tmp_path) == 4
@@ -511,7 +511,7 @@ def test_a_top_k_recall_waits_three_times_and_once_per_read_of_index_rows(
                             + [(ALICE, "user", f"sun day {n}", "s") for n in range(300)])
         store.db.set_trace_callback(lambda sql: reads.append(sql) if sql == rows_statement
                                     else None)
-        found: list[list[dict[str, Any]]] = []
+        found: list[list[memory.Recalled]] = []
         waits = round_trips(store, lambda: found.append(
             store.recall(ALICE, "owl sun", 3, rank="idf")), tmp_path)
         store.db.set_trace_callback(None)

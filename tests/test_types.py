@@ -1,0 +1,107 @@
+"""The types a user's checker sees: TypedDicts that match what calls return, and mypy
+--strict on a user's script against the installed distribution, configured as README says."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+import typing
+
+import pytest
+
+import memory
+from helpers import ALICE, ROOT
+from memory import MemoryStore
+
+# README's lines for a user's mypy configuration (pyproject.toml form in README; the same
+# keys here in mypy.ini form, since the script's folder has no project).
+USER_CONFIG = """\
+[mypy]
+strict = true
+
+[mypy-memory]
+follow_untyped_imports = true
+"""
+
+GOOD = """\
+import asyncio
+
+from memory import AsyncMemoryStore, Memory, MemoryStore, Recalled, Record, Scope
+
+
+def remembered(path: str) -> list[Recalled]:
+    with MemoryStore(path, matching="stems", rank="idf") as store:
+        scope = Scope("alice", "trip")
+        store.remember(scope, "user", "Alice is vegetarian.", "chat/1", ttl=3600)
+        exported: list[Record] = store.export_user("alice")
+        print(exported[0]["task"], exported[0]["expires_at"])
+        return store.recall(scope, "vegetarian", limit=3, min_score=0.5)
+
+
+async def listed(path: str) -> list[Memory]:
+    async with AsyncMemoryStore(path) as store:
+        return await store.memories(Scope("alice", "trip"))
+
+
+for found in remembered("memory.db"):
+    print(found["id"], found["level"], found["text"], round(found["score"], 2))
+print(len(asyncio.run(listed("memory.db"))))
+"""
+
+BAD = """\
+from memory import MemoryStore, Scope
+
+with MemoryStore("memory.db", rank="bm25") as store:
+    store.remember(Scope("alice", "trip"), "team", "text", "s")
+    print(store.recall(Scope("alice", "trip"), "text")[0]["txt"])
+"""
+
+
+def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "m.db") as store:
+        memory_id = store.remember(ALICE, "task", "Book the hotel.", "s", ttl=60)
+        (recalled,) = store.recall(ALICE, "hotel")
+        shown = store.get(ALICE, memory_id)
+        (record,) = store.export_user("alice")
+    assert shown is not None
+    assert list(recalled) == list(typing.get_type_hints(memory.Recalled))
+    assert list(shown) == list(typing.get_type_hints(memory.Memory))
+    assert list(record) == list(typing.get_type_hints(memory.Record)) == list(memory.RECORD_KEYS)
+    assert memory.LEVELS == typing.get_args(memory.Level)
+    assert memory.RANKS == typing.get_args(memory.Rank)
+    assert memory.MATCHING == typing.get_args(memory.Matching)
+
+
+def test_mypy_strict_on_a_users_script_reads_the_installed_module(
+        tmp_path: pathlib.Path) -> None:
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    # Installed as a user installs it (not editable: mypy cannot follow an editable finder).
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", str(ROOT)], check=True, timeout=300, capture_output=True)
+    assert (venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+            / "site-packages" / "memory.py").exists()
+    (tmp_path / "mypy.ini").write_text(USER_CONFIG, encoding="utf-8")
+    (tmp_path / "good.py").write_text(GOOD, encoding="utf-8")
+    (tmp_path / "bad.py").write_text(BAD, encoding="utf-8")
+
+    def mypy(*files: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mypy", "--config-file", "mypy.ini", "--python-executable",
+             str(python), "--no-incremental", *files],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    good = mypy("good.py")
+    assert good.returncode == 0, good.stdout + good.stderr
+    bad = mypy("bad.py")
+    assert bad.returncode == 1
+    found = bad.stdout
+    assert 'bad.py:3: error: Argument "rank" to "MemoryStore"' in found
+    assert 'bad.py:4: error: Argument 2 to "remember" of "MemoryStore"' in found
+    assert 'bad.py:5: error: "txt" is not a valid TypedDict key' in found
