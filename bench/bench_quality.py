@@ -1,10 +1,16 @@
 """Recall quality on a long-conversation memory benchmark: evidence recall at 5, 10, 20.
 
-    python3 bench/bench_quality.py [FILE]  (default ../shared/quality/locomo-dev.json)
+    python3 bench/bench_quality.py --locomo PATH [--conversations 26,30,41,42,43]
+    python3 bench/bench_quality.py [FILE]
 
-FILE holds {"conversations": [{"conversation", "memories": [{"source", "text"}],
-"questions": [{"question", "evidence": [source, ...], "category"}]}]}, as LoCoMo (ACL
-2024) does once converted. Every conversation is one user; every turn one memory, its
+--locomo reads the benchmark as its public repository publishes it (github.com/
+snap-research/locomo: data/locomo10.zip, or a locomo10.json; CC BY-NC 4.0, so not
+shipped here) and converts it as bench/locomo.py says; --conversations keeps some of its
+ten (26,30,41,42,43 is the half this project measures its rules on). FILE is a converted
+file (default ../shared/quality/locomo-dev.json, beside this repository where it is
+developed). A converted file holds {"conversations": [{"conversation", "memories":
+[{"source", "text"}], "questions": [{"question", "evidence": [source, ...],
+"category"}]}]}. Every conversation is one user; every turn one memory, its
 source the turn's dialog id. For each question, recall returns the top k memories; its
 evidence recall is the share of the question's evidence turns among their sources, and
 the table gives the mean over all questions. The store's four rule and rank pairs run
@@ -29,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the library, from a clean clone
 
+import locomo  # noqa: E402
 import memory  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
 from tables import format_table  # noqa: E402
@@ -100,13 +107,24 @@ def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]) -> dict[str, f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", nargs="?", type=Path, default=DEFAULT,
-                        help="the benchmark file (default: %(default)s)")
+                        help="a converted benchmark file (default: %(default)s)")
+    parser.add_argument("--locomo", type=Path, metavar="PATH",
+                        help="LoCoMo as published: locomo10.zip or locomo10.json")
+    parser.add_argument("--conversations", metavar="IDS",
+                        help="with --locomo, the conversations to keep, e.g. 26,30,41,42,43")
     args = parser.parse_args()
-    data = json.loads(args.file.read_text(encoding="utf-8"))
+    if args.locomo is not None:
+        only = None if args.conversations is None else set(args.conversations.split(","))
+        data, name = locomo.convert(args.locomo, only), args.locomo.name
+    elif args.file.exists():
+        data, name = json.loads(args.file.read_text(encoding="utf-8")), args.file.name
+    else:
+        parser.error("no benchmark file: pass --locomo PATH (LoCoMo's locomo10.zip or"
+                     " locomo10.json, from github.com/snap-research/locomo)")
     conversations = data["conversations"]
     questions = sum(len(c["questions"]) for c in conversations)
     turns = sum(len(c["memories"]) for c in conversations)
-    print(f"{args.file.name}: {len(conversations)} conversations, {turns} turns, {questions}"
+    print(f"{name}: {len(conversations)} conversations, {turns} turns, {questions}"
           f" questions; memory.py {memory.__version__}, SQLite {sqlite3.sqlite_version}")
     rows = []
     with tempfile.TemporaryDirectory() as name:
