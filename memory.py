@@ -28,6 +28,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import heapq
 import importlib
 import io
@@ -60,7 +61,7 @@ __all__ = [
     "main", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -229,6 +230,21 @@ _SQLITE_VERSION_4 = (
     " WHERE expires_at IS NOT NULL",
 )
 
+# Version 5 adds, for remember(..., dedupe=True), a key of each memory's text in its
+# normal form (_text_key) and an index of the keys under each user, so that finding a
+# memory with the same text is one look-up at any size.
+_SQLITE_ADD_TEXT_KEY = "ALTER TABLE memories ADD COLUMN text_key TEXT"
+_SQLITE_VERSION_5 = (
+    *_SQLITE_VERSION_4,
+    _SQLITE_ADD_TEXT_KEY,
+    "CREATE INDEX memories_text_key ON memories (user_id, text_key)",
+)
+
+
+# Reads need version 4's columns and nothing later: a file of a layout from version 4 on
+# is read as it is when opened read-only (the text keys matter only to writes).
+_READS_AS_IT_IS = 4
+
 
 class _Layout(NamedTuple):
     """A schema a release of this code wrote: the version it stamps, its statements."""
@@ -244,6 +260,7 @@ SQLITE_LAYOUTS = (
     _Layout(3, _SQLITE_VERSION_3),
     _Layout(4, _SQLITE_VERSION_4_FIRST),
     _Layout(4, _SQLITE_VERSION_4),
+    _Layout(5, _SQLITE_VERSION_5),
 )
 SCHEMA = ";\n".join(SQLITE_LAYOUTS[-1].statements)
 # A version-1 file (the core layout: one table and an index, named as its writer chose):
@@ -260,9 +277,17 @@ _VERSION_1_COLUMNS = [
 _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
 
 _SQL_INSERT = _sql(
-    "INSERT INTO memories (id, user_id, task_id, text, source, created_at, expires_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO memories (id, user_id, task_id, text, source, created_at, expires_at,"
+    " text_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# The memories of the scope whose text has the key: those of the same text, and rarely
+# others (a key is a hash), which the store tells apart by their text.
+_SQL_SAME_TEXT = _sql(
+    f"SELECT id, task_id, text, expires_at FROM memories {_IN_SCOPE} AND text_key = ?")
+# Version 5's upgrade gives every memory its text's key: it reads all of them, as an
+# upgrade must, and writes each under its user.
+_SQL_ALL_TEXTS = _sql("SELECT user_id, id, text FROM memories")
+_SQL_SET_TEXT_KEY = _sql("UPDATE memories SET text_key = ? WHERE user_id = ? AND id = ?")
 _MEMORY_COLUMNS = "id, task_id, text, source, created_at, expires_at"
 # The scope's memories that are no longer live, from the expiry index alone (it holds
 # task_id, and id is the rowid): few, since writes and purge_expired() delete them, and
@@ -429,7 +454,7 @@ _SQLITE_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 1
+POSTGRES_SCHEMA_VERSION = 2
 # Version 1, to the letter (a new database is made by it and the steps after it, as an
 # upgraded one will be).
 _PG_SCHEMA = (
@@ -501,10 +526,17 @@ _PG_POLICIES = (
     " FROM pg_policies WHERE schemaname = current_schema() ORDER BY tablename, policyname"
 )
 # Each version's policies as the server gives them back (pg_get_expr's form).
-_PG_POLICY_TEXTS = {
-    1: "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
-       " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))",
-}
+_PG_POLICY = (
+    "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
+    " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
+_PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY}
+# Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
+# memory, so it sees all users, as an operator's call does.
+_PG_ADD_TEXT_KEY = (
+    "SELECT set_config('memory.operator', 'on', true)",
+    "ALTER TABLE memories ADD COLUMN text_key TEXT",
+)
+_PG_TEXT_KEY_INDEX = "CREATE INDEX memories_text_key ON memories (user_id, text_key)"
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
@@ -937,6 +969,16 @@ def _expiry(created_at: str, ttl: float) -> str:
         raise MemoryInputError("ttl reaches past the year 9999") from None
 
 
+def _same_text(text: str) -> str:
+    """The text as dedupe compares it: NFKC, case folded, its whitespace runs one space."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def _text_key(text: str) -> str:
+    """The key a memory's text is looked up by for dedupe: a hash of its _same_text."""
+    return hashlib.blake2b(_same_text(text).encode(), digest_size=16).hexdigest()
+
+
 def words(text: str) -> set[str]:
     """The words of `text` under the `exact` rule: lower-cased, stopwords removed."""
     return set(WORD.findall(text.lower())) - STOPWORDS
@@ -1312,11 +1354,26 @@ def _cover_the_expiry_index(db: _SqliteEngine) -> None:
     _execute_script(db, _SQLITE_VERSION_4[len(_SQLITE_VERSION_3) + 1:])
 
 
+def _key_every_text(db: _Engine) -> None:
+    """Give every memory its text's key (version 5 on SQLite, 2 on PostgreSQL)."""
+    db.executemany(_SQL_SET_TEXT_KEY, [(_text_key(text), user_id, memory_id)
+                                       for user_id, memory_id, text
+                                       in db.execute(_SQL_ALL_TEXTS).fetchall()])
+
+
+def _upgrade_to_5(db: _SqliteEngine) -> None:
+    """Version 4 gains the text keys that dedupe looks memories up by."""
+    add_column, create_index = _SQLITE_VERSION_5[len(_SQLITE_VERSION_4):]
+    db.execute(add_column)
+    _key_every_text(db)
+    db.execute(create_index)
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
-    _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index,
+    _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -1502,8 +1559,8 @@ class _SqliteEngine(_Engine):
         if layout == len(SQLITE_LAYOUTS):
             return
         stamped = 0 if layout is None else 1 if layout == 0 else SQLITE_LAYOUTS[layout - 1].version
-        if not writable and stamped == SCHEMA_VERSION:
-            return  # an earlier layout of this version: its statements read it as it is
+        if not writable and stamped >= _READS_AS_IT_IS:
+            return  # reads need nothing a later layout added: they read it as it is
         if not writable:
             raise SchemaError(f"the file is at schema version {stamped} and opened read-only")
         with _transaction(self, write=True):
@@ -1658,8 +1715,20 @@ def _postgres_error(exc: Exception, connecting: bool = False) -> StoreError:
 
 # (version a database is at after the step, the step), in order; each runs in the
 # transaction that creates or upgrades the schema, under the store's lock, with the
-# version bump. None yet: version 1 is the first.
-POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = []
+# version bump.
+
+
+def _add_text_keys(db: _PostgresSession) -> None:
+    """Version 1 gains the text keys that dedupe looks memories up by."""
+    for statement in _PG_ADD_TEXT_KEY:
+        db._send(statement)
+    _key_every_text(db)
+    db._send(_PG_TEXT_KEY_INDEX)
+
+
+POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
+    (2, _add_text_keys),
+]
 
 
 @functools.cache
@@ -2652,36 +2721,83 @@ class MemoryStore:
     # -- memories ------------------------------------------------------------------
 
     def remember(self, scope: Scope, level: Level, text: str, source: str, *,
-                 ttl: float | None = None) -> int:
+                 ttl: float | None = None, dedupe: bool = False) -> int:
         """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
-        memory stops being live `ttl` seconds after its created_at."""
-        (memory_id,) = self._insert([_new_row(scope, level, text, source, ttl)])
+        memory stops being live `ttl` seconds after its created_at. With `dedupe`, a live
+        memory of the same user, level (and task, at task level) whose text is the same
+        (NFKC, case folded, whitespace collapsed) is kept instead: its id is returned and
+        nothing is written."""
+        (memory_id,) = self._insert([_new_row(scope, level, text, source, ttl)],
+                                    dedupe=dedupe)
         return memory_id
 
-    def remember_many(self, items: Iterable[tuple[Any, ...]]) -> list[int]:
+    def remember_many(self, items: Iterable[tuple[Any, ...]], *,
+                      dedupe: bool = False) -> list[int]:
         """Keep many (scope, level, text, source[, ttl]) items in one transaction; all or
-        none."""
-        return self._insert(_each_valid(items, lambda item: _new_row(*item), "item"), "item")
+        none. With `dedupe`, as remember's, for every item: an item repeating an earlier
+        one of the batch gets that one's id."""
+        return self._insert(_each_valid(items, lambda item: _new_row(*item), "item"), "item",
+                            dedupe)
 
-    def import_memories(self, records: Iterable[Record | dict[str, Any]]) -> list[int]:
+    def import_memories(self, records: Iterable[Record | dict[str, Any]], *,
+                        dedupe: bool = False) -> list[int]:
         """Keep records as export_user writes them, each with its own created_at and
         expires_at, in one transaction; all or none. Their ids are not kept: the store
-        gives new ones. A record already expired is kept, and is not live."""
-        return self._insert(_each_valid(records, _record_row, "record"), "record")
+        gives new ones. A record already expired is kept, and is not live. With `dedupe`,
+        as remember_many's."""
+        return self._insert(_each_valid(records, _record_row, "record"), "record", dedupe)
 
-    def _insert(self, rows: list[_NewMemory], noun: str | None = None) -> list[int]:
+    def _insert(self, rows: list[_NewMemory], noun: str | None = None,
+                dedupe: bool = False) -> list[int]:
         with self._writing({row.user_id for row in rows}) as db:
-            ids = self._write(db, rows, noun)
-        task_level = sum(row.task_id is not None for row in rows)
-        _log.info("remembered %d memories (%d user level, %d task level), ids %s",
-                  len(ids), len(ids) - task_level, task_level, _id_span(ids))
+            same = self._same_texts(db, rows) if dedupe else {}
+            fresh = [position for position in range(len(rows)) if position not in same]
+            new_ids = iter(self._write(db, [rows[p] for p in fresh], noun, fresh)
+                           if fresh else ())
+        ids: list[int] = []
+        for position in range(len(rows)):
+            kept = same.get(position)
+            ids.append(next(new_ids) if kept is None else kept if kept > 0 else ids[~kept])
+        written = [rows[p] for p in fresh]
+        task_level = sum(row.task_id is not None for row in written)
+        _log.info("remembered %d memories (%d user level, %d task level), ids %s;"
+                  " %d already held", len(written), len(written) - task_level, task_level,
+                  _id_span(ids), len(same))
         return ids
 
-    def _write(self, db: _Engine, rows: list[_NewMemory], noun: str | None = None) -> list[int]:
+    def _same_texts(self, db: _Engine, rows: list[_NewMemory]) -> dict[int, int]:
+        """The rows (by position) whose text a live memory of the same user, level and task
+        holds, each with that memory's id, or ~p for a repeat of the batch's row p."""
+        now = self._read_instant()
+        keys = [(row.user_id, row.task_id, _same_text(row.text)) for row in rows]
+        with db.batch():
+            asked = {key: db.ask(_SQL_SAME_TEXT, (user_id, task_id or "", _text_key(text)))
+                     for key in dict.fromkeys(keys) for user_id, task_id, text in (key,)}
+        held: dict[tuple[str, str | None, str], int] = {}
+        for (user_id, task_id, text), ask in asked.items():
+            for memory_id, their_task, their_text, expires_at in ask():
+                live = now is None or expires_at is None or expires_at > now
+                if their_task == task_id and live and _same_text(their_text) == text:
+                    held[user_id, task_id, text] = memory_id
+                    break
+        same: dict[int, int] = {}
+        first: dict[tuple[str, str | None, str], int] = {}
+        for position, key in enumerate(keys):
+            if key in held:
+                same[position] = held[key]
+            elif key in first:
+                same[position] = ~first[key]
+            else:
+                first[key] = position
+        return same
+
+    def _write(self, db: _Engine, rows: list[_NewMemory], noun: str | None = None,
+               places: list[int] | None = None) -> list[int]:
         """The last step of a write transaction: purge some expired memories of the rows'
         scopes, write the rows, reading the clock once for each that has no created_at,
         and commit (with the last statements, in one round trip on PostgreSQL). A bulk
-        call names its rows' `noun`, so that an error names the row's position. Users go
+        call names its rows' `noun`, so that an error names the row's position (in the
+        call: `places`, where the rows are some of its own). Users go
         in groups of the engine's users_per_batch: on PostgreSQL a round trip asks what
         a group's write needs to know, and one more writes it."""
         now = self._read_instant()
@@ -2710,7 +2826,7 @@ class MemoryStore:
                 newest = {owner: _ask_newest(db, owner, by_word)
                           for owner, by_word in words.items()}
             if not values:
-                values = self._values(ask_ids(), rows, noun)
+                values = self._values(ask_ids(), rows, noun, places)
             purged = self._purge(db, scopes, firsts, now)
             known = {owner: (_ask_newest(db, owner, words[owner]) if owner[0] in purged
                              else ask)() for owner, ask in newest.items()}
@@ -2739,12 +2855,14 @@ class MemoryStore:
                 purged.add(seen.user)
         return purged
 
-    def _values(self, ids: list[int], rows: list[_NewMemory],
-                noun: str | None) -> list[tuple[Any, ...]]:
+    def _values(self, ids: list[int], rows: list[_NewMemory], noun: str | None,
+                places: list[int] | None) -> list[tuple[Any, ...]]:
         """The rows as _SQL_INSERT takes them: each with its id, its created_at (the
-        clock's reading for a row that has none) and its expires_at."""
+        clock's reading for a row that has none), its expires_at and its text's key. An
+        error names the row's position in the call (`places`, or its own)."""
         values, reading = [], None
-        for position, (memory_id, row) in enumerate(zip(ids, rows, strict=True)):
+        for index, (memory_id, row) in enumerate(zip(ids, rows, strict=True)):
+            position = index if places is None else places[index]
             created_at = row.created_at
             if created_at is None:
                 created_at = reading = self._write_reading(reading)
@@ -2756,7 +2874,7 @@ class MemoryStore:
                     if noun is None:
                         raise
                     raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
-            values.append((memory_id, *row[:4], created_at, expires_at))
+            values.append((memory_id, *row[:4], created_at, expires_at, _text_key(row.text)))
         return values
 
     def _delete(self, db: _Engine, seen: _ScopeKey,

@@ -1,0 +1,130 @@
+"""remember(..., dedupe=True): a live memory of the same user, level and task with the
+same text (NFKC, case folded, whitespace collapsed) is kept instead of a second one."""
+
+from __future__ import annotations
+
+import pathlib
+import sqlite3
+from typing import Any
+
+import pytest
+
+import memory
+from helpers import ALICE, ALICE_WORK, BOB, SetClock
+from memory import MemoryInputError, MemoryStore, Scope
+from model import index_problems_at, owner_connection, transactions_left
+
+
+@pytest.fixture
+def clock() -> SetClock:
+    return SetClock()
+
+
+@pytest.fixture
+def store(target: str, clock: SetClock) -> Any:
+    with MemoryStore(target, clock=clock) as opened:
+        yield opened
+
+
+def test_the_same_text_is_kept_once(store: MemoryStore) -> None:
+    first = store.remember(ALICE, "user", "Alice is vegetarian.", "chat/1", dedupe=True)
+    for same in ("alice  IS\tvegetarian.", " ALICE IS VEGETARIAN. ", "Ａｌｉｃｅ is vegetarian."):
+        assert store.remember(ALICE, "user", same, "chat/2", dedupe=True) == first
+    # Seen from another task, a user-level memory is the same user and level.
+    assert store.remember(ALICE_WORK, "user", "alice is vegetarian.", "s", dedupe=True) == first
+    assert store.count(ALICE) == 1
+    assert [m["source"] for m in store.memories(ALICE)] == ["chat/1"]  # nothing rewritten
+
+
+def test_what_is_not_the_same(store: MemoryStore, clock: SetClock) -> None:
+    user = store.remember(ALICE, "user", "Book the hotel.", "s", dedupe=True)
+    task = store.remember(ALICE, "task", "Book the hotel.", "s", dedupe=True)
+    other_task = store.remember(ALICE_WORK, "task", "Book the hotel.", "s", dedupe=True)
+    bobs = store.remember(BOB, "user", "Book the hotel.", "s", dedupe=True)
+    other_words = store.remember(ALICE, "user", "Book the hotel!", "s", dedupe=True)
+    assert len({user, task, other_task, bobs, other_words}) == 5
+    assert store.remember(ALICE, "task", "book the HOTEL.", "s", dedupe=True) == task
+    # Without dedupe (the default) every call writes.
+    assert store.remember(ALICE, "user", "Book the hotel.", "s") not in (user, task)
+
+
+def test_an_expired_memory_is_not_kept_instead(store: MemoryStore, clock: SetClock) -> None:
+    old = store.remember(ALICE, "user", "The gate code is 4417.", "s", ttl=60, dedupe=True)
+    assert store.remember(ALICE, "user", "the gate code is 4417.", "s", dedupe=True) == old
+    clock.at = "2026-10-20T09:01:00+00:00"
+    new = store.remember(ALICE, "user", "The gate code is 4417.", "s", dedupe=True)
+    assert new != old and [m["id"] for m in store.memories(ALICE)] == [new]
+
+
+def test_a_forgotten_memory_is_not_kept_instead(store: MemoryStore) -> None:
+    old = store.remember(ALICE, "user", "Alice likes jazz.", "s", dedupe=True)
+    assert store.forget(ALICE, old)
+    assert store.remember(ALICE, "user", "Alice likes jazz.", "s", dedupe=True) != old
+
+
+def test_a_batch_keeps_each_text_once(target: str, store: MemoryStore) -> None:
+    held = store.remember(ALICE, "user", "Alice likes jazz.", "s")
+    ids = store.remember_many([
+        (ALICE, "user", "alice likes JAZZ.", "s"),
+        (ALICE, "user", "Alice likes tea.", "s"),
+        (BOB, "user", "Alice likes tea.", "s"),
+        (ALICE, "user", "Alice  likes tea.", "s"),
+        (ALICE, "task", "Alice likes tea.", "s"),
+    ], dedupe=True)
+    assert ids[0] == held and ids[3] == ids[1]
+    assert len({held, ids[1], ids[2], ids[4]}) == 4 and ids[1] < ids[2] < ids[4]
+    assert store.count(ALICE) == 3 and store.count(BOB) == 1
+    assert index_problems_at(target) == []
+    records = store.export_user("alice")
+    assert store.import_memories(records, dedupe=True) == [r["id"] for r in records]
+    assert store.count(ALICE) == 3
+
+
+def test_an_error_names_the_item_of_the_call(store: MemoryStore) -> None:
+    store.remember(ALICE, "user", "Alice likes jazz.", "s")
+    with pytest.raises(MemoryInputError, match="item 2: ttl") as raised:
+        store.remember_many([(ALICE, "user", "Alice likes jazz.", "s"),
+                             (ALICE, "user", "Alice likes tea.", "s"),
+                             (ALICE, "user", "Alice likes rain.", "s", 1e15)], dedupe=True)
+    assert raised.value.position == 2
+    assert store.count(ALICE) == 1 and transactions_left(store) == 0
+
+
+def test_every_look_up_names_the_user_and_uses_the_key_index(tmp_path: pathlib.Path) -> None:
+    with MemoryStore(tmp_path / "m.db") as store:
+        store.remember_many([(ALICE, "user", f"note {n}", "s") for n in range(200)])
+        plan = " ".join(row[3] for row in store.db.execute(
+            f"EXPLAIN QUERY PLAN {memory._SQL_SAME_TEXT}", ("alice", "trip", "k")))
+        assert "memories_text_key (user_id=? AND text_key=?)" in plan
+        assert memory._SQL_SAME_TEXT.startswith(
+            "SELECT id, task_id, text, expires_at FROM memories WHERE user_id = ?")
+
+
+def test_an_upgraded_sqlite_file_keys_its_old_memories(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStore(path) as store:
+        old = store.remember(ALICE, "user", "Alice likes jazz.", "s")
+    db = sqlite3.connect(path)  # back to version 4's layout, as its release wrote it
+    db.executescript("DROP INDEX memories_text_key; ALTER TABLE memories DROP COLUMN text_key;"
+                     " PRAGMA user_version = 4;")
+    db.close()
+    with MemoryStore(path) as store:
+        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 5
+        assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
+
+
+def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
+    with MemoryStore(url) as store:
+        old = store.remember(ALICE, "user", "Alice likes jazz.", "s")
+        store.remember(Scope("bob", "trip"), "user", "Bob likes jazz.", "s")
+    with owner_connection(url) as db:  # back to version 1, as its release made it
+        db.execute("DROP INDEX memories_text_key")
+        db.execute("ALTER TABLE memories DROP COLUMN text_key")
+        db.execute("UPDATE store_settings SET value = '1' WHERE name = 'schema_version'")
+    with MemoryStore(url) as store:
+        assert store.stats()["schema_version"] == memory.POSTGRES_SCHEMA_VERSION == 2
+        assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
+        assert store.count(BOB) == 1
+    with owner_connection(url) as db:
+        assert db.execute("SELECT count(*) FROM memories WHERE text_key IS NULL"
+                          ).fetchone() == (0,)
