@@ -2555,6 +2555,11 @@ def _fields(row: tuple[Any, ...]) -> _Fields:
                    created_at=created_at)
 
 
+def _ask_purgeable(db: _Engine, seen: _ScopeKey, now: str | None) -> Callable[[], list[Any]]:
+    """Up to PURGE_PER_WRITE of the scope's expired memories, for a write to purge."""
+    return db.ask(_SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE))
+
+
 def _id_span(ids: list[int]) -> str:
     return f"{ids[0]}..{ids[-1]}" if ids else "none"
 
@@ -2770,9 +2775,12 @@ class MemoryStore:
         holds, each with that memory's id, or ~p for a repeat of the batch's row p."""
         now = self._read_instant()
         keys = [(row.user_id, row.task_id, _same_text(row.text)) for row in rows]
+        asked: dict[tuple[str, str | None, str], Callable[[], list[Any]]] = {}
         with db.batch():
-            asked = {key: db.ask(_SQL_SAME_TEXT, (user_id, task_id or "", _text_key(text)))
-                     for key in dict.fromkeys(keys) for user_id, task_id, text in (key,)}
+            for key, row in zip(keys, rows, strict=True):
+                if key not in asked:
+                    asked[key] = db.ask(_SQL_SAME_TEXT, (
+                        row.user_id, row.task_id or "", _text_key(row.text)))
         held: dict[tuple[str, str | None, str], int] = {}
         for (user_id, task_id, text), ask in asked.items():
             for memory_id, their_task, their_text, expires_at in ask():
@@ -2797,9 +2805,9 @@ class MemoryStore:
         scopes, write the rows, reading the clock once for each that has no created_at,
         and commit (with the last statements, in one round trip on PostgreSQL). A bulk
         call names its rows' `noun`, so that an error names the row's position (in the
-        call: `places`, where the rows are some of its own). Users go
-        in groups of the engine's users_per_batch: on PostgreSQL a round trip asks what
-        a group's write needs to know, and one more writes it."""
+        call: `places`, where the rows are some of its own). Users go in groups of the
+        engine's users_per_batch: on PostgreSQL a round trip asks what a group's write
+        needs to know, and one more writes it."""
         now = self._read_instant()
         positions: dict[str, list[int]] = collections.defaultdict(list)
         for position, row in enumerate(rows):
@@ -2821,8 +2829,7 @@ class MemoryStore:
                 firsts: dict[str, Callable[[], list[Any]]] = {}
                 for seen in scopes if now is not None else ():
                     if seen.user not in firsts:  # a user's first scope: they overlap
-                        firsts[seen.user] = db.ask(
-                            _SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE))
+                        firsts[seen.user] = _ask_purgeable(db, seen, now)
                 newest = {owner: _ask_newest(db, owner, by_word)
                           for owner, by_word in words.items()}
             if not values:
@@ -2848,9 +2855,8 @@ class MemoryStore:
         user's first scope already asked; the users some were deleted for."""
         purged = set()
         for seen in scopes if now is not None else ():
-            ask = firsts.pop(seen.user, None)  # a later scope looks after those purged
-            found = ask() if ask is not None else db.execute(
-                _SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE)).fetchall()
+            # A later scope is asked only now, after the earlier ones' purge.
+            found = (firsts.pop(seen.user, None) or _ask_purgeable(db, seen, now))()
             if self._delete(db, seen, found):
                 purged.add(seen.user)
         return purged

@@ -3,7 +3,8 @@
 Hypothesis profiles: `ci` (derandomized, the default under CI=true) and `dev`. The
 PostgreSQL server (pg_server.py) starts once a session, when a test first asks for it;
 where its binaries or psycopg are missing those tests skip, saying so, and with
-MEMORY_REQUIRE_POSTGRES=1 (CI) they fail instead. `target` runs a test on each engine.
+MEMORY_REQUIRE_POSTGRES=1 (CI) they fail instead. `target` runs a test on each engine,
+`store` opens a store there on the test's `clock`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+from helpers import SetClock
+from memory import MemoryStore
 from pg_server import Server, server_binaries
 
 settings.register_profile(
@@ -79,3 +82,16 @@ def target(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
         return str(tmp_path / "memory.db")
     url: str = request.getfixturevalue("url")
     return url
+
+
+@pytest.fixture
+def clock() -> SetClock:
+    """A clock the test sets."""
+    return SetClock()
+
+
+@pytest.fixture
+def store(target: str, clock: SetClock) -> Iterator[MemoryStore]:
+    """A store on each engine, on the test's clock (a test file may define its own)."""
+    with MemoryStore(target, clock=clock) as opened:
+        yield opened

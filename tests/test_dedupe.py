@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pathlib
 import sqlite3
-from typing import Any
 
 import pytest
 
@@ -13,17 +12,6 @@ import memory
 from helpers import ALICE, ALICE_WORK, BOB, SetClock
 from memory import MemoryInputError, MemoryStore, Scope
 from model import index_problems_at, owner_connection, transactions_left
-
-
-@pytest.fixture
-def clock() -> SetClock:
-    return SetClock()
-
-
-@pytest.fixture
-def store(target: str, clock: SetClock) -> Any:
-    with MemoryStore(target, clock=clock) as opened:
-        yield opened
 
 
 def test_the_same_text_is_kept_once(store: MemoryStore) -> None:

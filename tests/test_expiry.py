@@ -15,18 +15,6 @@ from memory import MemoryInputError, MemoryStore, fixed_clock
 from model import index_problems, index_problems_at, transactions_left
 
 
-@pytest.fixture
-def clock() -> SetClock:
-    return SetClock()
-
-
-@pytest.fixture
-def store(target: str, clock: SetClock) -> Any:
-    """A store on each engine, on the test's clock."""
-    with MemoryStore(target, clock=clock) as opened:
-        yield opened
-
-
 @pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf"), True, "60", [60]])
 def test_a_bad_ttl_is_refused(store: MemoryStore, ttl: Any) -> None:
     with pytest.raises(MemoryInputError, match="ttl"):
