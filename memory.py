@@ -14,7 +14,8 @@ The module reads top to bottom:
     word index      packing postings, adding and removing a write's postings
     engines         transactions; _SqliteEngine and _PostgresEngine side by side
     recall          the map of a query's rows, the full scoring and the top-k search
-    the store       MemoryStore
+    the store       MemoryStore, and AsyncMemoryStore over it for asyncio
+    MCP server      `memory mcp`: five tools for an assistant, its scope fixed at launch
     command line    the `memory` command
 """
 
@@ -53,8 +54,8 @@ from typing import Any, Concatenate, Literal, NamedTuple, ParamSpec, TypedDict, 
 __version__ = "0.1.0"
 __all__ = [
     "AsyncMemoryStore", "BUSY_TIMEOUT_SECONDS", "ConnectionLost", "FixedClock", "IDENTIFIER",
-    "LEVELS", "Level", "MATCHING", "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "MIGRATIONS",
-    "Matching", "Memory", "MemoryInputError", "MemoryStore", "OutcomeUnknown",
+    "LEVELS", "Level", "MATCHING", "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "MCP_DEFAULT_TASK",
+    "MIGRATIONS", "Matching", "Memory", "MemoryInputError", "MemoryStore", "OutcomeUnknown",
     "POSTGRES_MIGRATIONS", "POSTGRES_SCHEMA_VERSION", "POSTINGS_PER_ROW", "PURGE_PER_WRITE",
     "RANKS", "RECORD_KEYS", "Rank", "Recalled", "Record", "SCHEMA", "SCHEMA_VERSION",
     "SQLITE_LAYOUTS", "STOPWORDS", "SchemaError", "Scope", "StoreError", "WORD", "fixed_clock",
@@ -3243,6 +3244,14 @@ class AsyncMemoryStore:
                              " `await store.open()`")
         return self._store
 
+    @classmethod
+    def _over(cls, store: MemoryStore) -> AsyncMemoryStore:
+        """Coroutines over a store already open (`memory mcp` opens its store before it
+        speaks the protocol, so that a failure to open is one line on stderr)."""
+        served = cls(store.path)
+        served._store = store
+        return served
+
     async def open(self) -> AsyncMemoryStore:
         """Open the store, in a worker thread; opening again does nothing."""
         if self._store is None:
@@ -3287,6 +3296,242 @@ class AsyncMemoryStore:
     stats = _in_a_thread(MemoryStore.stats)
     check = _in_a_thread(MemoryStore.check)
     backup = _in_a_thread(MemoryStore.backup)
+
+
+# -- the MCP server ------------------------------------------------------------------
+# `memory mcp`: the store's calls as Model Context Protocol tools on stdio, for an
+# assistant. The scope is fixed at launch and no tool takes a user or a task, so no
+# prompt can make the model read or change another user's memories. It needs the `mcp`
+# extra (the official SDK, major version 2), imported only when the command runs.
+
+#: The task of `memory mcp` when neither --task nor MEMORY_TASK names one.
+MCP_DEFAULT_TASK = "default"
+_MCP_LISTED = 100  # list_memories shows at most the newest this many
+_MCP_RECALLED = 5  # recall's limit when the model names none
+
+_MCP_MEMORY: dict[str, Any] = {"type": "object", "properties": {
+    "id": {"type": "integer"}, "level": {"enum": list(LEVELS)}, "text": {"type": "string"},
+    "source": {"type": "string"}, "created_at": {"type": "string"},
+}, "required": ["id", "level", "text", "source", "created_at"]}
+_MCP_MEMORY_ID = {"type": "integer", "minimum": 1, "description": "a memory's id, as"
+                  " remember, recall or list_memories gave it"}
+
+
+def _mcp_object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(required),
+            "additionalProperties": False}
+
+
+def _mcp_memories(extra: dict[str, Any]) -> dict[str, Any]:
+    item = {**_MCP_MEMORY, "properties": {**_MCP_MEMORY["properties"], **extra}}
+    return {"type": "array", "items": item}
+
+
+class _McpTool(NamedTuple):
+    description: str
+    arguments: dict[str, Any]
+    result: dict[str, Any]
+    reads_only: bool
+    destroys: bool
+
+
+_MCP_TOOLS = {
+    "remember": _McpTool(
+        "Keep a fact worth knowing in later conversations: a preference, a decision, a"
+        " detail of the user's life or work. Write it as one self-contained sentence."
+        " level 'user' (the default) keeps it for every task of this user; 'task' for the"
+        " current task only. Remembering the same text again keeps one memory. Returns"
+        " the memory's id.",
+        _mcp_object({
+            "text": {"type": "string", "description": f"the fact, at most {MAX_TEXT}"
+                     " characters"},
+            "level": {"enum": list(LEVELS), "default": "user"},
+            "source": {"type": "string", "description": "where it came from (default: this"
+                       " client)"},
+            "ttl_seconds": {"type": "number", "exclusiveMinimum": 0, "description":
+                            "forget it after this many seconds (default: never)"},
+        }, "text"),
+        _mcp_object({"id": {"type": "integer"}}, "id"), False, False),
+    "recall": _McpTool(
+        "Find the memories that best match a query, before answering anything that may"
+        " depend on what the user said earlier. Matches words (and, where the store's rule"
+        " is 'stems', their forms), best first; rarer shared words weigh more. Returns up"
+        " to `limit` memories with their ids and scores, or none.",
+        _mcp_object({
+            "query": {"type": "string", "description": "words the memories should share"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                      "default": _MCP_RECALLED},
+        }, "query"),
+        _mcp_object({"memories": _mcp_memories({"score": {"type": "number"}})}, "memories"),
+        True, False),
+    "list_memories": _McpTool(
+        f"Every memory kept for this user and task, oldest first: at most the newest"
+        f" {_MCP_LISTED}, with `total` saying how many there are. Use it to review or tidy"
+        f" memories; use recall to answer a question.",
+        _mcp_object({}),
+        _mcp_object({"memories": _mcp_memories({"expires_at": {"type": ["string", "null"]}}),
+                     "total": {"type": "integer"}}, "memories", "total"), True, False),
+    "revise": _McpTool(
+        "Correct a memory that is wrong or out of date: replaces its text, at its level,"
+        " and returns the corrected memory's new id. An id this user cannot see is not"
+        " found.",
+        _mcp_object({"memory_id": _MCP_MEMORY_ID,
+                     "text": {"type": "string", "description": "the corrected fact"}},
+                    "memory_id", "text"),
+        _mcp_object({"id": {"type": "integer"}}, "id"), False, True),
+    "forget": _McpTool(
+        "Forget one memory, when the user asks or it no longer holds. Returns whether"
+        " it was forgotten (false: no memory with that id for this user).",
+        _mcp_object({"memory_id": _MCP_MEMORY_ID}, "memory_id"),
+        _mcp_object({"forgotten": {"type": "boolean"}}, "forgotten"), False, True),
+}
+
+
+def _mcp_line(memory: dict[str, Any]) -> str:
+    scored = f", score {memory['score']:.2f}" if "score" in memory else ""
+    return f"[{memory['id']}] ({memory['level']}{scored}) {memory['text']}"
+
+
+def _mcp_shown(memory: Memory | Recalled) -> dict[str, Any]:
+    return {key: value for key, value in memory.items() if key in _MCP_MEMORY["properties"]
+            or key in ("score", "expires_at")}
+
+
+class _McpSession:
+    """The five tools over one store and the scope fixed at launch."""
+
+    def __init__(self, store: AsyncMemoryStore, scope: Scope) -> None:
+        self.store, self.scope = store, scope
+
+    async def call(self, name: str, arguments: dict[str, Any], client: str
+                   ) -> tuple[dict[str, Any], str]:
+        """The tool's structured result and its text; MemoryInputError for bad input."""
+        tool = _MCP_TOOLS.get(name)
+        if tool is None:
+            raise MemoryInputError(f"no such tool; the tools are {', '.join(_MCP_TOOLS)}")
+        if not arguments.keys() <= tool.arguments["properties"].keys():
+            raise MemoryInputError(
+                f"{name} takes {', '.join(tool.arguments['properties']) or 'no arguments'};"
+                f" {len(arguments.keys() - tool.arguments['properties'].keys())} other"
+                " arguments given")
+        for required in tool.arguments["required"]:
+            if required not in arguments:
+                raise MemoryInputError(f"{required} is required")
+        result: tuple[dict[str, Any], str] = await getattr(self, f"_{name}")(client,
+                                                                             **arguments)
+        return result
+
+    # Arguments are as the model sent them, of any JSON type: the store checks each.
+
+    async def _remember(self, client: str, text: Any, level: Any = "user", source: Any = None,
+                        ttl_seconds: Any = None) -> tuple[dict[str, Any], str]:
+        kept = await self.store.remember(self.scope, level, text,
+                                         client if source is None else source,
+                                         ttl=ttl_seconds, dedupe=True)
+        return {"id": kept}, f"remembered as memory {kept}"
+
+    async def _recall(self, client: str, query: Any, limit: Any = _MCP_RECALLED
+                      ) -> tuple[dict[str, Any], str]:
+        found = await self.store.recall(self.scope, query, limit)
+        lines = [f"{len(found)} memories, best first:"] if found else ["no memory matches"]
+        shown = [_mcp_shown(memory) for memory in found]
+        return {"memories": shown}, "\n".join(lines + [_mcp_line(memory) for memory in shown])
+
+    async def _list_memories(self, client: str) -> tuple[dict[str, Any], str]:
+        every = await self.store.memories(self.scope)
+        shown = [_mcp_shown(memory) for memory in every[-_MCP_LISTED:]]
+        heading = (f"{len(every)} memories, oldest first" if len(shown) == len(every) else
+                   f"the newest {len(shown)} of {len(every)} memories, oldest first")
+        return ({"memories": shown, "total": len(every)},
+                "\n".join([heading + ":"] + [_mcp_line(memory) for memory in shown]))
+
+    async def _revise(self, client: str, memory_id: Any, text: Any
+                      ) -> tuple[dict[str, Any], str]:
+        revised = await self.store.revise(self.scope, memory_id, text, client)
+        if revised is None:
+            raise MemoryInputError(_NOT_IN_SCOPE)
+        return {"id": revised}, f"revised: the memory is now {revised}"
+
+    async def _forget(self, client: str, memory_id: Any) -> tuple[dict[str, Any], str]:
+        forgotten = await self.store.forget(self.scope, memory_id)
+        return ({"forgotten": forgotten},
+                f"forgot memory {memory_id}" if forgotten else _NOT_IN_SCOPE)
+
+
+async def _serve_mcp(store: AsyncMemoryStore, scope: Scope) -> None:
+    """Serve the tools on stdin and stdout until the client closes stdin."""
+    from mcp import types
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+
+    session = _McpSession(store, scope)
+    tools = [types.Tool(name=name, description=tool.description, input_schema=tool.arguments,
+                        output_schema=tool.result, annotations=types.ToolAnnotations(
+                            read_only_hint=tool.reads_only, destructive_hint=tool.destroys,
+                            idempotent_hint=name in ("recall", "list_memories", "forget"),
+                            open_world_hint=False))
+             for name, tool in _MCP_TOOLS.items()]
+
+    async def list_tools(context: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(context: Any, params: types.CallToolRequestParams
+                        ) -> types.CallToolResult:
+        client = getattr(getattr(context.session.client_params, "client_info", None),
+                         "name", "")
+        source = f"mcp:{client[:64]}" if isinstance(client, str) and client.strip() else "mcp"
+        named = params.name if params.name in _MCP_TOOLS else "an unknown tool"  # for the log
+        try:
+            result, text = await session.call(params.name, dict(params.arguments or {}),
+                                              source)
+        except (MemoryInputError, StoreError) as exc:
+            _log.info("mcp: %s refused: %s", named, type(exc).__name__)
+            message = str(exc)
+        except Exception as exc:  # its message might hold a value: the type alone
+            _log.error("mcp: %s failed: %s", named, type(exc).__name__)
+            message = f"the tool failed ({type(exc).__name__}); the server goes on"
+        else:
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                        structured_content=result)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
+                                    is_error=True)
+
+    server: Server[Any] = Server(
+        "memory", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
+        instructions=f"Long-term memory for user {scope.user}, task {scope.task}. Recall"
+        " before answering what may depend on earlier conversations; remember what the user"
+        " will want known later.")
+    async with stdio_server() as (reading, writing):
+        await server.run(reading, writing, server.create_initialization_options())
+
+
+def _best_matching() -> Matching:
+    return "stems" if importlib.util.find_spec("snowballstemmer") else "exact"
+
+
+def _mcp_settings(args: argparse.Namespace) -> None:
+    """The store, user and task from the command line, else the environment (MCP clients
+    configure servers by `env`); checked, with the extra, before the store is opened."""
+    try:
+        importlib.import_module("mcp.server.lowlevel")
+    except ImportError:
+        raise StoreError("memory mcp needs the mcp extra: pip install 'memory-store[mcp]'"
+                         " (or '.[mcp]' in this folder)") from None
+    args.path = args.path or os.environ.get("MEMORY_STORE")
+    args.user = args.user or os.environ.get("MEMORY_USER")
+    args.task = args.task or os.environ.get("MEMORY_TASK") or MCP_DEFAULT_TASK
+    if not args.path:
+        raise MemoryInputError("memory mcp needs PATH, or MEMORY_STORE in its environment")
+    if args.user is None:
+        raise MemoryInputError("memory mcp needs --user, or MEMORY_USER in its environment")
+    Scope(args.user, args.task)
+
+
+def _run_mcp(store: MemoryStore, args: argparse.Namespace) -> int:
+    # stdout is the protocol; the SDK's own log lines may hold what a client sent.
+    logging.getLogger("mcp").setLevel(logging.WARNING)
+    asyncio.run(_serve_mcp(AsyncMemoryStore._over(store), Scope(args.user, args.task)))
+    return 0
 
 
 # -- the command line ----------------------------------------------------------------
@@ -3486,13 +3731,21 @@ def _run_backup(store: MemoryStore, args: argparse.Namespace) -> int:
 
 
 # How a command opens its store: to read; to write one that must already exist (no
-# command but import creates a store by typo); or to write, creating it if need be.
-_READS, _WRITES, _CREATES = "reads", "writes", "creates"
+# command but import creates a store by typo); to write, creating it if need be; or to
+# serve an assistant, creating it with the better rule where its extra is installed.
+_READS, _WRITES, _CREATES, _SERVES = "reads", "writes", "creates", "serves"
 
 
 def _open_for(args: argparse.Namespace) -> MemoryStore:
     if args.opens == _READS:
         return MemoryStore(args.path, read_only=True)
+    if args.opens == _SERVES:
+        try:  # a store that exists keeps its rule
+            return MemoryStore(args.path, create=False, rank="idf")
+        except SchemaError:
+            raise
+        except StoreError:
+            return MemoryStore(args.path, matching=_best_matching(), rank="idf")
     return MemoryStore(args.path, create=args.opens == _CREATES)
 
 
@@ -3570,6 +3823,15 @@ def _parser() -> argparse.ArgumentParser:
     backup = command("backup", _run_backup, _READS,
                      "copy the store, consistently, while others may write to it")
     backup.add_argument("destination", metavar="DEST", help="a file that does not exist yet")
+    serving = ("serve the store to an assistant as MCP tools on stdio, for one user and task"
+               " fixed here; creates the store if it does not exist")
+    serve = commands.add_parser("mcp", help=serving, description=serving)
+    serve.add_argument("path", metavar="PATH", nargs="?",
+                       help="an SQLite file or a postgresql:// URL (default: $MEMORY_STORE)")
+    serve.add_argument("--user", type=_identifier, help="the user id (default: $MEMORY_USER)")
+    serve.add_argument("--task", type=_identifier, help="the task id (default: $MEMORY_TASK,"
+                       f" else {MCP_DEFAULT_TASK})")
+    serve.set_defaults(run=_run_mcp, opens=_SERVES, load=_mcp_settings, usage=serve)
     return parser
 
 

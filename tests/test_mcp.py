@@ -1,0 +1,292 @@
+"""`memory mcp`, the MCP server, driven through the SDK's own stdio client as an assistant's
+client drives it: tools and schemas, a round trip, the scope fixed at launch, two servers
+on one file, bad input, a client that goes away, and a server that cannot start."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import select
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+import pytest
+
+from helpers import ROOT, cli
+from memory import LEVELS, MAX_LIMIT, MemoryStore, Scope
+
+mcp = pytest.importorskip("mcp", reason="the MCP server needs the `mcp` extra")
+from mcp import ClientSession  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp.types import LATEST_PROTOCOL_VERSION  # noqa: E402
+
+TOOLS = {"remember", "recall", "list_memories", "revise", "forget"}
+Result = TypeVar("Result")
+
+
+def run(call: Awaitable[Result]) -> Result:
+    """The coroutine's result, within a bound: a hung server fails the test."""
+    async def bounded() -> Result:
+        return await asyncio.wait_for(call, 90)
+    return asyncio.run(bounded())
+
+
+@contextlib.asynccontextmanager
+async def serving(log: pathlib.Path, *args: str, env: dict[str, str] | None = None
+                  ) -> AsyncIterator[ClientSession]:
+    """A session with `memory -v mcp ARGS`, started as an MCP client starts it; the
+    server's stderr goes to `log`."""
+    started = StdioServerParameters(command=sys.executable, args=["-m", "memory", "-v", "mcp",
+                                                                  *args],
+                                    env=env, cwd=str(ROOT))
+    with log.open("a") as errors:
+        async with stdio_client(started, errlog=errors) as (reading, writing):
+            async with ClientSession(reading, writing) as session:
+                await session.initialize()
+                yield session
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
+    """The tool's structured result; the test fails on a tool error."""
+    result = await session.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+async def refused(session: ClientSession, tool: str, **arguments: Any) -> str:
+    """The message of the tool error the call must end in."""
+    result = await session.call_tool(tool, arguments)
+    assert result.is_error and result.structured_content is None
+    (content,) = result.content
+    assert content.type == "text"
+    return content.text
+
+
+def test_five_tools_with_schemas_and_annotations_and_no_scope_argument(
+        tmp_path: pathlib.Path) -> None:
+    async def listed() -> Any:
+        async with serving(tmp_path / "log", str(tmp_path / "m.db"), "--user", "alice") as s:
+            return (await s.list_tools()).tools
+
+    tools = {tool.name: tool for tool in run(listed())}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        properties = tool.input_schema["properties"]
+        assert not {"user", "user_id", "task", "task_id", "scope"} & properties.keys()
+        assert tool.input_schema["additionalProperties"] is False
+        assert tool.output_schema is not None and tool.description
+    assert set(tools["remember"].input_schema["properties"]) == {"text", "level", "source",
+                                                                 "ttl_seconds"}
+    assert tools["remember"].input_schema["properties"]["level"]["enum"] == list(LEVELS)
+    assert tools["recall"].input_schema["properties"]["limit"]["maximum"] == MAX_LIMIT
+    hints = {name: (tool.annotations.read_only_hint, tool.annotations.destructive_hint)
+             for name, tool in tools.items() if tool.annotations is not None}
+    assert hints == {"remember": (False, False), "recall": (True, False),
+                     "list_memories": (True, False), "revise": (False, True),
+                     "forget": (False, True)}
+
+
+def test_round_trip_with_structured_results(target: str, tmp_path: pathlib.Path) -> None:
+    secret = "Alice takes her tea with oat milk"
+
+    async def session() -> None:
+        async with serving(tmp_path / "log", target, "--user", "alice", "--task", "trip") as s:
+            kept = (await call(s, "remember", text=secret))["id"]
+            assert await call(s, "remember", text="  alice TAKES her tea with oat milk ") == {
+                "id": kept}  # the same fact again: one memory
+            trip = (await call(s, "remember", text="Hotel booked in Lisbon", level="task",
+                               ttl_seconds=3600))["id"]
+            found = (await call(s, "recall", query="how does Alice take her tea?"))["memories"]
+            assert [(m["id"], m["level"], m["text"], m["source"]) for m in found] == [
+                (kept, "user", secret, "mcp:mcp")]
+            assert found[0]["score"] > 0
+            revised = (await call(s, "revise", memory_id=kept, text="Alice takes tea black"))
+            assert revised["id"] > trip
+            listed = await call(s, "list_memories")
+            assert listed["total"] == 2
+            assert [(m["id"], m["level"], m["text"]) for m in listed["memories"]] == [
+                (trip, "task", "Hotel booked in Lisbon"),
+                (revised["id"], "user", "Alice takes tea black")]
+            assert listed["memories"][0]["expires_at"] is not None
+            assert await call(s, "forget", memory_id=trip) == {"forgotten": True}
+            assert await call(s, "forget", memory_id=trip) == {"forgotten": False}
+            assert (await call(s, "recall", query="Lisbon hotel")) == {"memories": []}
+
+    run(session())
+    with MemoryStore(target, read_only=True) as store:
+        assert [m["text"] for m in store.memories(Scope("alice", "trip"))] == [
+            "Alice takes tea black"]
+        assert store.matching == "stems"  # a new store gets the better rule
+    log = (tmp_path / "log").read_text()
+    assert "remembered 1 memories" in log  # the log is on, and it holds no text
+    assert "oat milk" not in log and "Lisbon" not in log and "black" not in log
+
+
+def test_the_scope_is_fixed_at_launch(target: str, tmp_path: pathlib.Path) -> None:
+    log = tmp_path / "log"
+
+    async def sessions() -> None:
+        async with serving(log, target, "--user", "alice") as alice:
+            mine = (await call(alice, "remember", text="Alice's diagnosis is private"))["id"]
+            # What a prompt injection would try: name another user in the call.
+            assert "1 other arguments given" in await refused(
+                alice, "remember", text="planted", user="bob")
+            assert "1 other arguments given" in await refused(
+                alice, "list_memories", user="bob")
+        async with serving(log, target, "--user", "bob") as bob:
+            assert await call(bob, "recall", query="Alice diagnosis private") == {
+                "memories": []}
+            assert await call(bob, "list_memories") == {"memories": [], "total": 0}
+            assert await call(bob, "forget", memory_id=mine) == {"forgotten": False}
+            assert await refused(bob, "revise", memory_id=mine, text="changed") == (
+                "no memory with that id in this scope")
+            assert "1 other arguments given" in await refused(
+                bob, "recall", query="diagnosis", user="alice")
+
+    run(sessions())
+    with MemoryStore(target, read_only=True) as store:
+        assert [m["text"] for m in store.memories(Scope("alice", "default"))] == [
+            "Alice's diagnosis is private"]
+        assert store.export_user("bob") == []
+
+
+def test_two_servers_of_one_user_on_one_file_lose_no_write(tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.db")
+
+    async def client(name: str) -> list[int]:
+        async with serving(tmp_path / "log", path, "--user", "alice") as s:
+            return [(await call(s, "remember", text=f"fact {n} from {name}"))["id"]
+                    for n in range(50)]
+
+    async def both() -> tuple[list[int], list[int]]:
+        return await asyncio.gather(client("one"), client("two"))
+
+    ids = [kept for each in run(both()) for kept in each]
+    assert len(set(ids)) == 100
+    with MemoryStore(path, read_only=True) as store:
+        assert sorted(m["id"] for m in store.memories(Scope("alice", "default"))) == sorted(ids)
+
+
+BAD_INPUT: list[tuple[str, dict[str, Any], str]] = [
+    ("remember", {"text": "   "}, "text must not be blank"),
+    ("remember", {"text": 5}, "text must be a str, got a value of type int"),
+    ("remember", {"text": "x" * 2001}, "text is 2001 characters, longer than 2000"),
+    ("remember", {"text": "fine", "level": "admin-secret"},
+     "level must be one of 'user', 'task', got a str of length 12"),
+    ("remember", {"text": "fine", "ttl_seconds": -1}, "ttl must be"),
+    ("remember", {}, "text is required"),
+    ("recall", {"query": "tea", "limit": 500}, "limit must be an int from 1 to 20"),
+    ("recall", {"query": ["tea-secret"]}, "query must be a str, got a value of type list"),
+    ("forget", {"memory_id": "7-secret"}, "memory_id must be an int, got a str of length 8"),
+    ("revise", {"memory_id": 10**30, "text": "fine"}, "memory_id must be from 1 to"),
+    ("revise", {"memory_id": 12345, "text": "fine"}, "no memory with that id in this scope"),
+    ("erase_user", {"user-secret": "alice"}, "no such tool; the tools are remember, recall,"),
+]
+
+
+def test_bad_input_is_a_tool_error_with_the_librarys_message(tmp_path: pathlib.Path) -> None:
+    async def session() -> None:
+        async with serving(tmp_path / "log", str(tmp_path / "m.db"), "--user", "alice") as s:
+            for tool, arguments, message in BAD_INPUT:
+                text = await refused(s, tool, **arguments)
+                assert text.startswith(message), (tool, text)
+                assert "secret" not in text and "Traceback" not in text
+                assert (await call(s, "remember", text=f"after a bad {tool}"))["id"] > 0
+
+    run(session())
+    assert "secret" not in (tmp_path / "log").read_text()
+
+
+def read_reply(process: subprocess.Popen[bytes], wanted: int, within: float) -> dict[str, Any]:
+    """The JSON-RPC reply with id `wanted` from the server's stdout, within a bound."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], deadline - time.monotonic())
+        if ready:
+            message = json.loads(process.stdout.readline())
+            if message.get("id") == wanted:
+                return dict(message)
+    raise AssertionError(f"no reply {wanted} within {within} s")
+
+
+def test_the_server_exits_when_the_client_goes_and_keeps_what_it_acknowledged(
+        tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.db"
+    process = subprocess.Popen([sys.executable, "-m", "memory", "mcp", str(path),
+                                "--user", "alice"], cwd=ROOT, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert process.stdin is not None
+        messages = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "remember", "arguments": {"text": "Acknowledged before the end"}}},
+        ]
+        for message in messages:
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+        process.stdin.flush()
+        reply = read_reply(process, 2, 60)
+        kept = reply["result"]["structuredContent"]["id"]
+        process.stdin.close()  # the client goes away mid-session
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=20)
+    with MemoryStore(path, read_only=True) as store:
+        assert [(m["id"], m["source"]) for m in store.memories(Scope("alice", "default"))] == [
+            (kept, "mcp:raw")]
+
+
+def test_settings_come_from_the_environment_and_the_command_line_wins(
+        tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.db")
+    environment = {"MEMORY_STORE": path, "MEMORY_USER": "bob", "MEMORY_TASK": "work"}
+
+    async def sessions() -> None:
+        async with serving(tmp_path / "log", env=environment) as s:
+            await call(s, "remember", text="from the environment", level="task")
+        async with serving(tmp_path / "log", "--user", "carol", env=environment) as s:
+            await call(s, "remember", text="from the command line", level="task")
+
+    run(sessions())
+    with MemoryStore(path, read_only=True) as store:
+        assert [(r["user"], r["task"]) for r in store.export_user("bob")] == [("bob", "work")]
+        assert [(r["user"], r["task"]) for r in store.export_user("carol")] == [
+            ("carol", "work")]
+
+
+def test_a_server_that_cannot_start_says_why_in_one_line_before_it_speaks(
+        tmp_path: pathlib.Path) -> None:
+    foreign = tmp_path / "foreign.db"
+    foreign.write_bytes(b"not a database, just some bytes" * 100)
+    missing = tmp_path / "never.db"
+    without_sdk = ("import sys; sys.modules['mcp'] = None; import memory;"
+                   " sys.exit(memory.main(sys.argv[1:]))")
+    cases = [
+        (cli("mcp", str(foreign), "--user", "alice"), "the file is not a readable memory store"),
+        (cli("mcp", str(missing)), "memory mcp needs --user, or MEMORY_USER"),
+        (subprocess.run([sys.executable, "-c", without_sdk, "mcp", str(missing), "--user",
+                         "alice"], cwd=ROOT, capture_output=True, text=True, timeout=120),
+         "memory mcp needs the mcp extra: pip install 'memory-store[mcp]'"),
+        (subprocess.run([sys.executable, "-m", "memory", "mcp", str(missing)], cwd=ROOT,
+                        capture_output=True, text=True, timeout=120,
+                        env={**os.environ, "MEMORY_USER": "Alice@Example.com"}),
+         "user must be a str matching"),
+    ]
+    for done, message in cases:
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        assert done.stderr.startswith(f"memory: error: {message}"), done.stderr
+        assert done.stderr.count("\n") == 1 and "Example" not in done.stderr
+    assert not missing.exists()
