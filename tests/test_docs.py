@@ -1,0 +1,149 @@
+"""Every example in README.md and docs/*.md runs here and shows what it prints.
+
+The fenced blocks are read from the pages themselves, each run in a new empty folder (with
+`docs` linked in, as in a checkout): ```pycon blocks as doctests, ```python blocks
+executed, and ```console sessions through bash a command at a time, each command's stdout
+and stderr compared with the lines under it. In expected output `...` stands for what
+differs between runs (a clock's time, a file's size). A block whose info string says
+`no-run` is shown, not run (a server's URL that only exists on the reader's machine), and
+so are the languages no test can run here: sh (sudo apt-get), sql (Citus), json and toml
+(configuration; the mypy lines are test_types' own)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+from typing import NamedTuple
+
+import pytest
+
+from helpers import ROOT
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHOWN_ONLY = {"sh", "sql", "json", "toml"}
+FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```$", re.M | re.S)
+HEREDOC = re.compile(r"<<'(\w+)'")
+COMPARED = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+
+class Block(NamedTuple):
+    page: pathlib.Path
+    line: int
+    language: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.page.name}:{self.line}"
+
+
+def blocks() -> list[Block]:
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        for match in FENCE.finditer(text):
+            language, info, body = match.groups()
+            if "no-run" not in info:
+                line = text.count("\n", 0, match.start()) + 1
+                found.append(Block(page, line, language, body))
+    return found
+
+
+RUN = [block for block in blocks() if block.language not in SHOWN_ONLY]
+
+
+def test_every_block_is_run_or_shown_by_its_language() -> None:
+    languages = {block.language for block in blocks()}
+    assert languages <= SHOWN_ONLY | {"pycon", "python", "console"}, languages
+    assert {block.language for block in RUN} == {"pycon", "python", "console"}
+
+
+@pytest.fixture
+def folder(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    """A new empty folder, the current one, with the project's docs in it as a checkout has."""
+    (tmp_path / "docs").symlink_to(ROOT / "docs")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def commands(session: str) -> list[tuple[str, str]]:
+    """A console session's commands (a heredoc included) with the output shown under each."""
+    steps: list[tuple[str, str]] = []
+    lines = iter(session.splitlines())
+    for line in lines:
+        if line.startswith("$ "):
+            command = line[2:]
+            heredoc = HEREDOC.search(command)
+            if heredoc:
+                for body in lines:
+                    command += "\n" + body
+                    if body == heredoc.group(1):
+                        break
+            steps.append((command, ""))
+        else:
+            assert steps, f"output before the first command: {line}"
+            steps[-1] = (steps[-1][0], steps[-1][1] + line + "\n")
+    return steps
+
+
+def run_console(block: Block, folder: pathlib.Path) -> None:
+    path = os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ["PATH"]])
+    checker = doctest.OutputChecker()
+    for command, shown in commands(block.text):
+        done = subprocess.run(["bash", "-c", command], cwd=folder, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=120,
+                              env={**os.environ, "PATH": path})
+        assert checker.check_output(shown, done.stdout, COMPARED), (
+            f"{block}: $ {command}\nshown:\n{shown}\nprinted:\n{done.stdout}")
+
+
+def run_pycon(block: Block) -> None:
+    test = doctest.DocTestParser().get_doctest(block.text, {"__name__": "__docs__"},
+                                               str(block), str(block.page), block.line)
+    report: list[str] = []
+    runner = doctest.DocTestRunner(optionflags=COMPARED)
+    runner.run(test, out=report.append)
+    assert runner.failures == 0, "".join(report)
+
+
+# An example naming an extra's feature needs that extra; without it, it skips, saying so.
+EXTRAS = {"stems": "snowballstemmer", "mcp": "mcp"}
+
+
+@pytest.mark.parametrize("block", RUN, ids=str)
+def test_the_example_runs_and_prints_what_the_page_shows(block: Block,
+                                                         folder: pathlib.Path) -> None:
+    for word, module in EXTRAS.items():
+        if word in block.text and importlib.util.find_spec(module) is None:
+            pytest.skip(f"the example needs the `{word}` extra (pip install -e '.[test]')")
+    if block.language == "console":
+        run_console(block, folder)
+    elif block.language == "pycon":
+        run_pycon(block)
+    else:
+        exec(compile(block.text, str(block), "exec"), {"__name__": "__docs__"})
+
+
+LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")
+
+
+def anchors(page: pathlib.Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces
+    as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text()), re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_link_between_the_pages_leads_somewhere(page: pathlib.Path) -> None:
+    for target, anchor in LINK.findall(page.read_text()):
+        if target.startswith(("http://", "https://")):
+            continue
+        linked = (page.parent / target).resolve() if target else page
+        assert linked.is_file(), f"{page.name}: no file {target}"
+        if anchor:
+            assert anchor in anchors(linked), f"{page.name}: no heading for #{anchor} in {target}"
