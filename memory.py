@@ -151,17 +151,27 @@ def _postgres_form(sql: str) -> str:
 
 
 class _Sql(str):
-    """A statement's SQLite text; `pg` is the same statement in PostgreSQL's dialect."""
+    """A statement's SQLite text; `pg` is the same statement in PostgreSQL's dialect, and
+    `pg_many`, for an insert, the same for many rows at once: one array per column."""
 
     pg: str
+    pg_many: str | None
 
 
-def _sql(sqlite: str, pg: str | None = None) -> _Sql:
+def _sql(sqlite: str, pg: str | None = None, *, pg_many: str | None = None) -> _Sql:
     """A statement for both engines: its PostgreSQL text is `pg` where written out, else
     _postgres_form's rewrite of the SQLite text."""
     statement = _Sql(sqlite)
     statement.pg = _postgres_form(sqlite) if pg is None else pg
+    statement.pg_many = pg_many
     return statement
+
+
+def _from_arrays(*types: str) -> str:
+    """The rows of one array per column, for an insert's pg_many: on PostgreSQL each
+    statement of executemany costs the driver and the server a round of work, which a
+    batch pays for each of its memories and index rows."""
+    return "SELECT * FROM unnest(" + ", ".join(f"%s::{kind}[]" for kind in types) + ")"
 
 
 # -- SQLite's schema, version by version -----------------------------------------------
@@ -279,8 +289,9 @@ _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
 
 _SQL_INSERT = _sql(
     "INSERT INTO memories (id, user_id, task_id, text, source, created_at, expires_at,"
-    " text_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
+    " text_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    pg_many="INSERT INTO memories (id, user_id, task_id, text, source, created_at, expires_at,"
+    " text_key) " + _from_arrays("bigint", *["text"] * 7))
 # The memories of the scope whose text has the key: those of the same text, and rarely
 # others (a key is a hash), which the store tells apart by their text.
 _SQL_SAME_TEXT = _sql(
@@ -320,6 +331,10 @@ _SQL_COUNT_ADD = _sql(
     " ON CONFLICT (user_id, task_key) DO UPDATE SET memories = memories + excluded.memories",
     "INSERT INTO memory_counts (user_id, task_key, memories) VALUES (%s, %s, %s)"
     " ON CONFLICT (user_id, task_key) DO UPDATE"
+    " SET memories = memory_counts.memories + excluded.memories",
+    # Its rows' keys are distinct (ON CONFLICT may not meet one row twice).
+    pg_many="INSERT INTO memory_counts (user_id, task_key, memories) "
+    + _from_arrays("text", "text", "bigint") + " ON CONFLICT (user_id, task_key) DO UPDATE"
     " SET memories = memory_counts.memories + excluded.memories")
 _SQL_COUNT_SUBTRACT = _sql(
     "UPDATE memory_counts SET memories = memories - ? WHERE user_id = ? AND task_key = ?"
@@ -400,8 +415,9 @@ _SQL_APPEND_POSTINGS = _sql(
     "UPDATE memory_words SET ids = ids || %s WHERE user_id = %s"
     " AND task_id IS NOT DISTINCT FROM %s AND word = %s AND first_id = %s")
 _SQL_INSERT_POSTINGS = _sql(
-    "INSERT INTO memory_words (user_id, word, first_id, task_id, ids) VALUES (?, ?, ?, ?, ?)"
-)
+    "INSERT INTO memory_words (user_id, word, first_id, task_id, ids) VALUES (?, ?, ?, ?, ?)",
+    pg_many="INSERT INTO memory_words (user_id, word, first_id, task_id, ids) "
+    + _from_arrays("text", "text", "bigint", "text", "bytea"))
 _SQL_VISIBLE = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER BY id")
 _SQL_VISIBLE_ID = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?")
 _SQL_VISIBLE_SOURCE = _sql(
@@ -1925,12 +1941,17 @@ class _PostgresSession(_Engine):
     def execute(self, sql: str, parameters: Any = ()) -> Any:
         return self._send(self._twin(sql), parameters)
 
-    def executemany(self, sql: str, parameters: Iterable[Any]) -> Any:
-        text, cursor = self._twin(sql), self.connection.cursor()
+    def executemany(self, sql: str, parameters: Iterable[Any]) -> None:
+        text, rows = self._twin(sql), list(parameters)
+        many = getattr(sql, "pg_many", None)
+        if many is not None:
+            if rows:
+                self._send(many, [list(column) for column in zip(*rows, strict=True)])
+            return
+        cursor = self.connection.cursor()
         if self._trace is not None:
             self._trace(text)
-        self._driver(lambda: cursor.executemany(text, list(parameters)))
-        return cursor
+        self._driver(lambda: cursor.executemany(text, rows))
 
     @contextlib.contextmanager
     def _pipeline(self) -> Iterator[None]:

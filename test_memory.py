@@ -185,9 +185,10 @@ class TestScopeRule(StoreTestCase):
         for name, statement in shared.items():
             with self.subTest(name):
                 self.assertIsInstance(statement, memory._Sql)
-                self.assertEqual(statement.count("?"), statement.pg.count("%s"))
-                for sqlite_only in ("?", "json_each", "NOT INDEXED", "INSERT OR", " IS ?"):
-                    self.assertNotIn(sqlite_only, statement.pg)
+                for pg in filter(None, (statement.pg, statement.pg_many)):
+                    self.assertEqual(statement.count("?"), pg.count("%s"))
+                    for sqlite_only in ("?", "json_each", "NOT INDEXED", "INSERT OR", " IS ?"):
+                        self.assertNotIn(sqlite_only, pg)
         engine = memory._PostgresSession.__new__(memory._PostgresSession)  # no connection
         with self.assertRaisesRegex(StoreError, "no PostgreSQL form"):
             engine.execute("SELECT text FROM memories")
