@@ -1,5 +1,5 @@
 """The types a user's checker sees: TypedDicts that match what calls return, and mypy
---strict on a user's script against the installed distribution, configured as docs/api.md says."""
+--strict on a user's script against the installed distribution, configured as README says."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import memory
 from helpers import ALICE, ROOT
 from memory import MemoryStore
 
-# docs/api.md's lines for a user's mypy configuration (pyproject.toml form there; the same
+# README's lines for a user's mypy configuration (pyproject.toml form in README; the same
 # keys here in mypy.ini form, since the script's folder has no project).
 USER_CONFIG = """\
 [mypy]
