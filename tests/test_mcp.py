@@ -187,7 +187,7 @@ BAD_INPUT: list[tuple[str, dict[str, Any], str]] = [
     ("forget", {"memory_id": "7-secret"}, "memory_id must be an int, got a str of length 8"),
     ("revise", {"memory_id": 10**30, "text": "fine"}, "memory_id must be from 1 to"),
     ("revise", {"memory_id": 12345, "text": "fine"}, "no memory with that id in this scope"),
-    ("erase_user", {"user-secret": "alice"}, "no such tool; the tools are remember, recall,"),
+    ("erase_user_secret", {"user-secret": "alice"}, "no such tool; the tools are remember,"),
 ]
 
 
