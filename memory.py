@@ -3446,9 +3446,11 @@ class _McpSession:
 
     async def _remember(self, client: str, text: Any, level: Any = "user", source: Any = None,
                         ttl_seconds: Any = None) -> tuple[dict[str, Any], str]:
+        # Checked here too, so that its message names the argument as the model knows it.
+        ttl = None if ttl_seconds is None else _check_seconds("ttl_seconds", ttl_seconds)
         kept = await self.store.remember(self.scope, level, text,
                                          client if source is None else source,
-                                         ttl=ttl_seconds, dedupe=True)
+                                         ttl=ttl, dedupe=True)
         return {"id": kept}, f"remembered as memory {kept}"
 
     async def _recall(self, client: str, query: Any, limit: Any = _MCP_RECALLED
