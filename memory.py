@@ -622,6 +622,10 @@ class SchemaError(StoreError):
     """The file is not a memory store this code can read: foreign, newer or damaged."""
 
 
+class _NoStore(StoreError):
+    """create=False, and the path or database holds no memory store yet."""
+
+
 class OutcomeUnknown(StoreError):
     """The connection broke after a write's COMMIT was sent: it may or may not be applied."""
 
@@ -1504,7 +1508,7 @@ def _sqlite_uri(path: str, read_only: bool, create: bool) -> str:
         raise SchemaError("path is a directory, not a memory store")
     uri = pathlib.Path(path).absolute().as_uri()
     if not read_only and not create and not os.path.isfile(path):
-        raise StoreError("no such memory store at path")
+        raise _NoStore("no such memory store at path")
     if not read_only:
         _create_private(path, existing=True)
         return f"{uri}?mode=rwc"
@@ -1830,7 +1834,7 @@ class _PostgresSession(_Engine):
         if version == POSTGRES_SCHEMA_VERSION:
             return
         if version == 0 and not create:
-            raise StoreError("the database holds no memory store")
+            raise _NoStore("the database holds no memory store")
         if not writable:
             raise StoreError("the database holds no memory store at this version and was"
                              " opened read-only")
@@ -3765,9 +3769,7 @@ def _open_for(args: argparse.Namespace) -> MemoryStore:
     if args.opens == _SERVES:
         try:  # a store that exists keeps its rule
             return MemoryStore(args.path, create=False, rank="idf")
-        except SchemaError:
-            raise
-        except StoreError:
+        except _NoStore:
             return MemoryStore(args.path, matching=_best_matching(), rank="idf")
     return MemoryStore(args.path, create=args.opens == _CREATES)
 

@@ -4,6 +4,7 @@ on one file, bad input, a client that goes away, and a server that cannot start.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+import memory
 from helpers import ROOT, cli
 from memory import LEVELS, MAX_LIMIT, MemoryStore, Scope
 
@@ -291,3 +293,19 @@ def test_a_server_that_cannot_start_says_why_in_one_line_before_it_speaks(
         assert done.stderr.startswith(f"memory: error: {message}"), done.stderr
         assert done.stderr.count("\n") == 1 and "Example" not in done.stderr
     assert not missing.exists()
+
+
+def test_a_store_is_created_only_where_there_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that cannot be opened for another reason (a server down, a lock) is not
+    opened a second time as a new one: its error is the one reported, at once."""
+    tries: list[dict[str, Any]] = []
+
+    def refusing(path: str, **options: Any) -> MemoryStore:
+        tries.append(options)
+        raise memory.StoreError("no connection to the PostgreSQL server")
+
+    monkeypatch.setattr(memory, "MemoryStore", refusing)
+    serving_args = argparse.Namespace(opens=memory._SERVES, path="postgresql:///down")
+    with pytest.raises(memory.StoreError, match="no connection"):
+        memory._open_for(serving_args)
+    assert tries == [{"create": False, "rank": "idf"}]
