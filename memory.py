@@ -3505,8 +3505,11 @@ async def _serve_mcp(store: AsyncMemoryStore, scope: Scope) -> None:
     async def call_tool(context: Any, params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
         client = getattr(getattr(context.session.client_params, "client_info", None),
-                         "name", "")
-        source = f"mcp:{client[:64]}" if isinstance(client, str) and client.strip() else "mcp"
+                         "name", None)
+        # The client names itself: what could not be a source (NUL, a lone surrogate) goes.
+        named_by = "".join(filter(str.isprintable, client))[:64] if isinstance(
+            client, str) else ""
+        source = f"mcp:{named_by}" if named_by.strip() else "mcp"
         named = params.name if params.name in _MCP_TOOLS else "an unknown tool"  # for the log
         try:
             result, text = await session.call(params.name, dict(params.arguments or {}),

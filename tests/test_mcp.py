@@ -231,7 +231,7 @@ def test_the_server_exits_when_the_client_goes_and_keeps_what_it_acknowledged(
         messages = [
             {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
                 "protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "1"}}},
+                "clientInfo": {"name": "raw\u0000", "version": "1"}}},
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
             {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
                 "name": "remember", "arguments": {"text": "Acknowledged before the end"}}},
