@@ -3358,6 +3358,7 @@ class _McpTool(NamedTuple):
     result: dict[str, Any]
     reads_only: bool
     destroys: bool
+    idempotent: bool
 
 
 _MCP_TOOLS = {
@@ -3376,7 +3377,7 @@ _MCP_TOOLS = {
             "ttl_seconds": {"type": "number", "exclusiveMinimum": 0, "description":
                             "forget it after this many seconds (default: never)"},
         }, "text"),
-        _mcp_object({"id": {"type": "integer"}}, "id"), False, False),
+        _mcp_object({"id": {"type": "integer"}}, "id"), False, False, False),
     "recall": _McpTool(
         "Find the memories that best match a query, before answering anything that may"
         " depend on what the user said earlier. Matches words (and, where the store's rule"
@@ -3388,14 +3389,15 @@ _MCP_TOOLS = {
                       "default": _MCP_RECALLED},
         }, "query"),
         _mcp_object({"memories": _mcp_memories({"score": {"type": "number"}})}, "memories"),
-        True, False),
+        True, False, True),
     "list_memories": _McpTool(
         f"Every memory kept for this user and task, oldest first: at most the newest"
         f" {_MCP_LISTED}, with `total` saying how many there are. Use it to review or tidy"
         f" memories; use recall to answer a question.",
         _mcp_object({}),
         _mcp_object({"memories": _mcp_memories({"expires_at": {"type": ["string", "null"]}}),
-                     "total": {"type": "integer"}}, "memories", "total"), True, False),
+                     "total": {"type": "integer"}}, "memories", "total"), True, False,
+        True),
     "revise": _McpTool(
         "Correct a memory that is wrong or out of date: replaces its text, at its level,"
         " and returns the corrected memory's new id. An id this user cannot see is not"
@@ -3403,12 +3405,12 @@ _MCP_TOOLS = {
         _mcp_object({"memory_id": _MCP_MEMORY_ID,
                      "text": {"type": "string", "description": "the corrected fact"}},
                     "memory_id", "text"),
-        _mcp_object({"id": {"type": "integer"}}, "id"), False, True),
+        _mcp_object({"id": {"type": "integer"}}, "id"), False, True, False),
     "forget": _McpTool(
         "Forget one memory, when the user asks or it no longer holds. Returns whether"
         " it was forgotten (false: no memory with that id for this user).",
         _mcp_object({"memory_id": _MCP_MEMORY_ID}, "memory_id"),
-        _mcp_object({"forgotten": {"type": "boolean"}}, "forgotten"), False, True),
+        _mcp_object({"forgotten": {"type": "boolean"}}, "forgotten"), False, True, True),
 }
 
 
@@ -3434,11 +3436,11 @@ class _McpSession:
         tool = _MCP_TOOLS.get(name)
         if tool is None:
             raise MemoryInputError(f"no such tool; the tools are {', '.join(_MCP_TOOLS)}")
-        if not arguments.keys() <= tool.arguments["properties"].keys():
+        unknown = arguments.keys() - tool.arguments["properties"].keys()
+        if unknown:
             raise MemoryInputError(
                 f"{name} takes {', '.join(tool.arguments['properties']) or 'no arguments'};"
-                f" {len(arguments.keys() - tool.arguments['properties'].keys())} other"
-                " arguments given")
+                f" {len(unknown)} other arguments given")
         for required in tool.arguments["required"]:
             if required not in arguments:
                 raise MemoryInputError(f"{required} is required")
@@ -3495,7 +3497,7 @@ async def _serve_mcp(store: AsyncMemoryStore, scope: Scope) -> None:
     tools = [types.Tool(name=name, description=tool.description, input_schema=tool.arguments,
                         output_schema=tool.result, annotations=types.ToolAnnotations(
                             read_only_hint=tool.reads_only, destructive_hint=tool.destroys,
-                            idempotent_hint=name in ("recall", "list_memories", "forget"),
+                            idempotent_hint=tool.idempotent,
                             open_world_hint=False))
              for name, tool in _MCP_TOOLS.items()]
 
@@ -3554,13 +3556,13 @@ def _mcp_settings(args: argparse.Namespace) -> None:
         raise MemoryInputError("memory mcp needs PATH, or MEMORY_STORE in its environment")
     if args.user is None:
         raise MemoryInputError("memory mcp needs --user, or MEMORY_USER in its environment")
-    Scope(args.user, args.task)
+    args.scope = Scope(args.user, args.task)
 
 
 def _run_mcp(store: MemoryStore, args: argparse.Namespace) -> int:
     # stdout is the protocol; the SDK's own log lines may hold what a client sent.
     logging.getLogger("mcp").setLevel(logging.WARNING)
-    asyncio.run(_serve_mcp(AsyncMemoryStore._over(store), Scope(args.user, args.task)))
+    asyncio.run(_serve_mcp(AsyncMemoryStore._over(store), args.scope))
     return 0
 
 
