@@ -309,3 +309,19 @@ def test_a_store_is_created_only_where_there_is_none(monkeypatch: pytest.MonkeyP
     with pytest.raises(memory.StoreError, match="no connection"):
         memory._open_for(serving_args)
     assert tries == [{"create": False, "rank": "idf"}]
+
+
+def test_list_memories_shows_the_newest_hundred_oldest_first_with_the_total(
+        tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.db")
+    with MemoryStore(path) as store:
+        ids = store.remember_many([(Scope("alice", "default"), "user", f"fact {n}", "s")
+                                   for n in range(105)])
+
+    async def listed() -> dict[str, Any]:
+        async with serving(tmp_path / "log", path, "--user", "alice") as s:
+            return await call(s, "list_memories")
+
+    result = run(listed())
+    assert result["total"] == 105
+    assert [m["id"] for m in result["memories"]] == ids[5:]
