@@ -54,12 +54,12 @@ from typing import Any, Concatenate, Literal, NamedTuple, ParamSpec, TypedDict, 
 __version__ = "0.1.0"
 __all__ = [
     "AsyncMemoryStore", "BUSY_TIMEOUT_SECONDS", "ConnectionLost", "FixedClock", "IDENTIFIER",
-    "LEVELS", "Level", "MATCHING", "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "MCP_DEFAULT_TASK",
-    "MIGRATIONS", "Matching", "Memory", "MemoryInputError", "MemoryStore", "OutcomeUnknown",
-    "POSTGRES_MIGRATIONS", "POSTGRES_SCHEMA_VERSION", "POSTINGS_PER_ROW", "PURGE_PER_WRITE",
-    "RANKS", "RECORD_KEYS", "Rank", "Recalled", "Record", "SCHEMA", "SCHEMA_VERSION",
-    "SQLITE_LAYOUTS", "STOPWORDS", "SchemaError", "Scope", "StoreError", "WORD", "fixed_clock",
-    "main", "stems", "system_clock", "words",
+    "INDEX_FROM", "LEVELS", "Level", "MATCHING", "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT",
+    "MCP_DEFAULT_TASK", "MIGRATIONS", "Matching", "Memory", "MemoryInputError", "MemoryStore",
+    "OutcomeUnknown", "POSTGRES_MIGRATIONS", "POSTGRES_SCHEMA_VERSION", "POSTINGS_PER_ROW",
+    "PURGE_PER_WRITE", "RANKS", "RECORD_KEYS", "Rank", "Recalled", "Record", "SCHEMA",
+    "SCHEMA_VERSION", "SQLITE_LAYOUTS", "STOPWORDS", "SchemaError", "Scope", "StoreError",
+    "WORD", "fixed_clock", "main", "stems", "system_clock", "words",
 ]
 
 SCHEMA_VERSION = 5
@@ -114,6 +114,12 @@ _FOLDED_SCRIPTS = (
 )
 # Sized so a row stays on its B-tree page (no overflow page) and rewriting one is cheap.
 POSTINGS_PER_ROW = 96
+# An owner (a user's own level, or one of their tasks) has its words indexed once it holds
+# this many memories; recall reads a smaller owner's memories instead, as fast as a few
+# postings rows. A write for many users who hold a memory or two each, an import's or a
+# nightly batch's, would otherwise write an index row for nearly every word of every
+# memory, where one user's memories share their words' rows.
+INDEX_FROM = 16
 # Each connection's page cache: the word index of a large store is written in key order
 # per word, i.e. all over the file.
 _CACHE_KIB = 64 * 1024
@@ -151,19 +157,22 @@ def _postgres_form(sql: str) -> str:
 
 
 class _Sql(str):
-    """A statement's SQLite text; `pg` is the same statement in PostgreSQL's dialect, and
-    `pg_many`, for an insert, the same for many rows at once: one array per column."""
+    """A statement's SQLite text; `pg` is the same statement in PostgreSQL's dialect;
+    `pg_many`, for an insert, the same for many rows at once (one array per column), and
+    `pg_each`, for a read, the same for many rows of parameters at once (_each_row)."""
 
     pg: str
     pg_many: str | None
+    pg_each: str | None
 
 
-def _sql(sqlite: str, pg: str | None = None, *, pg_many: str | None = None) -> _Sql:
+def _sql(sqlite: str, pg: str | None = None, *, pg_many: str | None = None,
+         pg_each: str | None = None) -> _Sql:
     """A statement for both engines: its PostgreSQL text is `pg` where written out, else
     _postgres_form's rewrite of the SQLite text."""
     statement = _Sql(sqlite)
     statement.pg = _postgres_form(sqlite) if pg is None else pg
-    statement.pg_many = pg_many
+    statement.pg_many, statement.pg_each = pg_many, pg_each
     return statement
 
 
@@ -172,6 +181,21 @@ def _from_arrays(*types: str) -> str:
     statement of executemany costs the driver and the server a round of work, which a
     batch pays for each of its memories and index rows."""
     return "SELECT * FROM unnest(" + ", ".join(f"%s::{kind}[]" for kind in types) + ")"
+
+
+def _each_row(parameters: str, body: str) -> str:
+    """A read's pg_each: the read `body` once for each row of parameters, given as one
+    array per parameter ("name type, ..." in the statement's order; the body reads each as
+    wanted.name), every row it gives led by the position of its parameters' row from 1.
+    A write for many users asks what it needs to know of each in one statement, not one
+    apiece: on PostgreSQL each costs the driver and the server a round of work. OFFSET 0
+    keeps the body a subquery run for each row: flattened into a join, the plan may scan
+    the whole table instead, the row guard checking every row against every user."""
+    named = [parameter.split() for parameter in parameters.split(", ")]
+    arrays = ", ".join(f"%s::{kind}[]" for _, kind in named)
+    names = ", ".join(name for name, _ in named)
+    return (f"SELECT wanted.n, found.* FROM unnest({arrays}) WITH ORDINALITY AS wanted"
+            f" ({names}, n), LATERAL ({body} OFFSET 0) AS found")
 
 
 # -- SQLite's schema, version by version -----------------------------------------------
@@ -313,8 +337,12 @@ _SQL_ANY_EXPIRING = _sql(
     f"SELECT 1 FROM memories {_IN_SCOPE} AND expires_at IS NOT NULL LIMIT 1")
 _SQL_EXPIRED_ROWS = _sql(
     f"SELECT id, task_id, text FROM memories {_IN_SCOPE} AND expires_at <= ?"
-    " ORDER BY expires_at, id LIMIT ?"
-)
+    " ORDER BY expires_at, id LIMIT ?",
+    pg_each=_each_row(
+        "user_id text, task_key text, due text, most bigint",
+        "SELECT id, task_id, text FROM memories WHERE user_id = wanted.user_id AND (task_id IS"
+        " NULL OR task_id = wanted.task_key) AND expires_at <= wanted.due"
+        " ORDER BY expires_at, id LIMIT wanted.most"))
 _SQL_EXPIRED_OF_USER = _sql(
     "SELECT id, task_id, text FROM memories WHERE user_id = ? AND expires_at <= ?"
 )
@@ -336,6 +364,15 @@ _SQL_COUNT_ADD = _sql(
     pg_many="INSERT INTO memory_counts (user_id, task_key, memories) "
     + _from_arrays("text", "text", "bigint") + " ON CONFLICT (user_id, task_key) DO UPDATE"
     " SET memories = memory_counts.memories + excluded.memories")
+# How many memories one owner holds (user level: task_key ''), and each of a scope's two.
+_SQL_OWNER_COUNT = _sql(
+    "SELECT memories FROM memory_counts WHERE user_id = ? AND task_key = ?",
+    pg_each=_each_row(
+        "user_id text, task_key text",
+        "SELECT memories FROM memory_counts WHERE user_id = wanted.user_id"
+        " AND task_key = wanted.task_key"))
+_SQL_SCOPE_COUNTS = _sql(
+    "SELECT task_key, memories FROM memory_counts WHERE user_id = ? AND task_key IN ('', ?)")
 _SQL_COUNT_SUBTRACT = _sql(
     "UPDATE memory_counts SET memories = memories - ? WHERE user_id = ? AND task_key = ?"
 )
@@ -396,19 +433,36 @@ _SQL_RECALLED = _sql(
     " AND id IN (SELECT value FROM json_each(?))"
 )
 # For each listed word, the first id and size in bytes of the newest row of its (user,
-# word, task), or NULLs: one statement for all the words a write holds, then one
-# executemany to append. Two scalar subqueries, each an index descent per word, read the
-# same in both dialects and leave the planner no join to choose.
+# word, task), or NULLs; no row at all for an owner that holds fewer memories than the
+# last parameter (one whose words are not indexed): one statement for all the words a
+# write holds, then one executemany to append. Two scalar subqueries, each an index
+# descent per word, read the same in both dialects and leave the planner no join to
+# choose.
 _NEWEST_ROW = (
-    "SELECT {column} FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = value"
-    " ORDER BY first_id DESC LIMIT 1"
+    "SELECT {column} FROM memory_words WHERE user_id = {user} AND task_id IS {task}"
+    " AND word = value ORDER BY first_id DESC LIMIT 1"
 )
+_INDEXED_OWNER = (
+    "EXISTS (SELECT 1 FROM memory_counts WHERE user_id = {user} AND task_key = {task_key}"
+    " AND memories >= {least})")
 _NEWEST_POSTINGS = (
-    f"SELECT value, ({_NEWEST_ROW.format(column='first_id')}),"
-    f" ({_NEWEST_ROW.format(column='length(ids)')}) FROM json_each(?)"
+    f"SELECT value, ({_NEWEST_ROW.format(column='first_id', user='?', task='?')}),"
+    f" ({_NEWEST_ROW.format(column='length(ids)', user='?', task='?')}) FROM json_each(?)"
+    f" WHERE {_INDEXED_OWNER.format(user='?', task_key='?', least='?')}"
 )
-_SQL_NEWEST_POSTINGS = _sql(_NEWEST_POSTINGS, _postgres_form(_NEWEST_POSTINGS).replace(
-    "FROM json_each(%s)", "FROM jsonb_array_elements_text(%s::jsonb) AS value"))
+_NEWEST_OF_EACH = {"user": "wanted.user_id", "task": "NOT DISTINCT FROM wanted.task_id"}
+_SQL_NEWEST_POSTINGS = _sql(
+    _NEWEST_POSTINGS,
+    _postgres_form(_NEWEST_POSTINGS).replace(
+        "FROM json_each(%s)", "FROM jsonb_array_elements_text(%s::jsonb) AS value"),
+    pg_each=_each_row(
+        "user_id text, task_id text, user_again text, task_again text, words text,"
+        " counted_user text, task_key text, index_from bigint",
+        f"SELECT value, ({_NEWEST_ROW.format(column='first_id', **_NEWEST_OF_EACH)}),"
+        f" ({_NEWEST_ROW.format(column='length(ids)', **_NEWEST_OF_EACH)})"
+        " FROM jsonb_array_elements_text(wanted.words::jsonb) AS value WHERE "
+        + _INDEXED_OWNER.format(user="wanted.user_id", task_key="wanted.task_key",
+                                least="wanted.index_from")))
 _SQL_APPEND_POSTINGS = _sql(
     "UPDATE memory_words SET ids = CAST(ids || ? AS BLOB)"
     " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?",
@@ -422,6 +476,14 @@ _SQL_VISIBLE = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER B
 _SQL_VISIBLE_ID = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?")
 _SQL_VISIBLE_SOURCE = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND source = ?")
+# One owner's memories, under the scope of the owner's task (user level: '', no task's).
+_SQL_OWNER_TEXTS = _sql(
+    f"SELECT id, text FROM memories {_IN_SCOPE} AND task_id IS ? ORDER BY id",
+    pg_each=_each_row(
+        "user_id text, task_key text, task_id text",
+        "SELECT id, text FROM memories WHERE user_id = wanted.user_id AND (task_id IS NULL OR"
+        " task_id = wanted.task_key) AND task_id IS NOT DISTINCT FROM wanted.task_id"
+        " ORDER BY id"))
 _SQL_OWNED = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? ORDER BY id")
 _SQL_OWNED_TEXTS = _sql(
     "SELECT id, user_id, task_id, text FROM memories WHERE user_id = ? ORDER BY id")
@@ -430,6 +492,7 @@ _SQL_FORGET = _sql(
 )
 _SQL_ERASE = _sql("DELETE FROM memories WHERE user_id = ?")
 _SQL_ERASE_POSTINGS = _sql("DELETE FROM memory_words WHERE user_id = ?")
+_SQL_DROP_OWNER_POSTINGS = _sql("DELETE FROM memory_words WHERE user_id = ? AND task_id IS ?")
 # The rows of one (user, word, task) that may hold ids from lo up to hi: from the row
 # holding lo (the greatest first_id at or below it) on.
 _SQL_POSTINGS_SPAN = _sql(
@@ -792,13 +855,6 @@ class _ScopeKey(NamedTuple):
     task: str
 
 
-class _CountKey(NamedTuple):
-    """A row of memory_counts: the user, and the task ('' for the user level)."""
-
-    user: str
-    task_key: str
-
-
 # A batch names few scopes many times over; only a pair that passed the checks is kept.
 _valid_scope = functools.lru_cache(maxsize=4096)(Scope)
 
@@ -1093,6 +1149,24 @@ _RULES: dict[str, tuple[Matching, Callable[[str], set[str]]]] = {
     "stems-2": ("stems", stems),
 }
 _RECORDED: dict[Matching, str] = {"exact": "exact", "stems": "stems-2"}
+# After the rule, since this code: from how many memories an owner's words are indexed
+# (see INDEX_FROM). A file that records none indexes every owner's, as it always did.
+_INDEX_FROM_MARK = ";index-from="
+
+
+def _recording(matching: Matching) -> str:
+    """What a new or reindexed file records: the rule's newest version and INDEX_FROM."""
+    return f"{_RECORDED[matching]}{_INDEX_FROM_MARK}{INDEX_FROM:d}"
+
+
+def _recorded_rule(recorded: str) -> tuple[str, int]:
+    """The rule and the index's threshold a file records; SchemaError if this code does
+    not know them."""
+    rule, mark, index_from = recorded.partition(_INDEX_FROM_MARK)
+    if rule not in _RULES or (mark and not (index_from.isascii() and index_from.isdigit()
+                                            and str(int(index_from)) == index_from)):
+        raise SchemaError("the file records a matching rule this code does not know")
+    return rule, int(index_from) if mark else 0
 
 
 def _words_of(recorded: str) -> Callable[[str], set[str]]:
@@ -1141,14 +1215,30 @@ def _postings_of(rows: Iterable[tuple[int, str, str | None, str]],
     return owners
 
 
-def _ask_newest(db: _Engine, owner: _Owner, words: Iterable[str]) -> Callable[[], _Newest]:
-    """The newest postings row of each of the owner's `words` that has one, asked now and
-    read when the returned function is called (in a batch, once the batch has gone)."""
-    user_id, task_id = owner
-    found = db.ask(_SQL_NEWEST_POSTINGS, (
-        user_id, task_id, user_id, task_id, json.dumps(sorted(words))))
-    return lambda: {word: (first_id, size) for word, first_id, size in found()
-                    if first_id is not None}
+class _Held(NamedTuple):
+    """What a write needs to know of an owner it writes for."""
+
+    #: How many memories the owner holds.
+    memories: int
+    #: The newest postings row of each of the written words that has one.
+    newest: _Newest
+
+
+def _ask_held(db: _Engine, owners: dict[_Owner, dict[str, list[int]]],
+              index_from: int) -> Callable[[], dict[_Owner, _Held]]:
+    """What each owner holds, for the words it is written with, asked now and read when
+    the returned function is called (in a batch, once the batch has gone)."""
+    listed = list(owners)
+    counted = db.ask_each(_SQL_OWNER_COUNT, [(user, task or "") for user, task in listed])
+    newest = db.ask_each(_SQL_NEWEST_POSTINGS, [
+        (user, task, user, task, json.dumps(sorted(owners[user, task])), user, task or "",
+         index_from) for user, task in listed])
+
+    def read() -> dict[_Owner, _Held]:
+        return {owner: _Held(sum(n for (n,) in counts), {
+            word: (first_id, size) for word, first_id, size in rows if first_id is not None})
+            for owner, counts, rows in zip(listed, counted(), newest(), strict=True)}
+    return read
 
 
 def _add_postings(db: _Engine, owners: dict[_Owner, dict[str, list[int]]],
@@ -1171,22 +1261,33 @@ def _add_postings(db: _Engine, owners: dict[_Owner, dict[str, list[int]]],
 
 
 def _index_words(db: _Engine, rows: Iterable[tuple[int, str, str | None, str]],
-                 words_of: Callable[[str], set[str]]) -> None:
+                 words_of: Callable[[str], set[str]], index_from: int) -> None:
     """Index (id, user_id, task_id, text) rows, ids ascending, whose owners have no
-    postings yet."""
-    _add_postings(db, _postings_of(rows, words_of), {})
+    postings yet and hold no other memories: those of owners of `index_from` or more."""
+    rows = list(rows)
+    held = collections.Counter((user_id, task_id) for _, user_id, task_id, _ in rows)
+    _add_postings(db, _postings_of(
+        (row for row in rows if held[row[1], row[2]] >= index_from), words_of), {})
 
 
 def _unindex(db: _Engine, user_id: str, rows: list[tuple[Any, ...]],
-             words_of: Callable[[str], set[str]]) -> None:
+             words_of: Callable[[str], set[str]], index_from: int) -> None:
     """Remove the postings and counts of the user's memories `rows` (id, task_id, text,
-    ...)."""
-    removed = collections.Counter(task_id or "" for _, task_id, *_ in rows)
-    db.executemany(_SQL_COUNT_SUBTRACT, [(n, user_id, task) for task, n in removed.items()])
-    db.executemany(_SQL_COUNT_DROP_EMPTY, [(user_id, task) for task in removed])
+    ...): an owner left with fewer than `index_from` memories loses all its postings."""
+    removed = collections.Counter(task_id for _, task_id, *_ in rows)
+    indexed = set()
+    for task_id, n in removed.items():
+        (held,) = db.execute(_SQL_OWNER_COUNT, (user_id, task_id or "")).fetchone() or (0,)
+        if held - n >= index_from:
+            indexed.add(task_id)
+        elif held >= index_from:
+            db.execute(_SQL_DROP_OWNER_POSTINGS, (user_id, task_id))
+    db.executemany(_SQL_COUNT_SUBTRACT, [(n, user_id, task or "")
+                                         for task, n in removed.items()])
+    db.executemany(_SQL_COUNT_DROP_EMPTY, [(user_id, task or "") for task in removed])
     groups: dict[tuple[str | None, str], set[int]] = collections.defaultdict(set)
     for memory_id, task_id, text, *_ in rows:
-        for word in words_of(text):
+        for word in words_of(text) if task_id in indexed else ():
             groups[task_id, word].add(memory_id)
     for (task_id, word), gone in groups.items():
         lo, hi = min(gone), max(gone)
@@ -1301,6 +1402,12 @@ class _Engine:
         rows = self.execute(sql, parameters).fetchall()
         return lambda: rows
 
+    def ask_each(self, sql: str, rows: list[tuple[Any, ...]]) -> Callable[[], list[list[Any]]]:
+        """ask's rows for each row of parameters, in their order: in a batch, once it has
+        gone."""
+        asked = [self.ask(sql, parameters) for parameters in rows]
+        return lambda: [ask() for ask in asked]
+
     def ask_new_ids(self, count: int) -> Callable[[], list[int]]:
         """`count` ids, each larger than any handed out before, never to be handed out
         again; asked now and read when the returned function is called: in a batch, once
@@ -1350,7 +1457,7 @@ def _upgrade_to_2(db: _SqliteEngine) -> None:
     db.execute(create_scope_index)
     db.execute(create_words)
     rows = db.execute("SELECT id, user_id, task_id, text FROM memories ORDER BY id")
-    _index_words(db, rows, words)
+    _index_words(db, rows, words, 0)
 
 
 def _upgrade_to_3(db: _SqliteEngine) -> None:
@@ -1589,7 +1696,7 @@ class _SqliteEngine(_Engine):
             layout = _file_layout(self.connection)
             if layout is None:
                 _execute_script(self, SQLITE_LAYOUTS[-1].statements)
-                self.execute(_SQL_SET_MATCHING, (_RECORDED[matching or "exact"],))
+                self.execute(_SQL_SET_MATCHING, (_recording(matching or "exact"),))
             else:
                 for step in MIGRATIONS[layout:]:
                     step(self)
@@ -1846,7 +1953,7 @@ class _PostgresSession(_Engine):
             if version == 0:
                 for statement in _PG_SCHEMA:
                     self._send(statement)
-                self.execute(_SQL_SET_MATCHING, (_RECORDED[matching or "exact"],))
+                self.execute(_SQL_SET_MATCHING, (_recording(matching or "exact"),))
                 version = 1
             for target, step in POSTGRES_MIGRATIONS:
                 if 0 < version < target:
@@ -2033,6 +2140,19 @@ class _PostgresSession(_Engine):
 
     def ask(self, sql: str, parameters: Any) -> Callable[[], list[Any]]:
         return self.execute(sql, parameters).fetchall  # type: ignore[no-any-return]
+
+    def ask_each(self, sql: str, rows: list[tuple[Any, ...]]) -> Callable[[], list[list[Any]]]:
+        each = getattr(sql, "pg_each", None)
+        if each is None or not rows:
+            return super().ask_each(sql, rows)
+        found = self._send(each, [list(column) for column in zip(*rows, strict=True)])
+
+        def read() -> list[list[Any]]:
+            results: list[list[Any]] = [[] for _ in rows]
+            for position, *row in found.fetchall():
+                results[position - 1].append(tuple(row))
+            return results
+        return read
 
     def ask_new_ids(self, count: int) -> Callable[[], list[int]]:
         found = self._send(_PG_NEXT_IDS, (count,))
@@ -2581,11 +2701,6 @@ def _fields(row: tuple[Any, ...]) -> _Fields:
                    created_at=created_at)
 
 
-def _ask_purgeable(db: _Engine, seen: _ScopeKey, now: str | None) -> Callable[[], list[Any]]:
-    """Up to PURGE_PER_WRITE of the scope's expired memories, for a write to purge."""
-    return db.ask(_SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE))
-
-
 def _id_span(ids: list[int]) -> str:
     return f"{ids[0]}..{ids[-1]}" if ids else "none"
 
@@ -2644,10 +2759,11 @@ class MemoryStore:
         self.matching: Matching = "exact"
         self._recorded = "exact"  # the rule as the file records it, with its version
         self._words: Callable[[str], set[str]] = words
+        self._index_from = 0  # the file's: from how many memories an owner is indexed
         self._db: _Engine | None = self._connect(
             matching, bool(create), statement_timeout, size, waited)
         _OPEN_STORES.add(self)
-        if self._recorded != _RECORDED[self.matching] and not self.read_only:
+        if _recorded_rule(self._recorded)[0] != _RECORDED[self.matching] and not self.read_only:
             # Built by an earlier version of its rule: brought up to date in one
             # transaction, as `memory reindex` would. Read-only, it reads by that version.
             _log.info("the word index was built by an earlier version of matching=%s:"
@@ -2686,9 +2802,8 @@ class MemoryStore:
         except (sqlite3.Error, TypeError) as exc:
             raise SchemaError("the file records no matching rule") from exc
         if recorded != self._recorded:
-            if recorded not in _RULES:
-                raise SchemaError("the file records a matching rule this code does not know")
-            self._words, self.matching = _words_of(recorded), _RULES[recorded][0]
+            rule, self._index_from = _recorded_rule(recorded)
+            self._words, self.matching = _words_of(rule), _RULES[rule][0]
             self._recorded = recorded
 
     # -- the object ----------------------------------------------------------------
@@ -2848,41 +2963,71 @@ class MemoryStore:
             scopes = sorted({_ScopeKey(rows[p].user_id, rows[p].task_id or "") for p in mine})
             # Postings by position until the ids come back.
             words = _postings_of(((p, *rows[p][:3]) for p in mine), self._words)
+            # Each user's first scope, asked with the rest: a user's scopes overlap.
+            firsts = sorted({seen.user: seen for seen in reversed(scopes)}.values())
             with db.batch():
                 db.narrow(group)
                 if ask_ids is None:
                     ask_ids = db.ask_new_ids(len(rows))
-                firsts: dict[str, Callable[[], list[Any]]] = {}
-                for seen in scopes if now is not None else ():
-                    if seen.user not in firsts:  # a user's first scope: they overlap
-                        firsts[seen.user] = _ask_purgeable(db, seen, now)
-                newest = {owner: _ask_newest(db, owner, by_word)
-                          for owner, by_word in words.items()}
+                purgeable = db.ask_each(_SQL_EXPIRED_ROWS, [
+                    (*seen, now, PURGE_PER_WRITE) for seen in firsts if now is not None])
+                asked = _ask_held(db, words, self._index_from)
             if not values:
                 values = self._values(ask_ids(), rows, noun, places)
-            purged = self._purge(db, scopes, firsts, now)
-            known = {owner: (_ask_newest(db, owner, words[owner]) if owner[0] in purged
-                             else ask)() for owner, ask in newest.items()}
-            added = collections.Counter(
-                _CountKey(rows[p].user_id, rows[p].task_id or "") for p in mine)
+            due = purgeable()
+            purged = self._purge(db, scopes, dict(zip(
+                (seen.user for seen in firsts), due, strict=True)) if due else {}, now)
+            again = {owner: by_word for owner, by_word in words.items() if owner[0] in purged}
+            known = {**asked(), **(_ask_held(db, again, self._index_from)() if again else {})}
+            added = collections.Counter((rows[p].user_id, rows[p].task_id) for p in mine)
+            postings = self._postings(db, words, known, values, added)
             with db.batch():
                 db.executemany(_SQL_INSERT, [values[p] for p in mine])
-                _add_postings(db, {owner: {word: [values[p][0] for p in at]
-                                           for word, at in by_word.items()}
-                                   for owner, by_word in words.items()}, known)
-                db.executemany(_SQL_COUNT_ADD, [(*key, n) for key, n in added.items()])
+                _add_postings(db, postings, {owner: known[owner].newest for owner in postings})
+                db.executemany(_SQL_COUNT_ADD, [(user, task or "", n)
+                                                for (user, task), n in added.items()])
                 if start + step >= len(users):
                     db.commit()
         return [memory_id for memory_id, *_ in values]
 
+    def _postings(self, db: _Engine, words: dict[_Owner, dict[str, list[int]]],
+                  known: dict[_Owner, _Held], values: list[tuple[Any, ...]],
+                  added: collections.Counter[_Owner]) -> dict[_Owner, dict[str, list[int]]]:
+        """The postings a write of `added` memories to each owner adds, given its `words`
+        (by position in `values`) and what it holds: none for an owner left below the
+        index's threshold, and those of all its memories for one the write takes to it."""
+        postings: dict[_Owner, dict[str, list[int]]] = {}
+        rising = []
+        for owner, by_word in words.items():
+            held = known[owner].memories
+            if held + added[owner] < self._index_from:
+                continue
+            postings[owner] = {word: [values[p][0] for p in at] for word, at in by_word.items()}
+            if 0 < held < self._index_from:
+                rising.append(owner)
+        if rising:
+            found = db.ask_each(_SQL_OWNER_TEXTS, [(user, task or "", task)
+                                                   for user, task in rising])
+            for (user, task), held_rows in zip(rising, found(), strict=True):
+                # Its memories held already are older than the written ones.
+                merged = _postings_of(((memory_id, user, task, text)
+                                       for memory_id, text in held_rows), self._words)
+                by_word = merged.get((user, task), collections.defaultdict(list))
+                for word, ids in postings[user, task].items():
+                    by_word[word] += ids
+                postings[user, task] = by_word
+        return postings
+
     def _purge(self, db: _Engine, scopes: list[_ScopeKey],
-               firsts: dict[str, Callable[[], list[Any]]], now: str | None) -> set[str]:
+               firsts: dict[str, list[Any]], now: str | None) -> set[str]:
         """Delete up to PURGE_PER_WRITE expired memories of each scope, given those of each
-        user's first scope already asked; the users some were deleted for."""
+        user's first scope already read; the users some were deleted for."""
         purged = set()
         for seen in scopes if now is not None else ():
             # A later scope is asked only now, after the earlier ones' purge.
-            found = (firsts.pop(seen.user, None) or _ask_purgeable(db, seen, now))()
+            found = firsts.pop(seen.user, None)
+            if found is None:
+                found = db.execute(_SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE)).fetchall()
             if self._delete(db, seen, found):
                 purged.add(seen.user)
         return purged
@@ -2915,7 +3060,7 @@ class MemoryStore:
         and counts; how many."""
         if not rows:
             return 0
-        _unindex(db, seen[0], rows, self._words)
+        _unindex(db, seen[0], rows, self._words, self._index_from)
         ids = json.dumps([row[0] for row in rows])
         return int(db.execute(_SQL_FORGET, (*seen, ids)).rowcount)
 
@@ -2984,29 +3129,50 @@ class MemoryStore:
                 # first; SQLite's postings are read until they are too many.
                 row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
                            if db.reads_map_first else None)
-                counted = db.execute(_SQL_COUNT, seen) if ranked == "idf" else None
+                counted = db.execute(_SQL_SCOPE_COUNTS, seen)
                 expired_ids = self._ask_expired(db, seen, now)
             expired = expired_ids()
-            visible = 0
-            if counted is not None:  # N and df count live memories only
-                visible = counted.fetchone()[0] - len(expired)
+            held = dict(counted.fetchall())
+            # N and df count live memories only.
+            visible = sum(held.values()) - len(expired) if ranked == "idf" else 0
+            unindexed = [task for task in (None, seen.task)
+                         if 0 < held.get(task or "", 0) < self._index_from]
             asked = _Recall(seen, listed, ranked, limit, expired, visible)
-            best = self._best(db, asked, row_map)
+            best = self._best(db, asked, row_map, self._read_unindexed(db, asked, unindexed))
             found = db.last_statement(
                 _SQL_RECALLED, (*seen, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
         return [Recalled(**_fields(rows[i]), score=score) for score, i in best
                 if i in rows and (min_score is None or score >= min_score)]
 
-    def _best(self, db: _Engine, recall: _Recall, row_map: Any) -> list[tuple[float, int]]:
-        """The best (score, id) pairs: every posting scored at once where the words hold
-        at most _READ_ALL_UP_TO, else a top-k search over the map of their rows (from
-        `row_map` if it was read already), or, once that reads more than a third of them,
-        all of them scored at once."""
+    def _read_unindexed(self, db: _Engine, recall: _Recall, tasks: list[str | None]
+                        ) -> dict[str, bytes]:
+        """The postings of the query's words among the memories of the scope's owners
+        whose words are not indexed (`tasks`: None for the user level), each word's ids
+        as one row, as the index would hold them."""
+        if not tasks:
+            return {}
+        wanted = set(json.loads(recall.listed[0]))
+        found = db.ask_each(_SQL_OWNER_TEXTS, [(*recall.seen, task) for task in tasks])()
+        postings: dict[str, list[int]] = collections.defaultdict(list)
+        for memory_id, text in sorted(itertools.chain.from_iterable(found)):
+            for word in self._words(text) & wanted:
+                postings[word].append(memory_id)
+        return {word: _pack(ids) for word, ids in postings.items()}
+
+    def _best(self, db: _Engine, recall: _Recall, row_map: Any,
+              unindexed: dict[str, bytes]) -> list[tuple[float, int]]:
+        """The best (score, id) pairs, over the index's postings and the `unindexed` ones:
+        every posting scored at once where the words hold at most _READ_ALL_UP_TO, else a
+        top-k search over the map of their rows (from `row_map` if it was read already),
+        or, once that reads more than a third of them, all of them scored at once."""
         mapped = None if row_map is None else _postings_map(row_map)
-        if mapped is None or sum(mapped[0].values()) <= _READ_ALL_UP_TO:
-            postings, read = [], 0
-            for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed):
+        postings = [(word, _unpack(blob)) for word, blob in unindexed.items()]
+        read = sum(len(ids) for _, ids in postings)
+        if mapped is None or sum(mapped[0].values()) + read <= _READ_ALL_UP_TO:
+            indexed = db.execute(_SQL_POSTINGS, recall.listed) if mapped is None or mapped[0] \
+                else ()
+            for word, _, blob in indexed:
                 postings.append((word, _unpack(blob)))
                 read += len(postings[-1][1])
                 if read > _READ_ALL_UP_TO:
@@ -3015,22 +3181,33 @@ class MemoryStore:
             else:
                 return _scores_of_all(postings, recall)
         assert mapped is not None
-        best = self._top(db, recall, *mapped)
+        best = self._top(db, recall, *mapped, unindexed)
         if best is None:
-            postings = [(word, _unpack(blob))
-                        for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed)]
+            postings = [(word, _unpack(blob)) for word, blob in unindexed.items()]
+            postings += [(word, _unpack(blob))
+                         for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed)]
             best = _scores_of_all(postings, recall)
         return best
 
     def _top(self, db: _Engine, recall: _Recall, held: collections.Counter[str],
-             groups: list[_WordRows]) -> list[tuple[float, int]] | None:
-        """_TopK's search over the postings rows `groups`, read as it asks."""
+             groups: list[_WordRows], unindexed: dict[str, bytes]
+             ) -> list[tuple[float, int]] | None:
+        """_TopK's search over the postings rows `groups` and the `unindexed` ones, each
+        of those one row, read as it asks."""
+        apart = {(word, _unpack(blob)[0]): blob for word, blob in unindexed.items()}
+        for word, first_id in apart:
+            held[word] += len(unindexed[word]) // 8
+            groups.append(_WordRows(word, [first_id]))
 
         def fetch(wanted: dict[str, list[int]]) -> list[tuple[str, int, bytes]]:
             keys = sorted({(word, first) for word, firsts in wanted.items() for first in firsts})
+            found = [(word, first, apart[word, first]) for word, first in keys
+                     if (word, first) in apart]
+            keys = [key for key in keys if key not in apart]
             if not keys:
-                return []
-            return list(db.execute(_SQL_POSTINGS_ROWS, (json.dumps(keys), *recall.seen)))
+                return found
+            return found + list(db.execute(_SQL_POSTINGS_ROWS, (json.dumps(keys),
+                                                                 *recall.seen)))
 
         weights = None
         if recall.rank == "idf":
@@ -3059,17 +3236,18 @@ class MemoryStore:
                 progress: Callable[[int, int], None] | None = None) -> None:
         """Rebuild the word index under the `matching` rule, user by user, in one
         transaction; `progress(users done, users)` is called after each user."""
-        recorded = _RECORDED[_check_choice("matching", matching, MATCHING)]
-        words_of = _words_of(recorded)
+        recorded = _recording(_check_choice("matching", matching, MATCHING))
+        words_of = _words_of(_RECORDED[matching])
         with self._writing(None) as db:
             users = [user for (user,) in db.execute(_SQL_USERS)]
             for done, user in enumerate(users, start=1):
                 db.execute(_SQL_ERASE_POSTINGS, (user,))
-                _index_words(db, db.execute(_SQL_OWNED_TEXTS, (user,)), words_of)
+                _index_words(db, db.execute(_SQL_OWNED_TEXTS, (user,)), words_of, INDEX_FROM)
                 if progress is not None:
                     progress(done, len(users))
             db.execute(_SQL_SET_MATCHING, (recorded,))
             self._words, self.matching, self._recorded = words_of, matching, recorded
+            self._index_from = INDEX_FROM
         _log.info("reindexed %d users with matching=%s", len(users), matching)
 
     # -- seeing and forgetting -------------------------------------------------------
@@ -3155,7 +3333,7 @@ class MemoryStore:
         with self._writing(None) as db:
             for (user,) in db.execute(_SQL_EXPIRED_USERS, (now,)).fetchall():
                 rows = db.execute(_SQL_EXPIRED_OF_USER, (user, now)).fetchall()
-                _unindex(db, user, rows, self._words)
+                _unindex(db, user, rows, self._words, self._index_from)
                 ids = json.dumps([row[0] for row in rows])
                 purged += db.execute(_SQL_DELETE_OF_USER, (user, ids)).rowcount
         self._scrub()

@@ -185,8 +185,9 @@ class TestScopeRule(StoreTestCase):
         for name, statement in shared.items():
             with self.subTest(name):
                 self.assertIsInstance(statement, memory._Sql)
-                for pg in filter(None, (statement.pg, statement.pg_many)):
-                    self.assertEqual(statement.count("?"), pg.count("%s"))
+                for pg in filter(None, (statement.pg, statement.pg_many, statement.pg_each)):
+                    # A text placeholder each, or a binary one (an array of the values).
+                    self.assertEqual(statement.count("?"), pg.count("%s") + pg.count("%b"))
                     for sqlite_only in ("?", "json_each", "NOT INDEXED", "INSERT OR", " IS ?"):
                         self.assertNotIn(sqlite_only, pg)
         engine = memory._PostgresSession.__new__(memory._PostgresSession)  # no connection

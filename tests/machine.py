@@ -35,6 +35,10 @@ from model import (
     utc,
 )
 
+# From how many memories an owner's words are indexed: low ones, so that a few calls take
+# an owner across the threshold and back and a scope mixes owners on each side of it.
+INDEX_FROMS = st.sampled_from([1, 2, 3, memory.INDEX_FROM])
+
 
 class StoreMatchesModel(RuleBasedStateMachine):
     def __init__(self) -> None:
@@ -43,13 +47,16 @@ class StoreMatchesModel(RuleBasedStateMachine):
         self.clock = fixed_clock()
         self.created = fixed_clock()
         self.highest_id = 0
+        self.index_from = memory.INDEX_FROM  # the module's, given back at teardown
 
-    @initialize(matching=st.sampled_from(RULES_HERE))
-    def open_a_new_store(self, matching: memory.Matching) -> None:
+    @initialize(matching=st.sampled_from(RULES_HERE), index_from=INDEX_FROMS)
+    def open_a_new_store(self, matching: memory.Matching, index_from: int) -> None:
+        memory.INDEX_FROM = index_from
         self.store = MemoryStore(self.folder / "memory.db", clock=self.clock, matching=matching)
         self.model = Model(matching)
 
     def teardown(self) -> None:
+        memory.INDEX_FROM = self.index_from
         self.store.close()
         shutil.rmtree(self.folder)
 

@@ -203,9 +203,11 @@ class Statements(Protocol):
 def index_problems(db: Statements) -> list[str]:
     """How the word index and the counts differ from the memories they describe: every
     (user, word, task, id) once under the file's rule, nothing for a memory that is gone,
-    and each (user, task)'s count exact."""
-    (matching,) = db.execute("SELECT value FROM store_settings WHERE name = 'matching'"
+    nothing for an owner (user, task) holding fewer memories than the file's threshold
+    (every owner where it records none), and each (user, task)'s count exact."""
+    (recorded,) = db.execute("SELECT value FROM store_settings WHERE name = 'matching'"
                              ).fetchone()
+    matching, _, index_from = recorded.partition(";index-from=")
     terms = MODEL_RULES[matching]
     counted = dict(((u, t), n) for u, t, n in db.execute(
         "SELECT user_id, task_key, memories FROM memory_counts"))
@@ -213,9 +215,11 @@ def index_problems(db: Statements) -> list[str]:
         "SELECT user_id, task_id FROM memories"))
     if counted != dict(actual):
         return [f"counts {counted} where the memories give {dict(actual)}"]
+    least = int(index_from or 0)
     expected = {(user, word, task, memory_id)
                 for memory_id, user, task, text in db.execute(
                     "SELECT id, user_id, task_id, text FROM memories")
+                if actual[user, task or ""] >= least
                 for word in terms(text)}
     found: list[tuple[str, str, str | None, int]] = []
     for user, word, task, first_id, blob in db.execute(

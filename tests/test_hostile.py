@@ -544,7 +544,9 @@ def test_every_call_checks_the_scope_itself(tmp_path: pathlib.Path, make: Any) -
 # -- damage is SchemaError, a full id space StoreError, the file unchanged ------------------
 
 def test_a_damaged_index_row_is_a_schema_error(tmp_path: pathlib.Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+                                              capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "INDEX_FROM", 1)  # its three memories indexed
     path = filled(tmp_path / "memory.db", 3)
     plant(path, "UPDATE memory_words SET ids = substr(ids, 1, 7) WHERE word = 'hotel'")
     before = digest(path)

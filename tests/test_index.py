@@ -228,11 +228,12 @@ def test_single_writes_share_posting_rows(tmp_path: pathlib.Path) -> None:
     with MemoryStore(tmp_path / "m.db") as store:
         for n in range(2 * memory.POSTINGS_PER_ROW + 1):
             store.remember(ALICE, "user", f"hotel note{n}", "s")
-        store.remember(ALICE, "task", "hotel in the task", "s")
+        for n in range(memory.INDEX_FROM):
+            store.remember(ALICE, "task", f"hotel in the task {n}", "s")
         sizes = store.db.execute("SELECT task_id, length(ids) / 8 FROM memory_words"
                                  " WHERE word = 'hotel' ORDER BY first_id").fetchall()
     per_row = memory.POSTINGS_PER_ROW
-    assert sizes == [(None, per_row), (None, per_row), (None, 1), ("trip", 1)]
+    assert sizes == [(None, per_row), (None, per_row), (None, 1), ("trip", memory.INDEX_FROM)]
 
 
 # A skewed vocabulary, as real text is: a few words in most memories, most words in few.

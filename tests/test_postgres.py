@@ -34,7 +34,7 @@ from hypothesis.stateful import initialize, invariant, rule, run_state_machine_a
 
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, cli
-from machine import StoreMatchesModel
+from machine import INDEX_FROMS, StoreMatchesModel
 from memory import RANKS, MemoryInputError, MemoryStore, SchemaError, Scope, StoreError, fixed_clock
 from model import RULES_HERE, Memory, Model, index_problems_at, transactions_left
 from pg_server import APP_ROLE, Server, database_of
@@ -99,8 +99,8 @@ def test_every_statement_carries_the_user_filter(store: MemoryStore) -> None:
     store.db.set_trace_callback(statements.append)
     store.remember(ALICE, "user", "Alice is vegetarian.", "s", ttl=30)
     store.remember_many([(BOB, "user", "Bob reads with a screen reader.", "s"),
-                         (ALICE_WORK, "task", "Conference hotel.", "s")] * 10)
-    store.recall(ALICE_WORK, "vegetarian hotel reader")
+                         (ALICE_WORK, "task", "Conference hotel.", "s")] * memory.INDEX_FROM)
+    store.recall(ALICE_WORK, "vegetarian hotel reader")  # indexed, and one not (user level)
     store.recall(ALICE, "vegetarian hotel reader", rank="idf")
     store.count(ALICE)
     store.memories(ALICE)
@@ -114,8 +114,13 @@ def test_every_statement_carries_the_user_filter(store: MemoryStore) -> None:
     touching = [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
     assert len(touching) >= 15
     for statement in touching:
-        assert "WHERE user_id = %s" in statement, statement
-        assert "%s" in statement and "alice" not in statement and "bob" not in statement
+        # A read for many owners at once runs its body once for each row of its arrays.
+        each = statement.startswith("SELECT wanted.n, found.* FROM unnest(%s::text[]")
+        assert ("WHERE user_id = wanted.user_id" if each else "WHERE user_id = %s") \
+            in statement, statement
+        assert "%s" in statement
+        assert "alice" not in statement and "bob" not in statement
+    assert any(s.startswith("SELECT wanted.n") for s in touching)
 
 
 def test_row_level_security_confines_a_statement_without_the_user_filter(
@@ -295,8 +300,9 @@ class PostgresMatchesModel(StoreMatchesModel):
 
     server: Server
 
-    @initialize(matching=st.sampled_from(RULES_HERE))
-    def open_a_new_store(self, matching: memory.Matching) -> None:
+    @initialize(matching=st.sampled_from(RULES_HERE), index_from=INDEX_FROMS)
+    def open_a_new_store(self, matching: memory.Matching, index_from: int) -> None:
+        memory.INDEX_FROM = index_from
         self.url = self.server.new_database()
         self.store = MemoryStore(self.url, clock=self.clock, matching=matching)
         self.model = Model(matching)
@@ -443,10 +449,17 @@ def test_a_write_looks_its_words_newest_rows_up_by_key(url: str) -> None:
                               for n in range(5_000)])
         explain = memory._sql("", "EXPLAIN " + memory._SQL_NEWEST_POSTINGS.pg)
         with opened._snapshot({"alice"}) as db:
-            plan = "\n".join(row[0] for row in db.execute(
-                explain, ("alice", None, "alice", None, '["hotel", "word3"]')))
+            parameters = ("alice", None, "alice", None, '["hotel", "word3"]', "alice", "",
+                          memory.INDEX_FROM)
+            plan = "\n".join(row[0] for row in db.execute(explain, parameters))
+            explain_each = memory._sql("", "EXPLAIN " + str(memory._SQL_NEWEST_POSTINGS.pg_each))
+            plan_each = "\n".join(row[0] for row in db.execute(
+                explain_each, [[value] * 3 for value in parameters]))
     assert plan.count("Index Scan Backward using memory_words_pkey") == 2, plan
     assert "Join" not in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
+    # For many owners at once: the same descents, for each row of the arrays.
+    assert plan_each.count("Index Scan Backward using memory_words_pkey") == 2, plan_each
+    assert "Seq Scan" not in plan_each and "Bitmap" not in plan_each, plan_each
 
 
 def test_a_batch_for_many_users_names_a_group_of_them_at_a_time(url: str) -> None:
