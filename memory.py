@@ -185,18 +185,20 @@ def _from_arrays(*types: str) -> str:
 
 
 def _each_row(parameters: str, body: str) -> str:
-    """A read's pg_each: the read `body` once for each row of parameters, given as one
-    array per parameter ("name type, ..." in the statement's order; the body reads each as
-    wanted.name), every row it gives led by the position of its parameters' row from 1.
-    A write for many users asks what it needs to know of each in one statement, not one
-    apiece: on PostgreSQL each costs the driver and the server a round of work. OFFSET 0
-    keeps the body a subquery run for each row: flattened into a join, the plan may scan
-    the whole table instead, the row guard checking every row against every user."""
+    """A read's pg_each: the read `body` once for each row of parameters, the rows given
+    as one JSON list of lists ("name type, ..." names and types each row's values in the
+    statement's order; the body reads each as wanted.name), every row it gives led by the
+    position of its parameters' row from 1. A write for many users asks what it needs to
+    know of each in one statement, not one apiece: on PostgreSQL each costs the driver
+    and the server a round of work. OFFSET 0 keeps the body a subquery run for each row:
+    flattened into a join, the plan may scan the whole table instead, the row guard
+    checking every row against every user."""
     named = [parameter.split() for parameter in parameters.split(", ")]
-    arrays = ", ".join(f"%b::{kind}[]" for _, kind in named)
-    names = ", ".join(name for name, _ in named)
-    return (f"SELECT wanted.n, found.* FROM unnest({arrays}) WITH ORDINALITY AS wanted"
-            f" ({names}, n), LATERAL ({body} OFFSET 0) AS found")
+    columns = ", ".join(f"(listed.item ->> {position})::{kind} AS {name}"
+                        for position, (name, kind) in enumerate(named))
+    return (f"SELECT wanted.n, found.* FROM (SELECT listed.n, {columns} FROM"
+            " jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS listed (item, n)) AS wanted,"
+            f" LATERAL ({body} OFFSET 0) AS found")
 
 
 # -- SQLite's schema, version by version -----------------------------------------------
@@ -1246,6 +1248,21 @@ def _ask_held(db: _Engine, owners: dict[_Owner, dict[str, list[int]]],
     return read
 
 
+class _Group(NamedTuple):
+    """One group of a write's users: its rows' positions, scopes (each user's first apart)
+    and words (each owner's, by position), how many rows each owner gets, and what was
+    asked for it: the first scopes' expired memories, and what its owners hold."""
+
+    users: list[str]
+    positions: list[int]
+    scopes: list[_ScopeKey]
+    firsts: list[_ScopeKey]
+    words: dict[_Owner, dict[str, list[int]]]
+    added: collections.Counter[_Owner]
+    purgeable: Callable[[], list[list[Any]]]
+    held: Callable[[], dict[_Owner, _Held]]
+
+
 def _add_postings(db: _Engine, owners: dict[_Owner, dict[str, list[int]]],
                   newest: dict[_Owner, _Newest]) -> None:
     """Write new postings, extending each word's `newest` row where it has room."""
@@ -2150,7 +2167,7 @@ class _PostgresSession(_Engine):
         each = getattr(sql, "pg_each", None)
         if each is None or not rows:
             return super().ask_each(sql, rows)
-        found = self._send(each, [list(column) for column in zip(*rows, strict=True)])
+        found = self._send(each, (json.dumps(rows),))
 
         def read() -> list[list[Any]]:
             results: list[list[Any]] = [[] for _ in rows]
@@ -2952,68 +2969,84 @@ class MemoryStore:
         and commit (with the last statements, in one round trip on PostgreSQL). A bulk
         call names its rows' `noun`, so that an error names the row's position (in the
         call: `places`, where the rows are some of its own). Users go in groups of the
-        engine's users_per_batch: on PostgreSQL a round trip asks what a group's write
-        needs to know, and one more writes it."""
+        engine's users_per_batch, each group's statements seeing only its users: on
+        PostgreSQL one round trip asks what every group's write needs to know, and one
+        more writes them all."""
         now = self._read_instant()
         positions: dict[str, list[int]] = collections.defaultdict(list)
         for position, row in enumerate(rows):
             positions[row.user_id].append(position)
         users = sorted(positions)
         step = db.users_per_batch or len(users) or 1
-        ask_ids: Callable[[], list[int]] | None = None
-        values: list[tuple[Any, ...]] = []
-        for start in range(0, len(users), step):
-            group = users[start : start + step]
-            mine = sorted(p for user in group for p in positions[user])
-            scopes = sorted({_ScopeKey(rows[p].user_id, rows[p].task_id or "") for p in mine})
-            # Postings by position until the ids come back.
-            words = _postings_of(((p, *rows[p][:3]) for p in mine), self._words)
-            # Each user's first scope, asked with the rest: a user's scopes overlap.
-            firsts = sorted({seen.user: seen for seen in reversed(scopes)}.values())
-            with db.batch():
-                db.narrow(group)
-                if ask_ids is None:
-                    ask_ids = db.ask_new_ids(len(rows))
-                purgeable = db.ask_each(_SQL_EXPIRED_ROWS, [
-                    (*seen, now, PURGE_PER_WRITE) for seen in firsts if now is not None])
-                asked = _ask_held(db, words, self._index_from)
-            if not values:
-                values = self._values(ask_ids(), rows, noun, places)
-            due = purgeable()
-            purged = self._purge(db, scopes, dict(zip(
-                (seen.user for seen in firsts), due, strict=True)) if due else {}, now)
-            again = {owner: by_word for owner, by_word in words.items() if owner[0] in purged}
-            known = {**asked(), **(_ask_held(db, again, self._index_from)() if again else {})}
-            added = collections.Counter((rows[p].user_id, rows[p].task_id) for p in mine)
-            postings = self._postings(db, words, known, values, added)
-            with db.batch():
-                db.executemany(_SQL_INSERT, [values[p] for p in mine])
-                _add_postings(db, postings, {owner: known[owner].newest for owner in postings})
+        groups: list[_Group] = []
+        with db.batch():
+            ask_ids = db.ask_new_ids(len(rows))
+            for start in range(0, len(users), step):
+                some = users[start : start + step]
+                db.narrow(some)
+                groups.append(self._ask_group(db, rows, some, positions, now))
+        values = self._values(ask_ids(), rows, noun, places)
+        known = [self._purge(db, group, now) for group in groups]
+        postings = self._postings(db, groups, known, values)
+        with db.batch():
+            for group, held, added in zip(groups, known, postings, strict=True):
+                db.narrow(group.users)
+                db.executemany(_SQL_INSERT, [values[p] for p in group.positions])
+                _add_postings(db, added, {owner: held[owner].newest for owner in added})
                 db.executemany(_SQL_COUNT_ADD, [(user, task or "", n)
-                                                for (user, task), n in added.items()])
-                if start + step >= len(users):
-                    db.commit()
+                                                for (user, task), n in group.added.items()])
+            db.commit()
         return [memory_id for memory_id, *_ in values]
 
-    def _postings(self, db: _Engine, words: dict[_Owner, dict[str, list[int]]],
-                  known: dict[_Owner, _Held], values: list[tuple[Any, ...]],
-                  added: collections.Counter[_Owner]) -> dict[_Owner, dict[str, list[int]]]:
-        """The postings a write of `added` memories to each owner adds, given its `words`
-        (by position in `values`) and what it holds: none for an owner left below the
-        index's threshold, and those of all its memories for one the write takes to it."""
-        postings: dict[_Owner, dict[str, list[int]]] = {}
-        rising = []
-        for owner, by_word in words.items():
-            held = known[owner].memories
-            if held + added[owner] < self._index_from:
-                continue
-            postings[owner] = {word: [values[p][0] for p in at] for word, at in by_word.items()}
-            if 0 < held < self._index_from:
-                rising.append(owner)
-        if rising:
-            found = db.ask_each(_SQL_OWNER_TEXTS, [(user, task or "", task)
-                                                   for user, task in rising])
-            for (user, task), held_rows in zip(rising, found(), strict=True):
+    def _ask_group(self, db: _Engine, rows: list[_NewMemory], users: list[str],
+                   positions: dict[str, list[int]], now: str | None) -> _Group:
+        """A group's write, with what it needs to know asked (in a batch: read once the
+        batch has gone)."""
+        mine = sorted(p for user in users for p in positions[user])
+        scopes = sorted({_ScopeKey(rows[p].user_id, rows[p].task_id or "") for p in mine})
+        # Each user's first scope is asked now, a later one once the earlier is purged:
+        # a user's scopes overlap.
+        firsts = sorted({seen.user: seen for seen in reversed(scopes)}.values())
+        # Postings by position until the ids come back.
+        words = _postings_of(((p, *rows[p][:3]) for p in mine), self._words)
+        return _Group(
+            users, mine, scopes, firsts, words,
+            collections.Counter((rows[p].user_id, rows[p].task_id) for p in mine),
+            db.ask_each(_SQL_EXPIRED_ROWS, [(*seen, now, PURGE_PER_WRITE)
+                                            for seen in firsts if now is not None]),
+            _ask_held(db, words, self._index_from))
+
+    def _postings(self, db: _Engine, groups: list[_Group], known: list[dict[_Owner, _Held]],
+                  values: list[tuple[Any, ...]]) -> list[dict[_Owner, dict[str, list[int]]]]:
+        """The postings each group's write adds, given what its owners hold (`known`) and
+        the rows' `values`: none for an owner left below the index's threshold, and
+        those of all its memories for one the write takes to it (read for all groups in
+        one round trip)."""
+        added: list[dict[_Owner, dict[str, list[int]]]] = []
+        rising: list[tuple[list[str], list[_Owner]]] = []
+        for group, held in zip(groups, known, strict=True):
+            postings, theirs = {}, []
+            for owner, by_word in group.words.items():
+                memories = held[owner].memories
+                if memories + group.added[owner] < self._index_from:
+                    continue
+                postings[owner] = {word: [values[p][0] for p in at]
+                                   for word, at in by_word.items()}
+                if 0 < memories < self._index_from:
+                    theirs.append(owner)
+            added.append(postings)
+            rising.append((group.users, theirs))
+        asked = []
+        with db.batch() if any(owners for _, owners in rising) else contextlib.nullcontext():
+            for users, owners in rising:
+                if owners:
+                    db.narrow(users)
+                    asked.append(db.ask_each(_SQL_OWNER_TEXTS, [(user, task or "", task)
+                                                                for user, task in owners]))
+        found = iter(asked)
+        for postings, (_, owners) in zip(added, rising, strict=True):
+            for (user, task), held_rows in zip(owners, next(found)() if owners else [],
+                                                strict=True):
                 # Its memories held already are older than the written ones.
                 merged = _postings_of(((memory_id, user, task, text)
                                        for memory_id, text in held_rows), self._words)
@@ -3021,21 +3054,27 @@ class MemoryStore:
                 for word, ids in postings[user, task].items():
                     by_word[word] += ids
                 postings[user, task] = by_word
-        return postings
+        return added
 
-    def _purge(self, db: _Engine, scopes: list[_ScopeKey],
-               firsts: dict[str, list[Any]], now: str | None) -> set[str]:
-        """Delete up to PURGE_PER_WRITE expired memories of each scope, given those of each
-        user's first scope already read; the users some were deleted for."""
+    def _purge(self, db: _Engine, group: _Group, now: str | None) -> dict[_Owner, _Held]:
+        """Delete up to PURGE_PER_WRITE expired memories of each of the group's scopes,
+        those of each user's first scope asked already; what its owners hold then."""
+        held = group.held()
+        due = dict(zip((seen.user for seen in group.firsts), group.purgeable(), strict=True)
+                   ) if now is not None else {}
+        if not any(due.values()) and len(group.scopes) == len(group.firsts):
+            return held  # nothing to purge, and no later scope to ask
+        db.narrow(group.users)
         purged = set()
-        for seen in scopes if now is not None else ():
-            # A later scope is asked only now, after the earlier ones' purge.
-            found = firsts.pop(seen.user, None)
-            if found is None:
+        for seen in group.scopes if now is not None else ():
+            found = due.pop(seen.user, None)
+            if found is None:  # a later scope, asked after the earlier one's purge
                 found = db.execute(_SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE)).fetchall()
             if self._delete(db, seen, found):
                 purged.add(seen.user)
-        return purged
+        again = {owner: by_word for owner, by_word in group.words.items()
+                 if owner[0] in purged}
+        return {**held, **(_ask_held(db, again, self._index_from)() if again else {})}
 
     def _values(self, ids: list[int], rows: list[_NewMemory], noun: str | None,
                 places: list[int] | None) -> list[tuple[Any, ...]]:

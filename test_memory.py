@@ -186,8 +186,11 @@ class TestScopeRule(StoreTestCase):
             with self.subTest(name):
                 self.assertIsInstance(statement, memory._Sql)
                 for pg in filter(None, (statement.pg, statement.pg_many, statement.pg_each)):
-                    # A text placeholder each, or a binary one (an array of the values).
-                    self.assertEqual(statement.count("?"), pg.count("%s") + pg.count("%b"))
+                    if pg is statement.pg_each:  # one JSON list of the rows' values
+                        self.assertEqual(pg.count("%s"), 1)
+                        self.assertEqual(statement.count("?"), pg.count("item ->>"))
+                    else:  # a text placeholder each, or a binary one (an array of them)
+                        self.assertEqual(statement.count("?"), pg.count("%s") + pg.count("%b"))
                     for sqlite_only in ("?", "json_each", "NOT INDEXED", "INSERT OR", " IS ?"):
                         self.assertNotIn(sqlite_only, pg)
         engine = memory._PostgresSession.__new__(memory._PostgresSession)  # no connection

@@ -258,19 +258,23 @@ def skewed_text(parts: list[str]) -> str:
     rank=st.sampled_from(memory.RANKS),
     read_all_up_to=st.sampled_from([0, 0, 40, memory._READ_ALL_UP_TO]),
     skip_common=st.booleans(),
+    index_from=st.sampled_from([1, 8, memory.INDEX_FROM]),
 )
 def test_top_k_reads_less_and_agrees_with_the_model(
         batches: list[list[tuple[Scope, str, str, float | None]]], query: str, limit: int,
-        per_row: int, rank: memory.Rank, read_all_up_to: int, skip_common: bool) -> None:
+        per_row: int, rank: memory.Rank, read_all_up_to: int, skip_common: bool,
+        index_from: int) -> None:
     """Recall stops reading once nothing unread can win; with rows of a few ids and
     skewed words it crosses many row boundaries, stops early and probes, with the common
     words skipped (SQLite) or read (PostgreSQL), and must still give the model's answer
-    (ids, scores to the bit, order), expired memories left out."""
+    (ids, scores to the bit, order), expired memories left out; also where one owner of
+    the scope is indexed and the other, below the threshold, is read whole."""
     clock, created = fixed_clock(), fixed_clock()
     model = Model()
     with tempfile.TemporaryDirectory() as folder, \
             mock.patch.object(memory, "POSTINGS_PER_ROW", per_row), \
             mock.patch.object(memory, "_READ_ALL_UP_TO", read_all_up_to), \
+            mock.patch.object(memory, "INDEX_FROM", index_from), \
             MemoryStore(pathlib.Path(folder) / "m.db", clock=clock) as store:
         store.db.skips_common_words = skip_common
         for batch in batches:
@@ -342,6 +346,7 @@ def test_a_batch_for_more_users_than_a_group_holds(target: str) -> None:
     users = [f"user-{n}" for n in range(7)]
     with mock.patch.object(memory._SqliteEngine, "users_per_batch", 2), \
             mock.patch.object(memory._PostgresSession, "users_per_batch", 2), \
+            mock.patch.object(memory, "INDEX_FROM", 1), \
             MemoryStore(target, clock=clock) as store:
         for user in users:
             store.remember(Scope(user, "trip"), "user", "likes the hotel", "s")
@@ -363,4 +368,82 @@ def test_a_batch_for_more_users_than_a_group_holds(target: str) -> None:
     with owner_connection(target) as db:
         assert db.execute("SELECT count(*) FROM memories WHERE text = 'hotel for one hour'"
                           ).fetchone()[0] == 0
+    assert index_problems_at(target) == []
+
+
+def index_rows(target: str, task: str | None) -> int:
+    """How many index rows alice's user level (None) or task holds."""
+    with owner_connection(target) as db:
+        if task is None:
+            found = db.execute("SELECT count(*) FROM memory_words WHERE user_id = 'alice'"
+                               " AND task_id IS NULL").fetchone()
+        else:
+            found = db.execute("SELECT count(*) FROM memory_words WHERE user_id = 'alice'"
+                               f" AND task_id = '{task}'").fetchone()
+    return int(found[0])
+
+
+@pytest.mark.parametrize("rank", memory.RANKS)
+def test_an_owner_is_indexed_from_index_from_memories_on(target: str,
+                                                         rank: memory.Rank) -> None:
+    """Below INDEX_FROM memories an owner (a user's level, or one task) has no index rows
+    and recall reads its memories; the write that takes it to INDEX_FROM indexes all of
+    them, a forget that takes it below drops them all; recall gives the model's answer
+    throughout, on a scope of two owners on either side of the threshold too."""
+    clock, created = fixed_clock(), fixed_clock()
+    model = Model()
+    trip = Scope("alice", "trip")
+
+    def remember(level: str, text: str) -> int:
+        items: list[tuple[Scope, str, str, str, float | None]] = [(trip, level, text, "s", None)]
+        ids = store.remember_many(items)
+        model.remembered(ids, items, created)
+        return ids[0]
+
+    def recalls_as_the_model() -> bool:
+        return all(store.recall(trip, query, 5, rank=rank) == model.recall(trip, query, 5, rank)
+                   for query in ("hotel", "hotel note3 task", "note1 note2"))
+
+    with MemoryStore(target, clock=clock) as store:
+        first = remember("user", "hotel note0")
+        for n in range(1, memory.INDEX_FROM - 1):
+            remember("user", f"hotel note{n}")
+        remember("task", "hotel in the task")
+        assert index_rows(target, None) == index_rows(target, "trip") == 0
+        assert recalls_as_the_model()
+        remember("user", f"hotel note{memory.INDEX_FROM - 1}")  # the owner reaches it
+        assert index_rows(target, None) == memory.INDEX_FROM + 1  # hotel, and each note
+        assert index_rows(target, "trip") == 0
+        assert index_problems_at(target) == []
+        assert recalls_as_the_model()
+        assert store.forget(trip, first)  # below it again
+        model.memories = [m for m in model.memories if m.id != first]
+        assert index_rows(target, None) == 0
+        assert index_problems_at(target) == []
+        assert recalls_as_the_model()
+
+
+def test_a_file_that_records_no_threshold_indexes_every_owner_until_reindexed(
+        target: str) -> None:
+    """A store made before the threshold records its rule alone and indexes every owner:
+    it goes on doing so, read-only or not, until a reindex records the threshold and
+    drops the rows of the owners below it."""
+    with mock.patch.object(memory, "INDEX_FROM", 1):  # every owner indexed, as then
+        with MemoryStore(target) as store:
+            store.remember(ALICE, "user", "hotel by the river", "s")
+    with owner_connection(target) as db:
+        db.execute("UPDATE store_settings SET value = 'exact' WHERE name = 'matching'")
+        if not target.startswith("postgresql://"):
+            db.execute("COMMIT")  # sqlite3 began one before the update
+    with MemoryStore(target) as store:
+        store.remember(ALICE, "user", "hotel with a pool", "s")
+        assert index_rows(target, None) == 3  # hotel, river, pool: one memory apiece
+        assert index_problems_at(target) == []
+        found = store.recall(ALICE, "hotel river", 5)
+    with MemoryStore(target, read_only=True) as store:
+        assert store.recall(ALICE, "hotel river", 5) == found
+    with MemoryStore(target) as store:
+        store.reindex("exact")
+        assert store.recall(ALICE, "hotel river", 5) == found
+    assert index_rows(target, None) == 0
     assert index_problems_at(target) == []
