@@ -375,7 +375,11 @@ _SQL_OWNER_COUNT = _sql(
         "SELECT memories FROM memory_counts WHERE user_id = wanted.user_id"
         " AND task_key = wanted.task_key"))
 _SQL_SCOPE_COUNTS = _sql(
-    "SELECT task_key, memories FROM memory_counts WHERE user_id = ? AND task_key IN ('', ?)")
+    "SELECT task_key, memories FROM memory_counts WHERE user_id = ? AND task_key IN ('', ?)",
+    pg_each=_each_row(
+        "user_id text, task_key text",
+        "SELECT task_key, memories FROM memory_counts WHERE user_id = wanted.user_id"
+        " AND task_key IN ('', wanted.task_key)"))
 _SQL_COUNT_SUBTRACT = _sql(
     "UPDATE memory_counts SET memories = memories - ? WHERE user_id = ? AND task_key = ?"
 )
@@ -1227,6 +1231,8 @@ class _Held(NamedTuple):
 
     #: How many memories the owner holds.
     memories: int
+    #: How many the scope of its task (of the user level alone for the user level) holds.
+    seen: int
     #: The newest postings row of each of the written words that has one.
     newest: _Newest
 
@@ -1234,17 +1240,29 @@ class _Held(NamedTuple):
 def _ask_held(db: _Engine, owners: dict[_Owner, dict[str, list[int]]],
               index_from: int) -> Callable[[], dict[_Owner, _Held]]:
     """What each owner holds, for the words it is written with, asked now and read when
-    the returned function is called (in a batch, once the batch has gone)."""
+    the returned function is called (in a batch, once the batch has gone). An engine
+    that does not ask ahead reads the counts first and asks for the newest rows of the
+    indexed owners alone (an owner below `index_from` has none)."""
     listed = list(owners)
-    counted = db.ask_each(_SQL_OWNER_COUNT, [(user, task or "") for user, task in listed])
+    counted = db.ask_each(_SQL_SCOPE_COUNTS, [(user, task or "") for user, task in listed])
+
+    def own(owner: _Owner, counts: list[Any]) -> int:
+        return sum(n for key, n in counts if key == (owner[1] or ""))
+
+    indexed = listed
+    if not db.asks_ahead:
+        counted = counted().copy  # read now, and again when read
+        indexed = [owner for owner, counts in zip(listed, counted(), strict=True)
+                   if own(owner, counts) >= index_from]
     newest = db.ask_each(_SQL_NEWEST_POSTINGS, [
         (user, task, user, task, json.dumps(sorted(owners[user, task])), user, task or "",
-         index_from) for user, task in listed])
+         index_from) for user, task in indexed])
 
     def read() -> dict[_Owner, _Held]:
-        return {owner: _Held(sum(n for (n,) in counts), {
-            word: (first_id, size) for word, first_id, size in rows if first_id is not None})
-            for owner, counts, rows in zip(listed, counted(), newest(), strict=True)}
+        found = dict(zip(indexed, newest(), strict=True))
+        return {owner: _Held(own(owner, counts), sum(n for _, n in counts), {
+            word: (first_id, size) for word, first_id, size in found.get(owner, ())
+            if first_id is not None}) for owner, counts in zip(listed, counted(), strict=True)}
     return read
 
 
@@ -1259,7 +1277,7 @@ class _Group(NamedTuple):
     firsts: list[_ScopeKey]
     words: dict[_Owner, dict[str, list[int]]]
     added: collections.Counter[_Owner]
-    purgeable: Callable[[], list[list[Any]]]
+    purgeable: Callable[[], dict[str, list[Any]]]
     held: Callable[[], dict[_Owner, _Held]]
 
 
@@ -1370,6 +1388,10 @@ class _Engine:
     #: statements naming only its users (None: all at once): PostgreSQL's row guard
     #: costs, for each row, in proportion to the users the statement may see.
     users_per_batch: int | None = None
+    #: A write asks what it needs to know of its owners all at once, read only once all
+    #: is asked (a round trip saved over a network), rather than step by step, asking
+    #: only what the counts show can be there (statements saved in-process).
+    asks_ahead = False
     #: (device, inode) of the file, for the fork guard; None where there is no file.
     file: tuple[int, int] | None = None
     #: The driver's connection, for tests that trace or inspect it.
@@ -1923,6 +1945,7 @@ class _PostgresSession(_Engine):
     its errors as StoreError, row-level security and advisory locks."""
 
     reads_map_first = True
+    asks_ahead = True
     users_per_batch = 64
 
     def __init__(self, connection: Any, trace: Callable[[str], object] | None = None) -> None:
@@ -3009,12 +3032,20 @@ class MemoryStore:
         firsts = sorted({seen.user: seen for seen in reversed(scopes)}.values())
         # Postings by position until the ids come back.
         words = _postings_of(((p, *rows[p][:3]) for p in mine), self._words)
-        return _Group(
-            users, mine, scopes, firsts, words,
-            collections.Counter((rows[p].user_id, rows[p].task_id) for p in mine),
-            db.ask_each(_SQL_EXPIRED_ROWS, [(*seen, now, PURGE_PER_WRITE)
-                                            for seen in firsts if now is not None]),
-            _ask_held(db, words, self._index_from))
+        held = _ask_held(db, words, self._index_from)
+        asked = firsts if now is not None else []
+        if asked and not db.asks_ahead:  # a scope that holds nothing has nothing expired
+            known = held()
+            asked = [seen for seen in firsts if known[seen.user, seen.task or None].seen]
+        found = db.ask_each(_SQL_EXPIRED_ROWS, [(*seen, now, PURGE_PER_WRITE)
+                                                for seen in asked])
+
+        def purgeable() -> dict[str, list[Any]]:
+            due: dict[str, list[Any]] = {seen.user: [] for seen in firsts}
+            due.update(zip((seen.user for seen in asked), found(), strict=True))
+            return due
+        return _Group(users, mine, scopes, firsts, words, collections.Counter(
+            (rows[p].user_id, rows[p].task_id) for p in mine), purgeable, held)
 
     def _postings(self, db: _Engine, groups: list[_Group], known: list[dict[_Owner, _Held]],
                   values: list[tuple[Any, ...]]) -> list[dict[_Owner, dict[str, list[int]]]]:
@@ -3060,8 +3091,7 @@ class MemoryStore:
         """Delete up to PURGE_PER_WRITE expired memories of each of the group's scopes,
         those of each user's first scope asked already; what its owners hold then."""
         held = group.held()
-        due = dict(zip((seen.user for seen in group.firsts), group.purgeable(), strict=True)
-                   ) if now is not None else {}
+        due = group.purgeable() if now is not None else {}
         if not any(due.values()) and len(group.scopes) == len(group.firsts):
             return held  # nothing to purge, and no later scope to ask
         db.narrow(group.users)
