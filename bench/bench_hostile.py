@@ -5,7 +5,7 @@
 Two inputs any user can send. A query of about 20,000 characters holding 5,000 distinct
 words, against a scope of 2,000 memories, beside a full scan of that scope (fetch every
 visible row, score it in Python); and a remember_many of 3,000 memories, one for each of
-3,000 users, beside the same batch for one user (the fastest of three of each), and for
+3,000 users, beside the same batch for one user (the fastest of five of each), and for
 3,000 users who hold 20 memories apiece already. And the fastest of 50 recalls in a scope
 of 15 memories (stems, idf). SQLite on a file, and PostgreSQL on a server this script
 starts (as the tests do).
@@ -93,7 +93,7 @@ def measure(memory: Any, engine: str, new_target: Callable[[], str]) -> dict[str
     batches = {name: [(memory.Scope(f"user-{n % users}", "t"), "user", text, "s")
                       for n, text in enumerate(texts)]
                for users, name in ((1, "batch ms, 1 user"), (BATCH, "batch ms, 3,000 users"))}
-    for _ in range(3):  # the fastest of three, each into a new store, the two taking turns
+    for _ in range(5):  # the fastest of five, each into a new store, the two taking turns
         for name, items in batches.items():
             with memory.MemoryStore(new_target()) as store:
                 began = time.perf_counter()
