@@ -447,3 +447,20 @@ def test_a_file_that_records_no_threshold_indexes_every_owner_until_reindexed(
         assert store.recall(ALICE, "hotel river", 5) == found
     assert index_rows(target, None) == 0
     assert index_problems_at(target) == []
+
+
+@pytest.mark.parametrize("recorded", ["exact;index-from=abc", "exact;index-from=-3",
+                                      "exact;index-from=016", "exact;index-from=",
+                                      "stems-9;index-from=16"])
+def test_a_threshold_this_code_never_wrote_is_refused(tmp_path: pathlib.Path,
+                                                      recorded: str) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStore(path) as store:
+        store.remember(ALICE, "user", "hotel", "s")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE store_settings SET value = ? WHERE name = 'matching'", (recorded,))
+    db.close()
+    before = digest(path)
+    with pytest.raises(SchemaError, match="matching rule this code does not know"):
+        MemoryStore(path)
+    assert digest(path) == before
