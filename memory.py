@@ -322,7 +322,11 @@ _SQL_INSERT = _sql(
 # The memories of the scope whose text has the key: those of the same text, and rarely
 # others (a key is a hash), which the store tells apart by their text.
 _SQL_SAME_TEXT = _sql(
-    f"SELECT id, task_id, text, expires_at FROM memories {_IN_SCOPE} AND text_key = ?")
+    f"SELECT id, task_id, text, expires_at FROM memories {_IN_SCOPE} AND text_key = ?",
+    pg_each=_each_row(
+        "user_id text, task_key text, text_key text",
+        "SELECT id, task_id, text, expires_at FROM memories WHERE user_id = wanted.user_id"
+        " AND (task_id IS NULL OR task_id = wanted.task_key) AND text_key = wanted.text_key"))
 # Version 5's upgrade gives every memory its text's key: it reads all of them, as an
 # upgrade must, and writes each under its user.
 _SQL_ALL_TEXTS = _sql("SELECT user_id, id, text FROM memories")
@@ -2961,15 +2965,13 @@ class MemoryStore:
         holds, each with that memory's id, or ~p for a repeat of the batch's row p."""
         now = self._read_instant()
         keys = [(row.user_id, row.task_id, _same_text(row.text)) for row in rows]
-        asked: dict[tuple[str, str | None, str], Callable[[], list[Any]]] = {}
+        distinct = dict(zip(keys, rows, strict=True))  # each key's last row: the same key
         with db.batch():
-            for key, row in zip(keys, rows, strict=True):
-                if key not in asked:
-                    asked[key] = db.ask(_SQL_SAME_TEXT, (
-                        row.user_id, row.task_id or "", _text_key(row.text)))
+            asked = db.ask_each(_SQL_SAME_TEXT, [
+                (row.user_id, row.task_id or "", _text_key(row.text)) for row in distinct.values()])
         held: dict[tuple[str, str | None, str], int] = {}
-        for (user_id, task_id, text), ask in asked.items():
-            for memory_id, their_task, their_text, expires_at in ask():
+        for (user_id, task_id, text), found in zip(distinct, asked(), strict=True):
+            for memory_id, their_task, their_text, expires_at in found:
                 live = now is None or expires_at is None or expires_at > now
                 if their_task == task_id and live and _same_text(their_text) == text:
                     held[user_id, task_id, text] = memory_id
