@@ -372,12 +372,7 @@ _SQL_COUNT_ADD = _sql(
     + _from_arrays("text", "text", "bigint") + " ON CONFLICT (user_id, task_key) DO UPDATE"
     " SET memories = memory_counts.memories + excluded.memories")
 # How many memories one owner holds (user level: task_key ''), and each of a scope's two.
-_SQL_OWNER_COUNT = _sql(
-    "SELECT memories FROM memory_counts WHERE user_id = ? AND task_key = ?",
-    pg_each=_each_row(
-        "user_id text, task_key text",
-        "SELECT memories FROM memory_counts WHERE user_id = wanted.user_id"
-        " AND task_key = wanted.task_key"))
+_SQL_OWNER_COUNT = _sql("SELECT memories FROM memory_counts WHERE user_id = ? AND task_key = ?")
 _SQL_SCOPE_COUNTS = _sql(
     "SELECT task_key, memories FROM memory_counts WHERE user_id = ? AND task_key IN ('', ?)",
     pg_each=_each_row(
@@ -1262,6 +1257,7 @@ def _ask_held(db: _Engine, owners: dict[_Owner, dict[str, list[int]]],
         (user, task, user, task, json.dumps(sorted(owners[user, task])), user, task or "",
          index_from) for user, task in indexed])
 
+    @functools.cache  # read once, however often asked
     def read() -> dict[_Owner, _Held]:
         found = dict(zip(indexed, newest(), strict=True))
         return {owner: _Held(own(owner, counts), sum(n for _, n in counts), {
@@ -3222,28 +3218,29 @@ class MemoryStore:
                 if i in rows and (min_score is None or score >= min_score)]
 
     def _read_unindexed(self, db: _Engine, recall: _Recall, tasks: list[str | None]
-                        ) -> dict[str, bytes]:
+                        ) -> dict[str, array.array[int]]:
         """The postings of the query's words among the memories of the scope's owners
         whose words are not indexed (`tasks`: None for the user level), each word's ids
-        as one row, as the index would hold them."""
+        ascending, as one index row would hold them."""
         if not tasks:
             return {}
         wanted = set(json.loads(recall.listed[0]))
         found = db.ask_each(_SQL_OWNER_TEXTS, [(*recall.seen, task) for task in tasks])()
-        postings: dict[str, list[int]] = collections.defaultdict(list)
+        postings: dict[str, array.array[int]] = collections.defaultdict(
+            functools.partial(array.array, "q"))
         for memory_id, text in sorted(itertools.chain.from_iterable(found)):
             for word in self._words(text) & wanted:
                 postings[word].append(memory_id)
-        return {word: _pack(ids) for word, ids in postings.items()}
+        return postings
 
     def _best(self, db: _Engine, recall: _Recall, row_map: Any,
-              unindexed: dict[str, bytes]) -> list[tuple[float, int]]:
+              unindexed: dict[str, array.array[int]]) -> list[tuple[float, int]]:
         """The best (score, id) pairs, over the index's postings and the `unindexed` ones:
         every posting scored at once where the words hold at most _READ_ALL_UP_TO, else a
         top-k search over the map of their rows (from `row_map` if it was read already),
         or, once that reads more than a third of them, all of them scored at once."""
         mapped = None if row_map is None else _postings_map(row_map)
-        postings = [(word, _unpack(blob)) for word, blob in unindexed.items()]
+        postings = list(unindexed.items())
         read = sum(len(ids) for _, ids in postings)
         if mapped is None or sum(mapped[0].values()) + read <= _READ_ALL_UP_TO:
             indexed = db.execute(_SQL_POSTINGS, recall.listed) if mapped is None or mapped[0] \
@@ -3259,25 +3256,25 @@ class MemoryStore:
         assert mapped is not None
         best = self._top(db, recall, *mapped, unindexed)
         if best is None:
-            postings = [(word, _unpack(blob)) for word, blob in unindexed.items()]
+            postings = list(unindexed.items())
             postings += [(word, _unpack(blob))
                          for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed)]
             best = _scores_of_all(postings, recall)
         return best
 
     def _top(self, db: _Engine, recall: _Recall, held: collections.Counter[str],
-             groups: list[_WordRows], unindexed: dict[str, bytes]
+             groups: list[_WordRows], unindexed: dict[str, array.array[int]]
              ) -> list[tuple[float, int]] | None:
         """_TopK's search over the postings rows `groups` and the `unindexed` ones, each
         of those one row, read as it asks."""
-        apart = {(word, _unpack(blob)[0]): blob for word, blob in unindexed.items()}
+        apart = {(word, ids[0]): ids for word, ids in unindexed.items()}
         for word, first_id in apart:
-            held[word] += len(unindexed[word]) // 8
+            held[word] += len(unindexed[word])
             groups.append(_WordRows(word, [first_id]))
 
         def fetch(wanted: dict[str, list[int]]) -> list[tuple[str, int, bytes]]:
             keys = sorted({(word, first) for word, firsts in wanted.items() for first in firsts})
-            found = [(word, first, apart[word, first]) for word, first in keys
+            found = [(word, first, _pack(apart[word, first])) for word, first in keys
                      if (word, first) in apart]
             keys = [key for key in keys if key not in apart]
             if not keys:
