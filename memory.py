@@ -32,6 +32,7 @@ import functools
 import hashlib
 import heapq
 import importlib
+import importlib.util
 import io
 import itertools
 import json
@@ -300,6 +301,9 @@ SQLITE_LAYOUTS = (
     _Layout(4, _SQLITE_VERSION_4),
     _Layout(5, _SQLITE_VERSION_5),
 )
+# What a new file is made by, the newest layout's statements: read at each creation, not
+# frozen with the layouts, so that a caller who replaces it sees creation run it whole or
+# not at all (the layout check of a file it made still compares with the frozen text).
 SCHEMA = ";\n".join(SQLITE_LAYOUTS[-1].statements)
 # A version-1 file (the core layout: one table and an index, named as its writer chose):
 # the table's columns as PRAGMA table_info gives them (name, declared type, pk).
@@ -1739,7 +1743,7 @@ class _SqliteEngine(_Engine):
             # Read again under the write lock: another process may have done it meanwhile.
             layout = _file_layout(self.connection)
             if layout is None:
-                _execute_script(self, SQLITE_LAYOUTS[-1].statements)
+                _execute_script(self, SCHEMA.split(";"))
                 self.execute(_SQL_SET_MATCHING, (_recording(matching or "exact"),))
             else:
                 for step in MIGRATIONS[layout:]:
@@ -2728,6 +2732,7 @@ _OPEN_STORES: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for store in list(_OPEN_STORES):
         store._lock = threading.RLock()
+        store._idle = threading.Condition(store._lock)
         if store._file is not None:
             _FORKED_FILES.add(store._file)
 
@@ -2799,6 +2804,11 @@ class MemoryStore:
         self.read_only = bool(read_only)
         self.durable = bool(durable)
         self._lock = threading.RLock()
+        # close() waits for the calls in flight (but those of its own thread, which would
+        # wait for it), so a call another thread started ends as it would have.
+        self._idle = threading.Condition(self._lock)
+        self._calls = 0
+        self._own = threading.local()
         self._pid = os.getpid()
         self._file: tuple[int, int] | None = None
         self.matching: Matching = "exact"
@@ -2864,14 +2874,17 @@ class MemoryStore:
             return self._db
 
     def close(self) -> None:
-        """Close the file; closing again does nothing."""
+        """Close the store once the calls other threads are running have ended; a call
+        after it raises StoreError. Closing again does nothing."""
         with self._lock:
-            if self._db is not None and self._pid != os.getpid():
-                _INHERITED.append(self._db)
-            elif self._db is not None:
-                self._db.close()
-            self._db = None
+            engine, self._db = self._db, None
             _OPEN_STORES.discard(self)
+            if engine is not None and self._pid != os.getpid():
+                _INHERITED.append(engine)
+                return
+            self._idle.wait_for(lambda: self._calls <= getattr(self._own, "calls", 0))
+            if engine is not None:
+                engine.close()
 
     def __enter__(self) -> MemoryStore:
         return self
@@ -2882,12 +2895,24 @@ class MemoryStore:
     @contextlib.contextmanager
     def _reading(self) -> Iterator[_Engine]:
         """The session one call runs on (SQLite's connection, one call at a time, or a
-        pooled PostgreSQL connection), sqlite3's errors as the store's."""
-        with self.db.session() as db:
-            try:
-                yield db
-            except sqlite3.Error as exc:
-                raise _store_error(exc) from exc
+        pooled PostgreSQL connection), sqlite3's errors as the store's; close() waits
+        for it to end."""
+        with self._lock:
+            engine = self.db
+            self._calls += 1
+        own = self._own
+        own.calls = getattr(own, "calls", 0) + 1
+        try:
+            with engine.session() as db:
+                try:
+                    yield db
+                except sqlite3.Error as exc:
+                    raise _store_error(exc) from exc
+        finally:
+            own.calls -= 1
+            with self._lock:
+                self._calls -= 1
+                self._idle.notify_all()
 
     @contextlib.contextmanager
     def _writing(self, users: set[str] | None) -> Iterator[_Engine]:

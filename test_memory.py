@@ -82,6 +82,15 @@ class TestNames(unittest.TestCase):
                    and name not in ("annotations", "UTC")}  # imported
         self.assertEqual(sorted(memory.__all__), sorted(defined))
 
+    def test_the_module_stands_on_the_standard_library_alone(self) -> None:
+        # -S: no site-packages, as for a copied memory.py on a bare Python.
+        code = ("import sys, memory; print(memory._best_matching()); print(sorted("
+                "{m.partition('.')[0] for m in sys.modules} - sys.stdlib_module_names"
+                " - set(sys.builtin_module_names) - {'__main__'}))")
+        done = subprocess.run([sys.executable, "-S", "-c", code], cwd=HERE, text=True,
+                              capture_output=True, timeout=60)
+        self.assertEqual((done.stdout, done.stderr), ("exact\n['memory']\n", ""))
+
     def test_stopwords_are_exactly_the_listed_ones(self) -> None:
         # SPEC calls these "42 words" but lists 37; the list is the contract.
         listed = (
@@ -342,8 +351,7 @@ class TestOpening(unittest.TestCase):
         self.assertEqual(user_version(self.path), memory.SCHEMA_VERSION)
 
     def test_failed_creation_is_rolled_back_and_the_error_reraised(self) -> None:
-        newest = memory.SQLITE_LAYOUTS[-1]
-        broken = newest._replace(statements=(*newest.statements, "CREATE TABLE broken (id"))
+        broken = memory.SCHEMA + ";\nCREATE TABLE broken (id INTEGER PRIMARY KEY,"
         closed: list[sqlite3.Connection] = []
         real_connect = sqlite3.connect
 
@@ -352,7 +360,7 @@ class TestOpening(unittest.TestCase):
             closed.append(connection)
             return connection
 
-        with mock.patch.object(memory, "SQLITE_LAYOUTS", (*memory.SQLITE_LAYOUTS[:-1], broken)), \
+        with mock.patch.object(memory, "SCHEMA", broken), \
                 mock.patch.object(sqlite3, "connect", connect):
             with self.assertRaises(sqlite3.OperationalError):
                 MemoryStore(self.path)
@@ -364,6 +372,9 @@ class TestOpening(unittest.TestCase):
         with MemoryStore(self.path) as store:
             store.remember(ALICE_TRIP, "user", "works now", "s")
             self.assertEqual(store.count(ALICE_TRIP), 1)
+
+    def test_schema_is_the_newest_layout_to_the_letter(self) -> None:
+        self.assertEqual(memory.SCHEMA.split(";\n"), list(memory.SQLITE_LAYOUTS[-1].statements))
 
     def test_unknown_version_is_refused(self) -> None:
         MemoryStore(self.path).close()

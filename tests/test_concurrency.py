@@ -459,3 +459,54 @@ def test_a_keyboard_interrupt_from_the_clock_leaves_no_transaction(path: pathlib
         assert other.returncode == 0, other.stderr
         assert store.count(Scope("other", "work")) == 2
     assert integrity(path) == "ok"
+
+
+class HeldClock:
+    """A clock that, once armed, holds the write reading it until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.reading = threading.Event()
+        self.go_on = threading.Event()
+
+    def __call__(self) -> str:
+        if self.armed:
+            self.reading.set()
+            assert self.go_on.wait(JOIN_SECONDS)
+        return "2026-10-20T09:00:00+00:00"
+
+
+def test_close_from_another_thread_waits_for_a_running_call(target: str) -> None:
+    """A remember in flight when another thread closes the store is stored and returns its
+    id; close() returns after it, and a call after close() is the closed-store error."""
+    clock = HeldClock()
+    store = MemoryStore(target, clock=clock)
+    scope = Scope("alice", "trip")
+    results: list[object] = []
+    clock.armed = True
+    writer = threading.Thread(target=lambda: results.append(
+        _outcome(lambda: store.remember(scope, "user", "Alice is vegetarian.", "t"))))
+    closer = threading.Thread(target=store.close)
+    writer.start()
+    assert clock.reading.wait(JOIN_SECONDS)
+    closer.start()
+    closer.join(0.5)
+    closing_waited = closer.is_alive()
+    clock.go_on.set()
+    for thread in (writer, closer):
+        thread.join(JOIN_SECONDS)
+        assert not thread.is_alive()
+    assert closing_waited
+    assert results == [1]
+    with pytest.raises(StoreError, match="closed"):
+        store.count(scope)
+    store.close()  # again: nothing
+    with MemoryStore(target) as reopened:
+        assert [m["text"] for m in reopened.memories(scope)] == ["Alice is vegetarian."]
+
+
+def _outcome(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except Exception as exc:  # the test compares what came back
+        return exc
