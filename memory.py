@@ -3969,10 +3969,19 @@ def _load_records(args: argparse.Namespace) -> None:
 
 
 def _load_text(args: argparse.Namespace) -> None:
-    """The text to remember, from stdin for `-`, checked before the store is opened."""
+    """The memory to remember, its text from stdin for `-`, checked whole (scope, level,
+    text, source, how far its ttl reaches) before the store is opened: bad input creates
+    nothing, as in the library."""
     if args.text == "-":
-        args.text = sys.stdin.read().removesuffix("\n")
-    _check_text("text", args.text, MAX_TEXT)
+        if sys.stdin is None:
+            raise MemoryInputError("TEXT is -, but standard input is closed")
+        try:
+            args.text = sys.stdin.buffer.read().decode("utf-8").removesuffix("\n")
+        except UnicodeDecodeError:
+            raise MemoryInputError("standard input is not UTF-8") from None
+    row = _new_row(Scope(args.user, args.task), args.level, args.text, args.source, args.ttl)
+    if row.ttl is not None:
+        _expiry(system_clock(), row.ttl)
 
 
 def _run_remember(store: MemoryStore, args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -466,3 +467,32 @@ def test_remember_prints_the_new_id_and_reads_stdin(store_at: str, tmp_path: pat
     assert_clean_failure(cli("remember", str(missing), "--user", "alice", "--task", "t", " "))
     assert not missing.exists()  # checked before the store is opened
     assert cli("remember", str(missing), "--user", "alice", "--task", "t", "x").stdout == "1\n"
+
+
+@pytest.mark.parametrize("problem", [
+    ["--source", " "], ["--source", "s" * 2001], ["--ttl", str(10**13)], ["--ttl", "inf"]])
+def test_remember_checks_every_input_before_it_creates_the_store(
+        tmp_path: pathlib.Path, problem: list[str]) -> None:
+    missing = tmp_path / "new.db"
+    done = cli("remember", str(missing), "--user", "alice", "--task", "t", *problem, "x")
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+    # The error is the last line; argparse's usage errors print the usage before it.
+    assert done.stderr.splitlines()[-1].startswith(("memory: error: ", "memory remember: error:"))
+    assert not missing.exists()
+
+
+def test_remember_from_a_closed_standard_input_is_one_line(tmp_path: pathlib.Path) -> None:
+    missing = tmp_path / "new.db"
+    command = (f"{shlex.quote(sys.executable)} -m memory remember {shlex.quote(str(missing))}"
+               " --user alice --task t - <&-")
+    done = subprocess.run(["bash", "-c", command], cwd=ROOT, text=True, capture_output=True,
+                          timeout=120)
+    assert_clean_failure(done)
+    assert done.stderr == "memory: error: TEXT is -, but standard input is closed\n"
+    assert not missing.exists()
+    not_utf8 = subprocess.run([sys.executable, "-m", "memory", "remember", str(missing),
+                               "--user", "alice", "--task", "t", "-"], cwd=ROOT,
+                              input=b"caf\xe9\n", capture_output=True, timeout=120)
+    assert not_utf8.returncode == 1
+    assert not_utf8.stderr == b"memory: error: standard input is not UTF-8\n"
+    assert not missing.exists()
