@@ -1175,12 +1175,14 @@ def _recording(matching: Matching) -> str:
 
 def _recorded_rule(recorded: str) -> tuple[str, int]:
     """The rule and the index's threshold a file records; SchemaError if this code does
-    not know them."""
+    not know them. The one threshold this code writes is INDEX_FROM: under another, the
+    owners it takes to be unindexed may hold rows and the others lack them, and recall
+    would count a memory twice or miss it. (A release that changes INDEX_FROM keeps
+    reading the thresholds earlier ones wrote.)"""
     rule, mark, index_from = recorded.partition(_INDEX_FROM_MARK)
-    if rule not in _RULES or (mark and not (index_from.isascii() and index_from.isdigit()
-                                            and str(int(index_from)) == index_from)):
+    if rule not in _RULES or (mark and index_from != f"{INDEX_FROM:d}"):
         raise SchemaError("the file records a matching rule this code does not know")
-    return rule, int(index_from) if mark else 0
+    return rule, INDEX_FROM if mark else 0
 
 
 def _words_of(recorded: str) -> Callable[[str], set[str]]:

@@ -451,16 +451,28 @@ def test_a_file_that_records_no_threshold_indexes_every_owner_until_reindexed(
 
 @pytest.mark.parametrize("recorded", ["exact;index-from=abc", "exact;index-from=-3",
                                       "exact;index-from=016", "exact;index-from=",
-                                      "stems-9;index-from=16"])
-def test_a_threshold_this_code_never_wrote_is_refused(tmp_path: pathlib.Path,
-                                                      recorded: str) -> None:
-    path = tmp_path / "m.db"
-    with MemoryStore(path) as store:
+                                      "stems-9;index-from=16", "exact;index-from=0",
+                                      "exact;index-from=1", "exact;index-from=5",
+                                      "exact;index-from=15", "exact;index-from=17",
+                                      f"exact;index-from={10**30}", "exact;index-from=١٦"])
+def test_a_threshold_this_code_never_wrote_is_refused(target: str, recorded: str) -> None:
+    """The one threshold this code writes is INDEX_FROM: another (hand-edited, or damaged)
+    would have recall count memories twice or miss them, so the store refuses it, on
+    either engine, read-only or not, and leaves the file as it was."""
+    with MemoryStore(target) as store:
         store.remember(ALICE, "user", "hotel", "s")
-    with sqlite3.connect(path) as db:
-        db.execute("UPDATE store_settings SET value = ? WHERE name = 'matching'", (recorded,))
-    db.close()
-    before = digest(path)
-    with pytest.raises(SchemaError, match="matching rule this code does not know"):
-        MemoryStore(path)
-    assert digest(path) == before
+    with owner_connection(target) as db:
+        db.execute("UPDATE store_settings SET value = %s WHERE name = 'matching'"
+                   if target.startswith("postgresql://") else
+                   "UPDATE store_settings SET value = ? WHERE name = 'matching'", (recorded,))
+        if not target.startswith("postgresql://"):
+            db.execute("COMMIT")  # sqlite3 began one before the update
+    before = None if target.startswith("postgresql://") else digest(pathlib.Path(target))
+    for read_only in (False, True):
+        with pytest.raises(SchemaError, match="matching rule this code does not know"):
+            MemoryStore(target, read_only=read_only)
+    if before is not None:
+        assert digest(pathlib.Path(target)) == before
+    with owner_connection(target) as db:
+        assert db.execute("SELECT value FROM store_settings WHERE name = 'matching'"
+                          ).fetchall() == [(recorded,)]
