@@ -3528,7 +3528,8 @@ class AsyncMemoryStore:
     one MemoryStore (on PostgreSQL the pool runs them side by side; on SQLite the store's
     lock takes them one at a time, as from threads). Takes MemoryStore's arguments; the
     store opens in a thread, in `async with AsyncMemoryStore(path) as store:` or at
-    `await store.open()` (then `await store.close()`).
+    `await store.open()` (then `await store.close()`). It belongs to no event loop: tasks
+    of several loops, in several threads, may share it.
 
     A call whose task is cancelled while it runs still runs to its end in its thread: a
     write commits or rolls back as a whole, and the cancelled caller is not told which.
@@ -3537,7 +3538,12 @@ class AsyncMemoryStore:
     def __init__(self, path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
         self._opening = functools.partial(MemoryStore, path, *args, **kwargs)
         self._store: MemoryStore | None = None
-        self._running: set[asyncio.Future[Any]] = set()
+        # Thread primitives, not asyncio's: open, the calls and close may come from any
+        # loop. One store is opened whoever opens it, and close() waits for the calls
+        # handed to threads, those of cancelled tasks too.
+        self._once = threading.Lock()
+        self._idle = threading.Condition()
+        self._calls = 0
 
     @property
     def store(self) -> MemoryStore:
@@ -3555,25 +3561,42 @@ class AsyncMemoryStore:
         served._store = store
         return served
 
+    def _open_once(self) -> None:
+        with self._once:
+            if self._store is None:
+                self._store = self._opening()
+
     async def open(self) -> AsyncMemoryStore:
-        """Open the store, in a worker thread; opening again does nothing."""
-        if self._store is None:
-            self._store = await asyncio.to_thread(self._opening)
+        """Open the store, in a worker thread; opening again, or from several tasks at
+        once, opens one store. An open whose task is cancelled goes on in its thread, and
+        close() closes the store it opened."""
+        await asyncio.to_thread(self._open_once)
         return self
 
     async def _run(self, call: Callable[[], _Result]) -> _Result:
-        # The thread goes on if the caller is cancelled: close() waits for it.
-        running = asyncio.ensure_future(asyncio.to_thread(call))
-        self._running.add(running)
-        running.add_done_callback(self._running.discard)
-        return await asyncio.shield(running)
+        def run() -> _Result:
+            with self._idle:
+                self._calls += 1
+            try:
+                return call()
+            finally:
+                with self._idle:
+                    self._calls -= 1
+                    self._idle.notify_all()
+        # Shielded: a thread that has the call goes on if the caller is cancelled.
+        return await asyncio.shield(asyncio.to_thread(run))
+
+    def _close_once(self) -> None:
+        with self._once:
+            with self._idle:
+                self._idle.wait_for(lambda: self._calls == 0)
+            if self._store is not None:
+                self._store.close()
 
     async def close(self) -> None:
         """Wait for the calls still running (those of cancelled tasks too), then close the
-        store; closing again does nothing."""
-        await asyncio.gather(*self._running, return_exceptions=True)
-        if self._store is not None:
-            await asyncio.to_thread(self._store.close)
+        store, from any event loop; closing again does nothing."""
+        await asyncio.to_thread(self._close_once)
 
     async def __aenter__(self) -> AsyncMemoryStore:
         return await self.open()

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+import memory
 from helpers import ALICE, BOB, SetClock
 from memory import AsyncMemoryStore, MemoryInputError, Scope, StoreError
 from model import index_problems_at, transactions_left
@@ -106,3 +107,101 @@ def test_errors_come_through_as_the_library_raises_them(tmp_path: object) -> Non
         await store.close()  # closing again does nothing
 
     asyncio.run(run())
+
+
+def recording(store: AsyncMemoryStore, entered: threading.Event | None = None,
+              before: threading.Event | None = None) -> list[memory.MemoryStore]:
+    """The MemoryStores `store` opens, as it opens them (once its thread has said it has
+    `entered`, after `before` is set, where given)."""
+    opened: list[memory.MemoryStore] = []
+    real = store._opening
+
+    def opening() -> memory.MemoryStore:
+        if entered is not None and before is not None:
+            entered.set()
+            assert before.wait(30)
+        opened.append(real())
+        return opened[-1]
+    store._opening = opening  # type: ignore[assignment]
+    return opened
+
+
+def is_closed(store: memory.MemoryStore) -> bool:
+    with pytest.raises(StoreError, match="closed"):
+        store.count(ALICE)
+    return True
+
+
+def test_opens_at_once_open_one_store_and_close_closes_it(target: str) -> None:
+    store = AsyncMemoryStore(target)
+    opened = recording(store)
+
+    async def run() -> None:
+        await asyncio.wait_for(asyncio.gather(*(store.open() for _ in range(8))), 60)
+        await store.close()
+
+    asyncio.run(run())
+    assert len(opened) == 1 and is_closed(opened[0])
+
+
+def test_a_cancelled_open_is_closed_by_close(target: str) -> None:
+    entered, release = threading.Event(), threading.Event()
+    store = AsyncMemoryStore(target)
+    opened = recording(store, entered, release)
+
+    async def run() -> None:
+        task = asyncio.create_task(store.open())
+        assert await asyncio.to_thread(entered.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+        await asyncio.wait_for(store.close(), 60)
+
+    asyncio.run(run())
+    assert len(opened) == 1 and is_closed(opened[0])
+
+
+def test_close_from_another_event_loop_waits_for_a_call_in_flight(target: str) -> None:
+    """The store belongs to no loop: a second loop's close() waits for the first loop's
+    call, which is stored, and then closes the store."""
+    entered, release = threading.Event(), threading.Event()
+    clock = SetClock()
+
+    def held_clock() -> str:
+        entered.set()
+        assert release.wait(30)
+        return clock()
+
+    store = AsyncMemoryStore(target, clock=clock)
+    asyncio.run(store.open())
+    store.store.clock = held_clock
+    results: list[object] = []
+    closed: list[object] = []
+
+    def first_loop() -> None:
+        results.append(asyncio.run(store.remember(ALICE, "user", "in flight", "s")))
+
+    def second_loop() -> None:
+        try:
+            asyncio.run(store.close())
+            closed.append(True)
+        except BaseException as exc:  # the test reports what came instead
+            closed.append(exc)
+
+    writer = threading.Thread(target=first_loop)
+    writer.start()
+    assert entered.wait(30)
+    closer = threading.Thread(target=second_loop)
+    closer.start()
+    closer.join(0.5)
+    waited = closer.is_alive()
+    release.set()
+    for thread in (writer, closer):
+        thread.join(60)
+        assert not thread.is_alive()
+    assert waited and closed == [True] and results == [1]
+    with pytest.raises(StoreError, match="closed"):
+        asyncio.run(store.count(ALICE))
+    with memory.MemoryStore(target) as reopened:
+        assert reopened.count(ALICE) == 1
