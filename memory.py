@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 import unicodedata
+import warnings
 import weakref
 from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -2887,6 +2888,16 @@ class MemoryStore:
             self._idle.wait_for(lambda: self._calls <= getattr(self._own, "calls", 0))
             if engine is not None:
                 engine.close()
+
+    def __del__(self) -> None:
+        # A store dropped open is ended here, in the thread that dropped it: left to its
+        # pool's own finalizer, which may run in one of the pool's threads, it fails there
+        # ("cannot join current thread") and prints a traceback.
+        if getattr(self, "_db", None) is not None and self._pid == os.getpid():
+            warnings.warn("a MemoryStore was dropped without close()", ResourceWarning,
+                          source=self, stacklevel=2)
+            with contextlib.suppress(Exception):
+                self.close()
 
     def __enter__(self) -> MemoryStore:
         return self

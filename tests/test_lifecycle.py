@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import pathlib
 import random
 import re
 import sqlite3
+import warnings
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -412,3 +414,19 @@ def test_a_store_recalls_by_its_own_rank_unless_a_call_names_one(target: str) ->
         MemoryStore(target, rank=cast(Any, "bm25"))
     with MemoryStore(target) as plain:
         assert plain.rank == "shared"
+
+
+def test_a_store_dropped_open_says_so_and_is_closed(tmp_path: pathlib.Path) -> None:
+    store = MemoryStore(tmp_path / "m.db")
+    engine = store._db
+    assert engine is not None
+    with pytest.warns(ResourceWarning, match="dropped without close"):
+        del store
+        gc.collect()
+    with pytest.raises(sqlite3.ProgrammingError):  # its connection is closed
+        engine.connection.execute("SELECT 1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        MemoryStore(tmp_path / "m.db").close()  # a closed one says nothing, nor one that
+        with pytest.raises(MemoryInputError):  # never opened
+            MemoryStore(tmp_path / "m.db", rank="no-such")  # type: ignore[arg-type]

@@ -1058,3 +1058,23 @@ def test_a_role_that_may_not_create_the_store_is_told_what_it_needs(server: Serv
     with pytest.raises(StoreError, match="permission denied: the role needs to own the"
                                          " database.*SQLSTATE 42501"):
         MemoryStore(url)
+
+
+def test_a_store_dropped_open_ends_its_pool_quietly_with_a_resource_warning(
+        url: str, server: Server) -> None:
+    """Dropped while its pool still connects in the background (the moment psycopg_pool's
+    own finalizer fails in the pool's thread): one ResourceWarning a store, no traceback,
+    and no session of the store left on the server."""
+    code = (f"import time\nfrom memory import MemoryStore\nfor n in range(5):\n"
+            f"    MemoryStore({url!r})\n    time.sleep(0.2)\n")
+    done = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", code],
+                          cwd=memory_folder(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("ResourceWarning: a MemoryStore was dropped without close()") == 5
+    assert server.admin("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND pid <> pg_backend_pid()", database_of(url)) == [(0,)]
+
+
+def memory_folder() -> str:
+    return os.path.dirname(os.path.abspath(memory.__file__))
