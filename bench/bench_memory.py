@@ -60,7 +60,7 @@ _FULL_SCAN_SQL = memory._sql(
     " WHERE user_id = ? AND (task_id IS NULL OR task_id = ?) ORDER BY id")
 
 
-def full_scan_recall(db: memory._Engine, scope: Scope, query: str,
+def full_scan_recall(db: memory._Session, scope: Scope, query: str,
                      limit: int = 3) -> list[dict[str, Any]]:
     wanted = words(query)
     rows = db.execute(_FULL_SCAN_SQL, (scope.user, scope.task)).fetchall()
@@ -314,7 +314,7 @@ class NoRows:
         return iter(())
 
 
-class NoStatements(memory._Engine):
+class NoStatements(memory._Session):
     """An engine that runs nothing: each statement reads as no rows, new ids from 1."""
 
     def __init__(self) -> None:
@@ -671,7 +671,8 @@ def postgres(new_database: Callable[[], str], size: int, gin: Callable[[str], st
             singles = timed(functools.partial(remember_text, store, me, text), SINGLE_WRITES)
             row["durable remember/s"] = 1000 / statistics.mean(singles)
             # The owner is bound by the policies only while they are forced on it.
-            toggles = {force: [memory._sql("", f"ALTER TABLE {table} {force} ROW LEVEL SECURITY")
+            toggles = {force: [memory._sql(
+                "", postgresql=f"ALTER TABLE {table} {force} ROW LEVEL SECURITY")
                                for table in ("memories", "memory_words", "memory_counts")]
                        for force in ("FORCE", "NO FORCE")}
             with store._reading() as db:

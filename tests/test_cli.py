@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import logging
@@ -88,8 +89,8 @@ def test_stats_counts_and_never_shows_text(store_at: str) -> None:
     done = cli("stats", store_at)
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout)
-    version = (memory.POSTGRES_SCHEMA_VERSION if store_at.startswith("postgresql://")
-               else memory.SCHEMA_VERSION)
+    version = (importlib.import_module("memory_postgres").POSTGRES_SCHEMA_VERSION
+               if store_at.startswith("postgresql://") else memory.SCHEMA_VERSION)
     assert {k: stats[k] for k in ("schema_version", "memories", "user_level", "task_level",
                                   "users")} == {"schema_version": version,
                                                 "memories": 4, "user_level": 2,

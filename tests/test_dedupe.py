@@ -3,6 +3,7 @@ same text (NFKC, case folded, whitespace collapsed) is kept instead of a second 
 
 from __future__ import annotations
 
+import importlib
 import pathlib
 import sqlite3
 
@@ -110,7 +111,8 @@ def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
         db.execute("ALTER TABLE memories DROP COLUMN text_key")
         db.execute("UPDATE store_settings SET value = '1' WHERE name = 'schema_version'")
     with MemoryStore(url) as store:
-        assert store.stats()["schema_version"] == memory.POSTGRES_SCHEMA_VERSION == 2
+        postgres = importlib.import_module("memory_postgres")
+        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 2
         assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
         assert store.count(BOB) == 1
     with owner_connection(url) as db:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import pathlib
 import sqlite3
 import tempfile
@@ -344,8 +345,9 @@ def test_a_batch_for_more_users_than_a_group_holds(target: str) -> None:
     them), and the ids and the counts come out as for one group."""
     clock = SetClock("2026-10-20T09:00:00+00:00")
     users = [f"user-{n}" for n in range(7)]
-    with mock.patch.object(memory._SqliteEngine, "users_per_batch", 2), \
-            mock.patch.object(memory._PostgresSession, "users_per_batch", 2), \
+    session = (importlib.import_module("memory_postgres")._PostgresSession
+               if target.startswith("postgresql://") else memory._SqliteEngine)
+    with mock.patch.object(session, "users_per_batch", 2), \
             mock.patch.object(memory, "INDEX_FROM", 1), \
             MemoryStore(target, clock=clock) as store:
         for user in users:

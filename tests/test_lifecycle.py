@@ -419,7 +419,7 @@ def test_a_store_recalls_by_its_own_rank_unless_a_call_names_one(target: str) ->
 def test_a_store_dropped_open_says_so_and_is_closed(tmp_path: pathlib.Path) -> None:
     store = MemoryStore(tmp_path / "m.db")
     engine = store._db
-    assert engine is not None
+    assert isinstance(engine, memory._SqliteEngine)
     with pytest.warns(ResourceWarning, match="dropped without close"):
         del store
         gc.collect()

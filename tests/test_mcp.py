@@ -28,6 +28,8 @@ from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.types import LATEST_PROTOCOL_VERSION  # noqa: E402
 
+import memory_mcp  # noqa: E402
+
 TOOLS = {"remember", "recall", "list_memories", "revise", "forget"}
 Result = TypeVar("Result")
 
@@ -348,7 +350,7 @@ def test_a_memory_cannot_forge_an_entry_in_the_text_the_model_reads(
         (content,) = result.content
         assert content.type == "text"
         heading, *lines = content.text.splitlines()
-        assert heading.endswith(memory._MCP_AS_DATA)
+        assert heading.endswith(memory_mcp._MCP_AS_DATA)
         shown = result.structured_content["memories"]
         assert len(lines) == len(shown) == 2
         for line, found in zip(lines, shown, strict=True):

@@ -1,0 +1,677 @@
+"""The PostgreSQL engine of memory.py: MemoryStore("postgresql://...").
+
+memory.py finds this module by the URL's scheme and uses its `Engine`; nothing else here
+is for callers. It holds what PostgreSQL runs for itself (the schema and its upgrades,
+row-level security, advisory locks, timeouts), the translation of the driver's errors,
+the pool of connections and the session each call runs on. The statements of the store's
+own calls are memory.py's, in both dialects, side by side. Needs the `postgres` extra
+(psycopg 3 and psycopg_pool).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import re
+import select
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
+
+from memory import (
+    _SQL_MATCHING,
+    _SQL_SET_MATCHING,
+    ConnectionLost,
+    Matching,
+    MemoryInputError,
+    OutcomeUnknown,
+    SchemaError,
+    StoreError,
+    StoreNotFound,
+    _check_seconds,
+    _described,
+    _Engine,
+    _key_every_text,
+    _log,
+    _recording,
+    _Session,
+    _Sql,
+    _transaction,
+)
+
+try:
+    import psycopg
+    import psycopg_pool
+except ImportError:
+    raise StoreError("a postgresql:// store needs psycopg 3 and psycopg_pool:"
+                     " pip install 'memory-store[postgres]'") from None
+
+# -- PostgreSQL's own statements -------------------------------------------------------
+# Every table's primary key begins with user_id, so each can be distributed by it.
+
+POSTGRES_SCHEMA_VERSION = 2
+# Version 1, to the letter (a new database is made by it and the steps after it, as an
+# upgraded one will be).
+_PG_SCHEMA = (
+    "CREATE TABLE store_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE SEQUENCE memories_id_seq AS BIGINT",
+    """CREATE TABLE memories (
+    user_id TEXT NOT NULL,
+    id BIGINT NOT NULL,
+    task_id TEXT,
+    text TEXT NOT NULL,
+    source TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT,
+    PRIMARY KEY (user_id, id)
+)""",
+    "CREATE INDEX memories_scope ON memories (user_id, task_id, id)",
+    "CREATE INDEX memories_expiry ON memories (user_id, expires_at, task_id, id)"
+    " WHERE expires_at IS NOT NULL",
+    """CREATE TABLE memory_words (
+    user_id TEXT NOT NULL,
+    word TEXT NOT NULL,
+    first_id BIGINT NOT NULL,
+    task_id TEXT,
+    ids BYTEA NOT NULL,
+    PRIMARY KEY (user_id, word, first_id)
+)""",
+    """CREATE TABLE memory_counts (
+    user_id TEXT NOT NULL,
+    task_key TEXT NOT NULL,
+    memories BIGINT NOT NULL,
+    PRIMARY KEY (user_id, task_key)
+)""",
+    # The second guard: row-level security, forced on the tables' owner too. A statement
+    # sees the rows of the users its transaction named (memory.user_ids, comma-separated:
+    # no identifier holds a comma), or every row in an operator's call (memory.operator).
+    *(statement.format(table=table) for table in ("memories", "memory_words", "memory_counts")
+      for statement in (
+          "ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+          "ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
+          "CREATE POLICY {table}_scope ON {table} USING (user_id = ANY (string_to_array("
+          "current_setting('memory.user_ids', true), ',')) OR current_setting("
+          "'memory.operator', true) = 'on')")),
+)
+# From pg_class under the statement's snapshot, not the catalog cache (to_regclass), which
+# may not yet know of a table another process created while this one waited for the lock.
+_PG_TABLE_EXISTS = (
+    "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'store_settings'"
+    " AND relnamespace = current_schema()::regnamespace)"
+)
+_PG_VERSION = "SELECT value FROM store_settings WHERE name = 'schema_version'"
+# Checked before anything is created: text is stored as the database encodes it.
+_PG_ENCODING = (
+    "SELECT convert_to(pg_encoding_to_char(encoding), 'SQL_ASCII') FROM pg_database"
+    " WHERE datname = current_database()")  # as bytes: a SQL_ASCII database sends no text
+# What the store trusts, as SQLite's layout check does for a file: its objects, each owned
+# by the connecting role or a role whose privileges it has (a schema owned by a migration
+# role, the application's role a member of it), the three tables of memory data with
+# row-level security enabled and forced, and exactly the store's policies on them.
+_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", "memories", "memory_words",
+                     "memory_counts")
+_PG_OBJECTS = (
+    "SELECT relname, relkind, relrowsecurity, relforcerowsecurity,"
+    " pg_has_role(relowner, 'USAGE') FROM pg_class"
+    " WHERE relnamespace = current_schema()::regnamespace AND relname = ANY (%s)"
+    " ORDER BY relname"
+)
+_PG_POLICIES = (
+    "SELECT tablename, policyname, permissive, roles::text, cmd, qual, with_check"
+    " FROM pg_policies WHERE schemaname = current_schema() ORDER BY tablename, policyname"
+)
+# Each version's policies as the server gives them back (pg_get_expr's form).
+_PG_POLICY = (
+    "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
+    " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
+_PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY}
+# Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
+# memory, so it sees all users, as an operator's call does.
+_PG_ADD_TEXT_KEY = (
+    "SELECT set_config('memory.operator', 'on', true)",
+    "ALTER TABLE memories ADD COLUMN text_key TEXT",
+)
+_PG_TEXT_KEY_INDEX = "CREATE INDEX memories_text_key ON memories (user_id, text_key)"
+_PG_SET_VERSION = (
+    "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
+    " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+)
+# A write takes its locks after BEGIN; a read sees one snapshot.
+_PG_BEGIN_WRITE = "BEGIN"
+_PG_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ"
+# Writers hold the store's lock shared and each user's they write for exclusively, so
+# writers of different users go on together; a call for every user (purge_expired,
+# reindex, the schema) holds the store's lock exclusively. Users in sorted order.
+_PG_LOCK_CLASS = 0x6D656D  # "mem"
+_PG_LOCK_STORE = f"SELECT pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
+# A transaction's first statement: the users it may see, and for a write its locks, in
+# one round trip (a write would otherwise spend three more on them). A read also reads
+# the matching rule there, in its snapshot; a write must read it after its locks, in a
+# statement of its own, since a reindex may commit while the write waits for them.
+_PG_USERS = "set_config('memory.user_ids', %s, true), set_config('memory.operator', %s, true)"
+_PG_SCOPE = f"SELECT ({_SQL_MATCHING}), {_PG_USERS}"
+_PG_NARROW = "SELECT set_config('memory.user_ids', %s, true)"
+_PG_SCOPE_WRITE = (
+    f"SELECT {_PG_USERS}, pg_advisory_xact_lock_shared({_PG_LOCK_CLASS}, 0), (SELECT"
+    f" count(pg_advisory_xact_lock({_PG_LOCK_CLASS} + 1, hashtext(name))) FROM (SELECT"
+    " DISTINCT unnest(string_to_array(%s, ',')) AS name ORDER BY name) AS users)"
+)
+_PG_SCOPE_WRITE_ALL = f"SELECT {_PG_USERS}, pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
+# A write for more users takes the store's lock instead of theirs: each lock held takes a
+# slot of the server's shared lock table (about max_locks_per_transaction times
+# max_connections in all), which a batch for thousands of users would fill.
+_PG_MOST_USER_LOCKS = 64
+_PG_NEXT_IDS = "SELECT nextval('memories_id_seq') FROM generate_series(1, %s)"
+_PG_PRIVILEGED = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+_PG_SIZE = (
+    "SELECT sum(pg_total_relation_size(to_regclass(name)))::bigint FROM unnest("
+    "ARRAY['memories', 'memory_words', 'memory_counts', 'store_settings']) AS name"
+)
+_PG_VACUUM = "VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts"
+_PG_READ_ONLY = "SET default_transaction_read_only = on"
+# A statement, and a wait for a lock, past the store's statement_timeout is cancelled by
+# the server (milliseconds, an integer).
+_PG_TIMEOUTS = "SET statement_timeout = {ms:d}; SET lock_timeout = {ms:d}"
+# libpq waits for a connection without end by default; a URL may set its own.
+_PG_CONNECT_SECONDS = 30
+_PG_ASYNC_COMMIT = "SET synchronous_commit = off"
+# Every statement of the store is short: compiling one to machine code, which the server
+# does once a plan's estimated cost is high (a read for 64 owners' words is estimated
+# for 100 words apiece), takes longer than running it (14 ms against 0.2 ms).
+_PG_NO_JIT = "SET jit = off"
+
+
+# The kinds of failure a caller can act on, by SQLSTATE (a class is its first two
+# characters); anything else is named by its class and SQLSTATE alone.
+_PG_FAILURES = {
+    "08": "the connection to the server failed",
+    "28": "the server refused the role's credentials",
+    "3D": "the database does not exist",
+    "40001": "a serialization failure (the transaction was rolled back; try again)",
+    "40P01": "a deadlock (the transaction was rolled back; try again)",
+    "42501": "permission denied: the role needs to own the database, or to have CREATE on"
+             " its schema to create the store and to own the store's tables to use them",
+    "53": "the server ran out of a resource (disk, memory or connections)",
+    "55P03": "timed out waiting for a lock (lock_timeout)",
+    "57014": "timed out (statement_timeout), or cancelled",
+    "57P": "the server is shutting down or restarting",
+}
+
+
+def _postgres_error(exc: Exception, connecting: bool = False) -> StoreError:
+    # The driver's messages can quote a value (a duplicate key, the URL's user), so only
+    # the kind of failure, the error's class and its SQLSTATE go on.
+    state = getattr(exc, "sqlstate", None) or ""
+    kind = next((_PG_FAILURES[key] for key in (state, state[:3], state[:2])
+                 if key in _PG_FAILURES), None)
+    failed = "the PostgreSQL server could not do it"
+    if connecting and not state:  # libpq gives no SQLSTATE for a failed connection
+        failed = "could not connect to the PostgreSQL server"
+        kind = "it is down or unreachable, or refused the role or the database"
+    return StoreError(f"{failed}{': ' + kind if kind else ''}"
+                      f" ({type(exc).__name__}, SQLSTATE {state or 'none'})")
+
+
+# (version a database is at after the step, the step), in order; each runs in the
+# transaction that creates or upgrades the schema, under the store's lock, with the
+# version bump.
+
+
+def _add_text_keys(db: _PostgresSession) -> None:
+    """Version 1 gains the text keys that dedupe looks memories up by."""
+    for statement in _PG_ADD_TEXT_KEY:
+        db._send(statement)
+    _key_every_text(db)
+    db._send(_PG_TEXT_KEY_INDEX)
+
+
+POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
+    (2, _add_text_keys),
+]
+
+
+def _check_pool_size(size: object) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 100:
+        raise MemoryInputError(f"pool_size must be an int from 1 to 100, got {_described(size)}"
+                               + (" out of range" if type(size) is int else ""))
+    return size
+
+
+def _connection_options(url: str) -> dict[str, Any]:
+    """How the store connects: autocommit (it begins its own transactions), the wait
+    bounded by libpq's connect_timeout unless the URL sets its own."""
+    bounded = {} if "connect_timeout" in url else {"connect_timeout": _PG_CONNECT_SECONDS}
+    return {"autocommit": True, **bounded}
+
+
+def _configure(connection: Any, settings: list[str]) -> None:
+    """Give a new connection the store's session settings."""
+    for setting in settings:
+        connection.execute(setting)
+
+
+def _postgres_connection(url: str, settings: list[str]) -> Any:
+    """A new connection to the store's database, given the store's session settings."""
+    connection = None
+    try:
+        connection = psycopg.connect(url, **_connection_options(url))
+        _configure(connection, settings)
+        return connection
+    except psycopg.Error as exc:
+        error = _postgres_error(exc, connecting=connection is None)
+    if connection is not None:
+        connection.close()
+    raise error
+
+
+class _PostgresSession(_Session):
+    """One call's transaction on one psycopg 3 connection: each statement's form in its
+    dialect, its errors as StoreError, row-level security and advisory locks."""
+
+    dialect = "postgresql"
+    reads_map_first = True
+    asks_ahead = True
+    users_per_batch = 64
+
+    def __init__(self, connection: Any, trace: Callable[[str], object] | None = None) -> None:
+        self.connection = connection
+        self._trace = trace
+        self._named: set[str] = set()  # the users the transaction under way named
+        self._seen = ""  # memory.user_ids, as the last statement set it
+        self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
+        self._batching = False
+        self._write = self._commit_sent = False  # what the transaction under way is
+
+    def open_store(self, read_only: bool, matching: Matching | None, create: bool) -> None:
+        """Check, create or upgrade the store in the database, as the store opens."""
+        encoding = bytes(self._send(_PG_ENCODING).fetchone()[0]).decode("ascii")
+        if encoding != "UTF8":
+            raise StoreError(f"the database's encoding is {encoding}; a memory store needs"
+                             " a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8')")
+        version = self.version()
+        if version in _PG_POLICY_TEXTS:  # a version this code wrote: before any change
+            self._check_layout(version)
+        self._prepare(writable=not read_only, matching=matching, create=create)
+        if version != POSTGRES_SCHEMA_VERSION:
+            self._check_layout(POSTGRES_SCHEMA_VERSION)  # what was made
+        (privileged,) = self._send(_PG_PRIVILEGED).fetchone()
+        if privileged:
+            _log.warning("connected as a role that bypasses row-level security: only"
+                         " each statement's user filter confines the store's calls")
+
+    def _prepare(self, writable: bool, matching: Matching | None, create: bool) -> None:
+        """Create or upgrade the database's schema in one transaction under the store's
+        lock, so processes opening a new database at once create it once; refuse a newer
+        one, and with `create` False a database that holds none."""
+        version = self.version()
+        if version > POSTGRES_SCHEMA_VERSION:
+            raise SchemaError(f"the database is at schema version {version}, newer than this"
+                              f" code's {POSTGRES_SCHEMA_VERSION}")
+        if version == POSTGRES_SCHEMA_VERSION:
+            return
+        if version == 0 and not create:
+            raise StoreNotFound("the database holds no memory store")
+        if not writable:
+            raise StoreError("the database holds no memory store at this version and was"
+                             " opened read-only")
+        with _transaction(self, write=True):
+            self._send(_PG_LOCK_STORE)
+            version = self.version()  # again, under the lock
+            if version in _PG_POLICY_TEXTS:
+                self._check_layout(version)
+            if version == 0:
+                for statement in _PG_SCHEMA:
+                    self._send(statement)
+                self.execute(_SQL_SET_MATCHING, (_recording(matching or "exact"),))
+                version = 1
+            for target, step in POSTGRES_MIGRATIONS:
+                if 0 < version < target:
+                    step(self)
+            self._send(_PG_SET_VERSION, (str(POSTGRES_SCHEMA_VERSION),))
+        _log.info("prepared PostgreSQL schema version %d", POSTGRES_SCHEMA_VERSION)
+
+    def _check_layout(self, version: int) -> None:
+        """SchemaError unless the store's objects are the store's own (_PG_OBJECTS) at
+        `version`."""
+        objects = self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),)).fetchall()
+        guarded = {"memories", "memory_words", "memory_counts"}
+        trusted = len(objects) == len(_PG_STORE_OBJECTS) and all(
+            owned and (name not in guarded or (kind == "r" and secured and forced))
+            for name, kind, secured, forced, owned in objects)
+        policies = [tuple(row) for row in self._send(_PG_POLICIES)]
+        expected = [(table, f"{table}_scope", "PERMISSIVE", "{public}", "ALL",
+                     _PG_POLICY_TEXTS[version], None) for table in sorted(guarded)]
+        if not trusted or policies != expected:
+            raise SchemaError(
+                "the database's store tables are not exactly the store's: each must be owned"
+                " by the connecting role (or a role whose privileges it has), with row-level"
+                " security enabled and forced and only the store's policies")
+
+    def _driver(self, call: Callable[[], Any]) -> Any:
+        """call(), a driver error raised as StoreError outside its handler, so that no
+        driver error (whose text may quote a value or the URL) hangs on it as context;
+        an exception of the caller's that broke a wait on the server, as it came."""
+        try:
+            return call()
+        except psycopg.Error as exc:
+            error: BaseException = self._interruption(exc) or self._failure(exc)
+        except BaseException:
+            self._abandon()
+            raise
+        raise error
+
+    def _interruption(self, exc: BaseException) -> BaseException | None:
+        """The caller's own exception (a signal handler's timeout, KeyboardInterrupt) in
+        `exc` or in the context of the driver errors it gave way to, the connection then
+        given up; None for a driver error alone."""
+        seen: BaseException | None = exc
+        while isinstance(seen, psycopg.Error):
+            seen = seen.__context__
+        if seen is not None:
+            self._abandon()
+        return seen
+
+    def _failure(self, exc: Exception) -> StoreError:
+        """The StoreError for a driver error: a lost connection says what became of the
+        transaction; any other names its class and SQLSTATE."""
+        if not self.connection.closed:
+            return _postgres_error(exc)
+        if self._write and self._commit_sent:
+            return OutcomeUnknown(
+                "the connection to the PostgreSQL server was lost after the write's COMMIT"
+                " was sent: it may or may not have been applied; check (memories, count or"
+                " its source) before writing it again")
+        if self._write:
+            return ConnectionLost("the connection to the PostgreSQL server was lost before"
+                                   " the write's COMMIT: the write was not applied")
+        return ConnectionLost("the connection to the PostgreSQL server was lost")
+
+    def _abandon(self) -> None:
+        """Give up a connection whose wait on the server was broken off: cancel what the
+        server runs and close it, so that the server rolls the transaction back and frees
+        its locks at once, whatever state the driver was left in. The next call connects
+        anew."""
+        with contextlib.suppress(Exception):
+            self.connection.cancel()
+        with contextlib.suppress(Exception):
+            self.connection.close()
+        self._begin, self._batching = None, False
+
+    def _send(self, text: str, parameters: Any = ()) -> Any:
+        """Run PostgreSQL text, with a BEGIN not sent yet going before it."""
+        if self._trace is not None:
+            self._trace(text)
+        begin, self._begin = self._begin, None
+        if begin is None:
+            return self._driver(lambda: self.connection.execute(text, parameters))
+        return self._driver(lambda: self._send_after(begin, text, parameters))
+
+    def _send_after(self, begin: str, text: str, parameters: Any) -> Any:
+        # In a batch already, BEGIN joins it: a pipeline of its own would wait here.
+        with contextlib.nullcontext() if self._batching else self.connection.pipeline():
+            self.connection.execute(begin)
+            return self.connection.execute(text, parameters)
+
+    def _form(self, sql: str) -> str:
+        form = sql.form(self.dialect) if isinstance(sql, _Sql) else None
+        if form is None:
+            raise StoreError("the store has no PostgreSQL form of a statement it needs")
+        return form
+
+    def _shaped(self, sql: str, shape: str) -> str | None:
+        """The statement's form in this dialect of another shape (_SHAPES), if it has one."""
+        self._form(sql)  # one with no form at all is refused as it is
+        return cast(_Sql, sql).form(self.dialect, shape)
+
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        return self._send(self._form(sql), parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any]) -> None:
+        text, rows = self._form(sql), list(parameters)
+        many = self._shaped(sql, "many")
+        if many is not None:
+            if rows:
+                self._send(many, [list(column) for column in zip(*rows, strict=True)])
+            return
+        cursor = self.connection.cursor()
+        if self._trace is not None:
+            self._trace(text)
+        self._driver(lambda: cursor.executemany(text, rows))
+
+    @contextlib.contextmanager
+    def _pipeline(self) -> Iterator[None]:
+        """Send the block's statements without waiting for each one's result (psycopg's
+        pipeline); a statement whose result is read waits for all before it."""
+        error: BaseException | None = None
+        try:
+            with self.connection.pipeline():
+                self._batching = True
+                yield
+        except psycopg.Error as exc:
+            error = self._interruption(exc) or self._failure(exc)
+        except BaseException:
+            self._abandon()
+            raise
+        finally:
+            self._batching = False
+        if error is not None:
+            raise error
+
+    def batch(self) -> contextlib.AbstractContextManager[object]:
+        return self._pipeline()
+
+    @property
+    def in_transaction(self) -> bool:
+        if self.connection.closed:  # given up: the server rolled back
+            return False
+        return self._begin is not None or bool(
+            self.connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE)
+
+    def begin(self, write: bool) -> None:
+        self._write, self._commit_sent = write, False
+        # Sent with the transaction's first statement: a round trip saved.
+        self._begin = _PG_BEGIN_WRITE if write else _PG_BEGIN_READ
+
+    def _end(self, text: str) -> None:
+        if self._begin is not None:
+            self._begin = None  # nothing was sent
+        else:
+            self._send(text)
+
+    def commit(self) -> None:
+        self._commit_sent = True
+        self._end("COMMIT")
+
+    def rollback(self) -> None:
+        self._end("ROLLBACK")
+
+    def last_statement(self, sql: str, parameters: Any) -> Any:
+        with self.batch():  # the COMMIT goes in the same round trip
+            found = self.execute(sql, parameters)
+            self.commit()
+        return found
+
+    def confine(self, users: set[str] | None, write: bool) -> Any:
+        named = ",".join(sorted(users or ()))
+        operator = "off" if users is not None else "on"
+        self._named, self._seen = set(users or ()), named
+        if not write:
+            return self._send(_PG_SCOPE, (named, operator))
+        with self.batch():  # the rule is read after the locks, but in the same round trip
+            if users is None or len(users) > _PG_MOST_USER_LOCKS:
+                self._send(_PG_SCOPE_WRITE_ALL, (named, operator))
+            else:
+                self._send(_PG_SCOPE_WRITE, (named, operator, named))
+            return self.execute(_SQL_MATCHING)
+
+    def narrow(self, users: list[str]) -> None:
+        if not self._named.issuperset(users):  # a narrowing never widens what it sees
+            raise StoreError("the store tried to see users its transaction did not name")
+        seen = ",".join(sorted(users))
+        if seen != self._seen:
+            self._send(_PG_NARROW, (seen,))
+            self._seen = seen
+
+    def ask(self, sql: str, parameters: Any) -> Callable[[], list[Any]]:
+        return self.execute(sql, parameters).fetchall  # type: ignore[no-any-return]
+
+    def ask_each(self, sql: str, rows: list[tuple[Any, ...]]) -> Callable[[], list[list[Any]]]:
+        each = self._shaped(sql, "each")
+        if each is None or not rows:
+            return super().ask_each(sql, rows)
+        found = self._send(each, (json.dumps(rows),))
+
+        def read() -> list[list[Any]]:
+            results: list[list[Any]] = [[] for _ in rows]
+            for position, *row in found.fetchall():
+                results[position - 1].append(tuple(row))
+            return results
+        return read
+
+    def ask_new_ids(self, count: int) -> Callable[[], list[int]]:
+        found = self._send(_PG_NEXT_IDS, (count,))
+        return lambda: sorted(i for (i,) in found)
+
+    def version(self) -> int:
+        (exists,) = self._send(_PG_TABLE_EXISTS).fetchone()
+        if not exists:
+            return 0
+        row = self._send(_PG_VERSION).fetchone()
+        if row is None or re.fullmatch(r"[1-9][0-9]{0,8}", row[0]) is None:
+            raise SchemaError("the database's store_settings record no schema version this"
+                              " code wrote: not a memory store")
+        return int(row[0])
+
+    def size(self) -> int:
+        return int(self._send(_PG_SIZE).fetchone()[0])
+
+    def compact(self) -> None:
+        # VACUUM skips, with only a warning, a table its role may not vacuum.
+        owned = [row[4] for row in self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),))]
+        if not (owned and all(owned)):
+            raise StoreError("compact needs the connecting role to own the store's tables"
+                             " (or to have the privileges of their owner)")
+        self._send(_PG_VACUUM)
+        _log.info("vacuumed the store's tables")
+
+    def check(self) -> dict[str, Any]:
+        raise StoreError("check() is SQLite's integrity check of the file; on PostgreSQL"
+                         " use the amcheck extension")
+
+    def backup(self, destination: str) -> None:
+        raise StoreError("backup() copies an SQLite file; on PostgreSQL use pg_dump")
+
+
+
+def _dropped(connection: Any) -> bool:
+    """Whether the server has ended an idle connection (a restart, a terminated backend,
+    a proxy's idle timeout): its last words, or the end of the stream, are already waiting
+    to be read. One poll of the socket, no round trip."""
+    if connection.closed:
+        return True
+    try:
+        readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
+
+
+class _QuietRecoveries(logging.Filter):
+    """Drops psycopg's warnings about a connection the store gives up and recovers from
+    (it logs the recovery itself, at INFO), and about a server the pool cannot reach (the
+    call that waited for it raises StoreError saying so): their text may name the URL's
+    host or user, and the caller's log shows no failure for what recovers."""
+
+    RECOVERED = ("discarding closed connection", "error ignored terminating",
+                 "error ignored exiting", "error connecting in")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.RECOVERED)
+
+
+_QUIET = _QuietRecoveries()
+
+
+class Engine(_Engine):
+    """A PostgreSQL database through a pool of connections (psycopg_pool), one per call in
+    flight, so that threads sharing a store run their calls side by side."""
+
+    name = "PostgreSQL"
+    options = frozenset({"statement_timeout", "pool_size", "pool_timeout"})
+
+    def __init__(self, url: str, settings: list[str], pool_size: int,
+                 pool_timeout: float) -> None:
+        self._trace: Callable[[str], object] | None = None
+        self._pool_timeout = pool_timeout
+        for name in ("psycopg", "psycopg.pool"):
+            logging.getLogger(name).addFilter(_QUIET)  # once: a filter is added once
+
+        self._pool = psycopg_pool.ConnectionPool(
+            url, min_size=1, max_size=pool_size, timeout=pool_timeout, open=True,
+            kwargs=_connection_options(url), name="memory",
+            configure=functools.partial(_configure, settings=settings))
+        self._pool_errors = (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
+
+    @classmethod
+    def open(cls, path: str, *, read_only: bool, durable: bool, matching: Matching | None,
+             create: bool, **options: Any) -> Engine:
+        url = path
+        statement_timeout = options.get("statement_timeout")
+        if statement_timeout is not None:
+            statement_timeout = _check_seconds("statement_timeout", statement_timeout)
+        pool_size = _check_pool_size(options.get("pool_size", 10))
+        pool_timeout = _check_seconds("pool_timeout", options.get("pool_timeout", 30.0))
+        settings = [_PG_NO_JIT] + [_PG_READ_ONLY] * read_only + [_PG_ASYNC_COMMIT] * (not durable)
+        if statement_timeout is not None:
+            ms = max(1, round(statement_timeout * 1000))
+            settings += _PG_TIMEOUTS.format(ms=ms).split("; ")
+        # One connection of its own first, so that a server out of reach, or a database
+        # this code must refuse, fails the open at once with the reason.
+        connection = _postgres_connection(url, settings)
+        try:
+            _PostgresSession(connection).open_store(read_only, matching, create)
+        finally:
+            connection.close()
+        return cls(url, settings, pool_size, pool_timeout)
+
+    def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
+        self._trace = trace
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[_Session]:
+        """A connection from the pool for one call, given back after it: a broken one is
+        discarded by the pool, which connects anew."""
+        try:
+            connection = self._live_connection()
+        except self._pool_errors:
+            error = StoreError(f"no connection to the PostgreSQL server within"
+                               f" {self._pool_timeout:g} s: it is down or out of reach, or"
+                               " every connection of the pool is in use")
+        except psycopg.Error as exc:
+            error = _postgres_error(exc, connecting=True)
+        else:
+            try:
+                yield _PostgresSession(connection, self._trace)
+            finally:
+                self._pool.putconn(connection)
+            return
+        raise error
+
+    def _live_connection(self) -> Any:
+        """A connection from the pool that the server has not ended. One it has, closed
+        and given back, the pool discards and replaces; this takes the next at once (the
+        pool's own check hook would wait a second between tries)."""
+        for _ in range(self._pool.max_size):
+            connection = self._pool.getconn()
+            if not _dropped(connection):
+                return connection
+            connection.close()
+            self._pool.putconn(connection)
+            _log.info("the PostgreSQL server had ended a pooled connection: taking another")
+        return self._pool.getconn()
+
+    def close(self) -> None:
+        self._pool.close()
+
+
