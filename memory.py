@@ -1109,7 +1109,7 @@ class _Held(NamedTuple):
     #: How many memories the owner holds.
     memories: int
     #: How many the scope of its task (of the user level alone for the user level) holds.
-    seen: int
+    in_scope: int
     #: The newest postings row of each of the written words that has one.
     newest: _Newest
 
@@ -1815,7 +1815,7 @@ def _engine_for(path: str) -> type[_Engine]:
 class _Recall(NamedTuple):
     """One recall's inputs, read once at the start of its transaction."""
 
-    seen: _ScopeKey
+    key: _ScopeKey
     #: The statement parameters naming the query's words under the scope.
     listed: tuple[str, str, str]
     rank: str
@@ -2512,20 +2512,20 @@ class MemoryStore:
         scopes = sorted({_ScopeKey(rows[p].user_id, rows[p].task_id or "") for p in mine})
         # Each user's first scope is asked now, a later one once the earlier is purged:
         # a user's scopes overlap.
-        firsts = sorted({seen.user: seen for seen in reversed(scopes)}.values())
+        firsts = sorted({key.user: key for key in reversed(scopes)}.values())
         # Postings by position until the ids come back.
         words = _postings_of(((p, *rows[p][:3]) for p in mine), self._words)
         held = _ask_held(db, words, self._index_from)
         asked = firsts if now is not None else []
         if asked and not db.asks_ahead:  # a scope that holds nothing has nothing expired
             known = held()
-            asked = [seen for seen in firsts if known[seen.user, seen.task or None].seen]
-        found = db.ask_each(_SQL_EXPIRED_ROWS, [(*seen, now, PURGE_PER_WRITE)
-                                                for seen in asked])
+            asked = [key for key in firsts if known[key.user, key.task or None].in_scope]
+        found = db.ask_each(_SQL_EXPIRED_ROWS, [(*key, now, PURGE_PER_WRITE)
+                                                for key in asked])
 
         def purgeable() -> dict[str, list[Any]]:
-            due: dict[str, list[Any]] = {seen.user: [] for seen in firsts}
-            due.update(zip((seen.user for seen in asked), found(), strict=True))
+            due: dict[str, list[Any]] = {key.user: [] for key in firsts}
+            due.update(zip((key.user for key in asked), found(), strict=True))
             return due
         return _Group(users, mine, scopes, firsts, words, collections.Counter(
             (rows[p].user_id, rows[p].task_id) for p in mine), purgeable, held)
@@ -2579,12 +2579,12 @@ class MemoryStore:
             return held  # nothing to purge, and no later scope to ask
         db.narrow(group.users)
         purged = set()
-        for seen in group.scopes if now is not None else ():
-            found = due.pop(seen.user, None)
+        for key in group.scopes if now is not None else ():
+            found = due.pop(key.user, None)
             if found is None:  # a later scope, asked after the earlier one's purge
-                found = db.execute(_SQL_EXPIRED_ROWS, (*seen, now, PURGE_PER_WRITE)).fetchall()
-            if self._delete(db, seen, found):
-                purged.add(seen.user)
+                found = db.execute(_SQL_EXPIRED_ROWS, (*key, now, PURGE_PER_WRITE)).fetchall()
+            if self._delete(db, key, found):
+                purged.add(key.user)
         again = {owner: by_word for owner, by_word in group.words.items()
                  if owner[0] in purged}
         return {**held, **(_ask_held(db, again, self._index_from)() if again else {})}
@@ -2611,15 +2611,15 @@ class MemoryStore:
             values.append((memory_id, *row[:4], created_at, expires_at, _text_key(row.text)))
         return values
 
-    def _delete(self, db: _Session, seen: _ScopeKey,
+    def _delete(self, db: _Session, key: _ScopeKey,
                 rows: list[tuple[Any, ...]]) -> int:
         """Delete the scope's memories `rows` (id, task_id, text, ...) with their postings
         and counts; how many."""
         if not rows:
             return 0
-        _unindex(db, seen[0], rows, self._words, self._index_from)
+        _unindex(db, key[0], rows, self._words, self._index_from)
         ids = json.dumps([row[0] for row in rows])
-        return int(db.execute(_SQL_FORGET, (*seen, ids)).rowcount)
+        return int(db.execute(_SQL_FORGET, (*key, ids)).rowcount)
 
     def _write_reading(self, previous: str | None = None) -> str:
         # A bad reading is the caller's input, like a bad text: MemoryInputError, and the
@@ -2636,25 +2636,25 @@ class MemoryStore:
         reading = _check_timestamp("clock reading", self._clock_for_reads())
         return _utc_form("clock reading", reading)
 
-    def _expired(self, db: _Session, seen: _ScopeKey,
+    def _expired(self, db: _Session, key: _ScopeKey,
                  now: str | None) -> set[int]:
         """The ids the scope would see but that are no longer live at `now` (none if
         None, see _expiry_instant)."""
-        return self._ask_expired(db, seen, now)()
+        return self._ask_expired(db, key, now)()
 
-    def _ask_expired(self, db: _Session, seen: _ScopeKey,
+    def _ask_expired(self, db: _Session, key: _ScopeKey,
                      now: str | None) -> Callable[[], set[int]]:
         """_expired, asked now and read when the returned function is called: in a
         batch, once the batch has gone."""
         if now is None:
             return set
-        found = db.execute(_SQL_EXPIRED, (*seen, now))
+        found = db.execute(_SQL_EXPIRED, (*key, now))
         return lambda: set(json.loads(found.fetchone()[0]))
 
-    def _expiry_instant(self, db: _Session, seen: _ScopeKey) -> str | None:
+    def _expiry_instant(self, db: _Session, key: _ScopeKey) -> str | None:
         """The time to judge the scope's memories at; None if none of them can expire."""
         now = self._read_instant()
-        if now is None and db.execute(_SQL_ANY_EXPIRING, seen).fetchone():
+        if now is None and db.execute(_SQL_ANY_EXPIRING, key).fetchone():
             raise MemoryInputError("the clock's reading has no UTC offset, so whether"
                                    " a memory has expired is unknown")
         return now
@@ -2674,30 +2674,30 @@ class MemoryStore:
         if min_score is not None:
             min_score = _check_score(min_score)
         _check_text("query", query, MAX_QUERY, blank=True)
-        seen = _ScopeKey(scope.user, scope.task)
+        key = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
             wanted = self._words(query)
             if not wanted:
                 return []
-            now = self._expiry_instant(db, seen)
-            listed = (json.dumps(sorted(wanted)), *seen)
+            now = self._expiry_instant(db, key)
+            listed = (json.dumps(sorted(wanted)), *key)
             with db.batch():  # sent together, the results read after
                 # PostgreSQL sends a whole result at once, so there the rows' map comes
                 # first; SQLite's postings are read until they are too many.
                 row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
                            if db.reads_map_first else None)
-                counted = db.execute(_SQL_SCOPE_COUNTS, seen)
-                expired_ids = self._ask_expired(db, seen, now)
+                counted = db.execute(_SQL_SCOPE_COUNTS, key)
+                expired_ids = self._ask_expired(db, key, now)
             expired = expired_ids()
             held = dict(counted.fetchall())
             # N and df count live memories only.
             visible = sum(held.values()) - len(expired) if ranked == "idf" else 0
-            unindexed = [task for task in (None, seen.task)
+            unindexed = [task for task in (None, key.task)
                          if 0 < held.get(task or "", 0) < self._index_from]
-            asked = _Recall(seen, listed, ranked, limit, expired, visible)
+            asked = _Recall(key, listed, ranked, limit, expired, visible)
             best = self._best(db, asked, row_map, self._read_unindexed(db, asked, unindexed))
             found = db.last_statement(
-                _SQL_RECALLED, (*seen, json.dumps([i for _, i in best])))
+                _SQL_RECALLED, (*key, json.dumps([i for _, i in best])))
             rows = {row[0]: row for row in found}
         return [Recalled(**_fields(rows[i]), score=score) for score, i in best
                 if i in rows and (min_score is None or score >= min_score)]
@@ -2710,7 +2710,7 @@ class MemoryStore:
         if not tasks:
             return {}
         wanted = set(json.loads(recall.listed[0]))
-        found = db.ask_each(_SQL_OWNER_TEXTS, [(*recall.seen, task) for task in tasks])()
+        found = db.ask_each(_SQL_OWNER_TEXTS, [(*recall.key, task) for task in tasks])()
         postings: dict[str, array.array[int]] = collections.defaultdict(
             functools.partial(array.array, "q"))
         for memory_id, text in sorted(itertools.chain.from_iterable(found)):
@@ -2765,7 +2765,7 @@ class MemoryStore:
             if not keys:
                 return found
             return found + list(db.execute(_SQL_POSTINGS_ROWS, (json.dumps(keys),
-                                                                 *recall.seen)))
+                                                                 *recall.key)))
 
         weights = None
         if recall.rank == "idf":
@@ -2781,13 +2781,13 @@ class MemoryStore:
         """How many live memories are visible in the scope: the stored count less the
         expired ones not yet purged, found through the expiry index."""
         scope = _check_scope(scope)
-        seen = _ScopeKey(scope.user, scope.task)
+        key = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
-            (stored,) = db.execute(_SQL_COUNT, seen).fetchone()
-            now = self._expiry_instant(db, seen)
+            (stored,) = db.execute(_SQL_COUNT, key).fetchone()
+            now = self._expiry_instant(db, key)
             if now is None:
                 return int(stored)
-            (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*seen, now)).fetchone()
+            (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*key, now)).fetchone()
             return int(stored) - int(expired)
 
     def reindex(self, matching: Matching,
@@ -2815,11 +2815,11 @@ class MemoryStore:
         """The memory `memory_id` if the scope can see it and it is live (the keys of
         memories()); None for any other id, whatever the reason: all answer alike."""
         scope = _check_scope(scope)
-        seen = _ScopeKey(scope.user, scope.task)
+        key = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
         with self._snapshot({scope.user}) as db:
-            expired = self._expired(db, seen, self._expiry_instant(db, seen))
-            rows = db.execute(_SQL_VISIBLE_ID, (*seen, wanted)).fetchall()
+            expired = self._expired(db, key, self._expiry_instant(db, key))
+            rows = db.execute(_SQL_VISIBLE_ID, (*key, wanted)).fetchall()
         return next((Memory(**_fields(row), expires_at=row[5]) for row in rows
                      if row[0] not in expired), None)
 
@@ -2827,10 +2827,10 @@ class MemoryStore:
     def memories(self, scope: Scope) -> list[Memory]:
         """Every live memory visible in the scope, oldest first, with its expires_at."""
         scope = _check_scope(scope)
-        seen = _ScopeKey(scope.user, scope.task)
+        key = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
-            expired = self._expired(db, seen, self._expiry_instant(db, seen))
-            rows = db.execute(_SQL_VISIBLE, seen).fetchall()
+            expired = self._expired(db, key, self._expiry_instant(db, key))
+            rows = db.execute(_SQL_VISIBLE, key).fetchall()
         return [Memory(**_fields(row), expires_at=row[5]) for row in rows if row[0] not in expired]
 
     def forget(self, scope: Scope, memory_id: int) -> bool:
@@ -2847,11 +2847,11 @@ class MemoryStore:
         return self._forget(scope, _SQL_VISIBLE_SOURCE, arguments)
 
     def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...]) -> int:
-        seen = _ScopeKey(scope.user, scope.task)
+        key = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
-            expired = self._expired(db, seen, self._expiry_instant(db, seen))
+            expired = self._expired(db, key, self._expiry_instant(db, key))
             rows = [row for row in db.execute(select, arguments) if row[0] not in expired]
-            deleted = self._delete(db, seen, rows)
+            deleted = self._delete(db, key, rows)
         self._scrub()
         _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
                   [row[0] for row in rows])
@@ -2863,17 +2863,17 @@ class MemoryStore:
         can see it and remember `text` at its level and task; the new id (the newest), or
         None, with nothing changed, for an id the scope cannot see."""
         scope = _check_scope(scope)
-        seen = _ScopeKey(scope.user, scope.task)
+        key = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
         # Validated before the transaction; its level (task) is the old memory's, set below.
         new = _new_row(scope, "user", text, source, ttl)
         with self._writing({scope.user}) as db:
-            expired = self._expired(db, seen, self._expiry_instant(db, seen))
-            found = db.execute(_SQL_VISIBLE_ID, (*seen, wanted))
+            expired = self._expired(db, key, self._expiry_instant(db, key))
+            found = db.execute(_SQL_VISIBLE_ID, (*key, wanted))
             rows = [row for row in found if row[0] not in expired]
             if not rows:
                 return None
-            self._delete(db, seen, rows)
+            self._delete(db, key, rows)
             (revised,) = self._write(db, [new._replace(task_id=rows[0][1])])
         self._scrub()
         _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
