@@ -59,14 +59,24 @@ import warnings
 import weakref
 from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, Literal, NamedTuple, ParamSpec, TypedDict, TypeVar, get_args
+from typing import (
+    Any,
+    Concatenate,
+    Literal,
+    NamedTuple,
+    ParamSpec,
+    TypedDict,
+    TypeVar,
+    cast,
+    get_args,
+)
 
 __version__ = "0.1.0"
 __all__ = [
     "AsyncMemoryStore", "ConnectionLost", "FixedClock", "IDENTIFIER", "Level", "MAX_LIMIT",
     "MAX_QUERY", "MAX_TEXT", "Matching", "Memory", "MemoryInputError", "MemoryStore",
     "OutcomeUnknown", "Rank", "Recalled", "Record", "SCHEMA", "SCHEMA_VERSION", "STOPWORDS",
-    "SchemaError", "Scope", "StoreError", "StoreNotFound", "WORD", "fixed_clock", "stems",
+    "SchemaError", "Scope", "StoreError", "StoreNotFound", "WORD", "Why", "fixed_clock", "stems",
     "system_clock", "words",
 ]
 
@@ -357,7 +367,31 @@ _SQL_SAME_TEXT = _sql(
 # upgrade must, and writes each under its user.
 _SQL_ALL_TEXTS = _sql("SELECT user_id, id, text FROM memories")
 _SQL_SET_TEXT_KEY = _sql("UPDATE memories SET text_key = ? WHERE user_id = ? AND id = ?")
-_MEMORY_COLUMNS = "id, task_id, text, source, created_at, expires_at"
+
+
+class _MemoryRow(NamedTuple):
+    """A memory as the store's reads give it (_MEMORY_COLUMNS), and the results built
+    from it: the one place a row's columns are named."""
+
+    id: int
+    task_id: str | None
+    text: str
+    source: str
+    created_at: str
+    expires_at: str | None
+
+    def fields(self) -> _Fields:
+        return _Fields(id=self.id, level=_level_of(self.task_id), text=self.text,
+                       source=self.source, created_at=self.created_at)
+
+    def memory(self) -> Memory:
+        return Memory(**self.fields(), expires_at=self.expires_at)
+
+    def recalled(self, score: float) -> Recalled:
+        return cast(Recalled, {**self.fields(), "score": score})  # `why` is for explain
+
+
+_MEMORY_COLUMNS = ", ".join(_MemoryRow._fields)
 # The scope's memories that are no longer live, from the expiry index alone (it holds
 # task_id, and id is the rowid): few, since writes and purge_expired() delete them, and
 # returned as one JSON array, since a row apiece costs more than the lookup.
@@ -506,6 +540,10 @@ _SQL_INSERT_POSTINGS = _sql(
     postgresql_many="INSERT INTO memory_words (user_id, word, first_id, task_id, ids) "
     + _from_arrays("text", "text", "bigint", "text", "bytea"))
 _SQL_VISIBLE = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER BY id")
+# A page of them: after an id, at most so many (enough more that the expired among them,
+# which the caller leaves out, cannot make the page short).
+_SQL_VISIBLE_PAGE = _sql(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id > ? ORDER BY id LIMIT ?")
 _SQL_VISIBLE_ID = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?")
 _SQL_VISIBLE_SOURCE = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND source = ?")
@@ -635,11 +673,27 @@ class Memory(_Fields):
     expires_at: str | None
 
 
-class Recalled(_Fields):
-    """A memory as `recall` returns it, with its score: distinct words shared with the
-    query (rank "shared"), or their summed rarity (rank "idf")."""
+class Why(TypedDict):
+    """Why recall(..., explain=True) found a memory: `matched`, each query word (in the
+    rule's form) the memory holds, in sorted order, with what it added to the score (1
+    under the shared rank, its weight under idf); they add up to the score."""
 
+    matched: dict[str, float]
+
+
+class _Scored(_Fields):
     score: float
+
+
+# A base of its own for the key only explain gives: Python 3.11 cannot see NotRequired in
+# a postponed annotation, and a TypedDict's totality is seen.
+class _Explained(TypedDict, total=False):
+    why: Why
+
+
+class Recalled(_Scored, _Explained):
+    """A memory as `recall` returns it, with its score: distinct words shared with the
+    query (rank "shared"), or their summed rarity (rank "idf"); with explain, `why`."""
 
 
 class Record(TypedDict):
@@ -1824,6 +1878,9 @@ class _Recall(NamedTuple):
     expired: set[int]
     #: How many live memories the scope sees (idf's N; 0 for the shared rank).
     visible: int
+    #: Each word's weight as the scoring used it, filled in as it scores (the idf rank;
+    #: each word weighs 1 under the shared rank): what explain reports.
+    weights: dict[str, float]
 
 
 class _WordRows:
@@ -1913,7 +1970,7 @@ def _scores_of_all(postings: list[tuple[str, array.array[int]]],
         scores = {}
         for word in sorted(by_word):
             held = [i for i in by_word[word] if i not in expired] if expired else by_word[word]
-            weight = _idf(recall.visible, len(held))
+            weight = recall.weights[word] = _idf(recall.visible, len(held))
             for memory_id in held:
                 scores[memory_id] = scores.get(memory_id, 0.0) + weight
     return heapq.nlargest(recall.limit, zip(scores.values(), scores.keys(), strict=True))
@@ -2205,12 +2262,6 @@ def _level_of(task_id: str | None) -> Level:
     return "user" if task_id is None else "task"
 
 
-def _fields(row: tuple[Any, ...]) -> _Fields:
-    memory_id, task_id, text, source, created_at, _ = row
-    return _Fields(id=memory_id, level=_level_of(task_id), text=text, source=source,
-                   created_at=created_at)
-
-
 def _id_span(ids: list[int]) -> str:
     return f"{ids[0]}..{ids[-1]}" if ids else "none"
 
@@ -2253,6 +2304,8 @@ class MemoryStore:
             raise engine.refused(name)
         if matching is not None:
             _check_choice("matching", matching, MATCHING)
+            if matching == "stems":
+                _stemmer()  # its extra, before anything is opened or created
         if not callable(clock):
             raise MemoryInputError(f"clock must be callable, got {type(clock).__name__}")
         self.clock = clock
@@ -2296,7 +2349,9 @@ class MemoryStore:
                 self._adopt_rule(db)
             if matching is not None and matching != self.matching:
                 raise MemoryInputError(f"matching={matching!r} was asked for, but the store's"
-                                       f" word index uses matching={self.matching!r}")
+                                       f" word index uses matching={self.matching!r};"
+                                       " open it without matching, or run `memory reindex"
+                                       " PATH --matching ...` to rebuild it by another rule")
         except BaseException:
             engine.close()
             raise
@@ -2661,18 +2716,26 @@ class MemoryStore:
 
     @_read_again_if_cut_off
     def recall(self, scope: Scope, query: str, limit: int = 3, *, rank: Rank | None = None,
-               min_score: float | None = None) -> list[Recalled]:
+               min_score: float | None = None, budget: int | None = None,
+               explain: bool = False) -> list[Recalled]:
         """The memories visible in the scope that match `query` best. rank="shared":
         a memory's score is the number of distinct words it shares with the query;
         rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
         (df + 0.5)), N the memories the scope sees, df those of them holding the word;
         None: the store's rank. Ties: the newer memory first. With `min_score`, a memory
-        scoring below it is left out."""
+        scoring below it is left out. With `budget`, the texts of those returned total at
+        most that many characters: best first, one that does not fit what is left is
+        skipped. With `explain`, each result has `why`: `matched`, the query's words (in
+        the rule's form) that it holds, each with what it added to the score."""
         scope = _check_scope(scope)
         _check_limit(limit)
         ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
         if min_score is not None:
             min_score = _check_score(min_score)
+        if budget is not None:
+            budget = _check_id(budget, "budget")
+        if not isinstance(explain, bool):
+            raise MemoryInputError(f"explain must be a bool, got {_described(explain)}")
         _check_text("query", query, MAX_QUERY, blank=True)
         key = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
@@ -2694,13 +2757,25 @@ class MemoryStore:
             visible = sum(held.values()) - len(expired) if ranked == "idf" else 0
             unindexed = [task for task in (None, key.task)
                          if 0 < held.get(task or "", 0) < self._index_from]
-            asked = _Recall(key, listed, ranked, limit, expired, visible)
+            asked = _Recall(key, listed, ranked, limit, expired, visible, {})
             best = self._best(db, asked, row_map, self._read_unindexed(db, asked, unindexed))
             found = db.last_statement(
                 _SQL_RECALLED, (*key, json.dumps([i for _, i in best])))
-            rows = {row[0]: row for row in found}
-        return [Recalled(**_fields(rows[i]), score=score) for score, i in best
-                if i in rows and (min_score is None or score >= min_score)]
+            rows = {row[0]: _MemoryRow(*row) for row in found}
+        results, left = [], _MAX_ID if budget is None else budget
+        for score, memory_id in best:
+            row = rows.get(memory_id)
+            if row is None or (min_score is not None and score < min_score):
+                continue
+            if len(row.text) > left:
+                continue
+            left -= len(row.text)
+            result = row.recalled(score)
+            if explain:
+                holds = sorted(wanted & self._words(row.text))
+                result["why"] = Why(matched={word: asked.weights.get(word, 1) for word in holds})
+            results.append(result)
+        return results
 
     def _read_unindexed(self, db: _Session, recall: _Recall, tasks: list[str | None]
                         ) -> dict[str, array.array[int]]:
@@ -2772,6 +2847,7 @@ class MemoryStore:
             if recall.expired:
                 held.subtract(_expired_holders(groups, recall.expired, fetch))
             weights = {word: _idf(recall.visible, df) for word, df in held.items()}
+            recall.weights.update(weights)
         return _TopK(groups, weights, recall.expired, recall.limit, fetch,
                      budget=sum(held.values()) // _TOP_K_BUDGET,
                      skip_common=db.skips_common_words).search()
@@ -2820,18 +2896,28 @@ class MemoryStore:
         with self._snapshot({scope.user}) as db:
             expired = self._expired(db, key, self._expiry_instant(db, key))
             rows = db.execute(_SQL_VISIBLE_ID, (*key, wanted)).fetchall()
-        return next((Memory(**_fields(row), expires_at=row[5]) for row in rows
+        return next((_MemoryRow(*row).memory() for row in rows
                      if row[0] not in expired), None)
 
     @_read_again_if_cut_off
-    def memories(self, scope: Scope) -> list[Memory]:
-        """Every live memory visible in the scope, oldest first, with its expires_at."""
+    def memories(self, scope: Scope, *, after: int | None = None,
+                 limit: int | None = None) -> list[Memory]:
+        """Every live memory visible in the scope, oldest first, with its expires_at; or
+        a page of them: those with ids above `after`, at most `limit` (an int from 1).
+        Paging on from the last id of each page gives memories(scope) exactly."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
+        first = 0 if after is None else _check_id(after, "after")
+        most = None if limit is None else _check_id(limit, "limit")
         with self._snapshot({scope.user}) as db:
             expired = self._expired(db, key, self._expiry_instant(db, key))
-            rows = db.execute(_SQL_VISIBLE, key).fetchall()
-        return [Memory(**_fields(row), expires_at=row[5]) for row in rows if row[0] not in expired]
+            if after is None and most is None:
+                rows = db.execute(_SQL_VISIBLE, key).fetchall()
+            else:
+                asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
+                rows = db.execute(_SQL_VISIBLE_PAGE, (*key, first, asked)).fetchall()
+        live = [_MemoryRow(*row).memory() for row in rows if row[0] not in expired]
+        return live if most is None else live[:most]
 
     def forget(self, scope: Scope, memory_id: int) -> bool:
         """Delete the memory if the scope can see it. False for any id it cannot see,
@@ -2860,8 +2946,9 @@ class MemoryStore:
     def revise(self, scope: Scope, memory_id: int, text: str, source: str, *,
                ttl: float | None = None) -> int | None:
         """Correct a memory: in one transaction, forget the memory `memory_id` if the scope
-        can see it and remember `text` at its level and task; the new id (the newest), or
-        None, with nothing changed, for an id the scope cannot see."""
+        can see it and remember `text` at its level and task, expiring when it did unless
+        `ttl` is given (then `ttl` seconds from now); the new id (the newest), or None,
+        with nothing changed, for an id the scope cannot see."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
@@ -2874,7 +2961,9 @@ class MemoryStore:
             if not rows:
                 return None
             self._delete(db, key, rows)
-            (revised,) = self._write(db, [new._replace(task_id=rows[0][1])])
+            old = _MemoryRow(*rows[0])
+            (revised,) = self._write(db, [new._replace(task_id=old.task_id,
+                                                       expires_at=old.expires_at)])
         self._scrub()
         _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
         return revised
@@ -2939,7 +3028,8 @@ class MemoryStore:
     @_read_again_if_cut_off
     def stats(self) -> dict[str, Any]:
         """Counts by level and users, schema version and bytes on disk (PostgreSQL: of the
-        store's tables and indexes); never text."""
+        store's tables and indexes), the matching rule the word index was built with and
+        the ranks recall offers on it (with the store's default); never text."""
         with self._snapshot(None) as db:
             total, task_level, users = db.execute(_SQL_STATS).fetchone()
             version, size = db.version(), db.size()
@@ -2950,6 +3040,9 @@ class MemoryStore:
             "task_level": task_level,
             "users": users,
             "file_bytes": size,
+            "matching": self.matching,
+            "ranks": list(RANKS),
+            "rank": self.rank,
         }
 
     def check(self) -> dict[str, Any]:
@@ -2994,8 +3087,25 @@ class AsyncMemoryStore:
     write commits or rolls back as a whole, and the cancelled caller is not told which.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
-        self._opening = functools.partial(MemoryStore, path, *args, **kwargs)
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        clock: Callable[[], str] = system_clock,
+        *,
+        read_only: bool = False,
+        durable: bool = True,
+        matching: Matching | None = None,
+        create: bool = True,
+        statement_timeout: float | None = None,
+        pool_size: int | None = None,
+        pool_timeout: float | None = None,
+        rank: Rank | None = None,
+    ) -> None:
+        # MemoryStore's keywords written out, so that a type checker checks them here too.
+        self._opening = functools.partial(
+            MemoryStore, path, clock, read_only=read_only, durable=durable, matching=matching,
+            create=create, statement_timeout=statement_timeout, pool_size=pool_size,
+            pool_timeout=pool_timeout, rank=rank)
         self._store: MemoryStore | None = None
         # Thread primitives, not asyncio's: open, the calls and close may come from any
         # loop. One store is opened whoever opens it, and close() waits for the calls
@@ -3130,14 +3240,15 @@ def _run_stats(store: MemoryStore, args: argparse.Namespace) -> int:
 
 
 def _run_list(store: MemoryStore, args: argparse.Namespace) -> int:
-    for memory in store.memories(Scope(args.user, args.task)):
+    for memory in store.memories(Scope(args.user, args.task), after=args.after,
+                                 limit=args.limit):
         _emit(memory)
     return 0
 
 
 def _run_recall(store: MemoryStore, args: argparse.Namespace) -> int:
     for memory in store.recall(Scope(args.user, args.task), args.query, args.limit,
-                               rank=args.rank):
+                               rank=args.rank, budget=args.budget, explain=args.explain):
         _emit(memory)
     return 0
 
@@ -3172,18 +3283,28 @@ def _json_line(number: int, line: bytes) -> Any:
     raise MemoryInputError(f"line {number}: {problem}")
 
 
-def _load_records(args: argparse.Namespace) -> None:
-    """Read and check import's records before the store is opened, so that bad input
-    does not even create the file; a bad record is named by its line."""
-    records, line_of = [], []
-    opened = open(args.file, "rb") if args.file != "-" else contextlib.nullcontext(
-        sys.stdin.buffer
-    )
+def _json_lines(file: str) -> Iterator[tuple[int, Any]]:
+    """The JSON value of each line that is not blank, with its number from 1."""
+    if file == "-" and sys.stdin is None:
+        raise MemoryInputError("FILE is -, but standard input is closed")
+    opened = open(file, "rb") if file != "-" else contextlib.nullcontext(sys.stdin.buffer)
     with opened as source:
         for number, line in enumerate(source, start=1):
             if line.strip():
-                records.append(_json_line(number, line))
-                line_of.append(number)
+                yield number, _json_line(number, line)
+
+
+def _load_records(args: argparse.Namespace) -> None:
+    """Read and check import's records before the store is opened, so that bad input
+    does not even create the file; a bad record is named by its line."""
+    if args.format == _SERVER_MEMORY:
+        _load_server_memory(args)
+        return
+    if args.user is not None or args.task is not None:
+        raise MemoryInputError("--user and --task are for --from server-memory: records"
+                               " name their own user and task")
+    numbered = list(_json_lines(args.file))
+    line_of, records = [n for n, _ in numbered], [record for _, record in numbered]
     try:
         _each_valid(records, _record_row, "record")
     except MemoryInputError as exc:
@@ -3191,6 +3312,55 @@ def _load_records(args: argparse.Namespace) -> None:
         reason = str(exc).partition(": ")[2]
         raise MemoryInputError(f"line {line_of[exc.position]}: {reason}") from None
     args.records = records
+
+
+# The reference MCP memory server's file (memory.jsonl): a line an entity, {"type":
+# "entity", "name", "entityType", "observations": [...]}, or a relation, {"type":
+# "relation", "from", "to", "relationType"}. Each observation and each relation becomes
+# one memory naming its entity, with the source server-memory:<entity>.
+_SERVER_MEMORY = "server-memory"
+_SERVER_MEMORY_KEYS = {"entity": {"type", "name", "entityType", "observations"},
+                       "relation": {"type", "from", "to", "relationType"}}
+_SERVER_MEMORY_NOUNS = {"entity": "an entity", "relation": "a relation"}
+
+
+def _server_memory_texts(line: Any) -> list[tuple[str, str]]:
+    """The (text, entity) of each memory one line of memory.jsonl holds."""
+    kind = line.get("type") if isinstance(line, dict) else None
+    if kind not in _SERVER_MEMORY_KEYS:
+        raise MemoryInputError("not an entity or a relation (an object whose type is"
+                               " 'entity' or 'relation')")
+    wanted = _SERVER_MEMORY_KEYS[kind]
+    if not wanted <= line.keys():
+        raise MemoryInputError(f"{_SERVER_MEMORY_NOUNS[kind]} needs"
+                               f" {', '.join(sorted(wanted - {'type'}))}")
+    named = {key: line[key] for key in wanted - {"type", "observations"}}
+    for key, value in named.items():
+        _check_text(key, value, MAX_TEXT)
+    if kind == "relation":
+        return [(f"{named['from']} {named['relationType']} {named['to']}", named["from"])]
+    observations = line["observations"]
+    if not isinstance(observations, list):
+        raise MemoryInputError(f"observations must be a list, got {_described(observations)}")
+    return [(f"{named['name']}: {_check_text('an observation', observation, MAX_TEXT)}",
+             named["name"]) for observation in observations]
+
+
+def _load_server_memory(args: argparse.Namespace) -> None:
+    """memory.jsonl's entities and relations as memories of --user (at user level, or at
+    task level in --task), every line checked before the store is opened."""
+    if args.user is None:
+        raise MemoryInputError("--from server-memory needs --user: the file names no user")
+    scope = Scope(args.user, args.task or _MCP_DEFAULT_TASK)
+    level = "user" if args.task is None else "task"
+    args.items = []
+    for number, line in _json_lines(args.file):
+        try:
+            for text, entity in _server_memory_texts(line):
+                row = _new_row(scope, level, text, f"{_SERVER_MEMORY}:{entity}")
+                args.items.append((scope, level, row.text, row.source))
+        except MemoryInputError as exc:
+            raise MemoryInputError(f"line {number}: {exc}") from None
 
 
 def _load_text(args: argparse.Namespace) -> None:
@@ -3216,6 +3386,12 @@ def _run_remember(store: MemoryStore, args: argparse.Namespace) -> int:
 
 
 def _run_import(store: MemoryStore, args: argparse.Namespace) -> int:
+    if args.format == _SERVER_MEMORY:  # a memory already held is kept: twice is once
+        before = store.count(args.items[0][0]) if args.items else 0
+        store.remember_many(args.items, dedupe=True)
+        added = (store.count(args.items[0][0]) if args.items else 0) - before
+        print(f"imported {added} memories ({len(args.items) - added} already held)")
+        return 0
     ids = store.import_memories(args.records)
     print(f"imported {len(ids)} memories")
     return 0
@@ -3342,8 +3518,12 @@ def _parser() -> argparse.ArgumentParser:
         return sub
 
     command("stats", _run_stats, _READS, "counts by level and users, schema version, file size")
-    command("list", _run_list, _READS, "every memory the scope sees, oldest first, as JSON Lines",
-            user=True, task=True)
+    listing = command("list", _run_list, _READS,
+                      "every memory the scope sees, oldest first, as JSON Lines (or a page of"
+                      " them, with --after and --limit)", user=True, task=True)
+    listing.add_argument("--after", type=_bounded_int(1, _MAX_ID), metavar="ID",
+                         help="only those with ids above ID (the last of the page before)")
+    listing.add_argument("--limit", type=_bounded_int(1, _MAX_ID), help="at most this many")
     recall = command("recall", _run_recall, _READS,
                      "the memories that best match QUERY, as JSON Lines", user=True, task=True)
     recall.add_argument("query", metavar="QUERY")
@@ -3352,6 +3532,11 @@ def _parser() -> argparse.ArgumentParser:
     recall.add_argument("--rank", type=_one_of(RANKS), default="shared",
                         metavar="{" + ",".join(RANKS) + "}",
                         help="shared: count shared words (default); idf: weigh rare words more")
+    recall.add_argument("--budget", type=_bounded_int(1, _MAX_ID), metavar="CHARACTERS",
+                        help="the texts total at most this many characters, best first")
+    recall.add_argument("--explain", action="store_true",
+                        help="give each memory `why`: the query words it matched, with what"
+                        " each added to its score")
     command("export", _run_export, _READS, "every memory of the user, as JSON Lines on stdout",
             user=True)
     remember = command("remember", _run_remember, _CREATES,
@@ -3367,6 +3552,14 @@ def _parser() -> argparse.ArgumentParser:
                         "add JSON Lines records (as export writes them), all or none;"
                         " creates the store if it does not exist")
     importing.add_argument("file", metavar="FILE", help="a JSON Lines file, or - for stdin")
+    importing.add_argument("--from", dest="format", choices=["records", _SERVER_MEMORY],
+                           default="records", help="records (default, as export writes"
+                           " them) or server-memory (the reference MCP memory server's"
+                           " memory.jsonl, for --user: each observation and relation a"
+                           " memory, none twice)")
+    importing.add_argument("--user", type=_identifier, help="with --from server-memory: whose")
+    importing.add_argument("--task", type=_identifier, help="with --from server-memory: task"
+                           " memories of this task (default: the user's own level)")
     importing.set_defaults(load=_load_records)
     forget = command("forget", _run_forget, _WRITES, "forget one memory the scope sees",
                      user=True, task=True)
@@ -3400,6 +3593,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--user", type=_identifier, help="the user id (default: $MEMORY_USER)")
     serve.add_argument("--task", type=_identifier, help="the task id (default: $MEMORY_TASK,"
                        f" else {_MCP_DEFAULT_TASK})")
+    serve.add_argument("--print-config", action="store_true",
+                       help="print the mcpServers entry that starts this server as these"
+                       " settings say (this interpreter's memory command, the store's"
+                       " absolute path), and exit without opening the store")
     serve.set_defaults(run=_beside("memory_mcp", "run", "mcp"), opens=_SERVES,
                        load=_beside("memory_mcp", "settings", "mcp"), usage=serve)
     return parser
@@ -3422,8 +3619,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(levelname)s: %(message)s")
     try:
-        if args.load is not None:
-            args.load(args)
+        # A command's loading step may end it, with its status, before a store is opened.
+        ended = args.load(args) if args.load is not None else None
+        if ended is not None:
+            return int(ended)
         with _open_for(args) as store:
             return int(args.run(store, args))
     except BrokenPipeError:  # e.g. `memory export ... | head`

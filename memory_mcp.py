@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import typing
 from typing import Any, NamedTuple
 
@@ -63,6 +64,8 @@ def _json_schema(hint: Any) -> dict[str, Any]:
     Schema."""
     if typing.get_origin(hint) is typing.Literal:
         return {"enum": list(typing.get_args(hint))}
+    if typing.is_typeddict(hint):
+        return {"type": "object"}
     kinds = typing.get_args(hint) or (hint,)
     named = [_JSON_TYPES[kind] for kind in kinds if kind is not type(None)]
     return {"type": named[0] if len(kinds) == 1 else [*named, "null"]}
@@ -73,7 +76,8 @@ def _mcp_memories(shape: type) -> dict[str, Any]:
     the tools' output schemas follow the library's own types, not a copy of them."""
     fields = typing.get_type_hints(shape)
     return {"type": "array", "items": {
-        "type": "object", "required": list(fields),
+        "type": "object", "required": [name for name in fields
+                                       if name in shape.__required_keys__],  # type: ignore[attr-defined]
         "properties": {name: _json_schema(hint) for name, hint in fields.items()}}}
 
 
@@ -112,14 +116,18 @@ _MCP_TOOLS = {
             "query": {"type": "string", "description": "words the memories should share"},
             "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
                       "default": _MCP_RECALLED},
+            "budget": {"type": "integer", "minimum": 1, "description": "the memories' texts"
+                       " total at most this many characters (default: no bound)"},
         }, "query"),
         _mcp_object({"memories": _mcp_memories(Recalled)}, "memories"),
         True, False, True),
     "list_memories": _McpTool(
         f"Every memory kept for this user and task, oldest first: at most the newest"
-        f" {_MCP_LISTED}, with `total` saying how many there are. Use it to review or tidy"
+        f" {_MCP_LISTED}, with `total` saying how many there are; with `after`, the next"
+        f" {_MCP_LISTED} after that id, to page through them all. Use it to review or tidy"
         f" memories; use recall to answer a question.",
-        _mcp_object({}),
+        _mcp_object({"after": {**_MCP_MEMORY_ID, "description": "the last id of the page"
+                               " before: list the memories after it"}}),
         _mcp_object({"memories": _mcp_memories(Memory),
                      "total": {"type": "integer"}}, "memories", "total"), True, False,
         True),
@@ -197,21 +205,28 @@ class _McpSession:
                                          ttl=ttl, dedupe=True)
         return {"id": kept}, f"remembered as memory {kept}"
 
-    async def _recall(self, client: str, query: Any, limit: Any = _MCP_RECALLED
-                      ) -> tuple[dict[str, Any], str]:
-        found = await self.store.recall(self.scope, query, limit)
+    async def _recall(self, client: str, query: Any, limit: Any = _MCP_RECALLED,
+                      budget: Any = None) -> tuple[dict[str, Any], str]:
+        found = await self.store.recall(self.scope, query, limit, budget=budget)
         shown: list[dict[str, Any]] = [dict(memory) for memory in found]
         if not shown:
             return {"memories": shown}, "no memory matches"
         return {"memories": shown}, _mcp_lines(
             f"{len(shown)} memories recorded earlier, best first", shown)
 
-    async def _list_memories(self, client: str) -> tuple[dict[str, Any], str]:
-        every = await self.store.memories(self.scope)
-        shown: list[dict[str, Any]] = [dict(memory) for memory in every[-_MCP_LISTED:]]
-        counted = (f"{len(every)} memories" if len(shown) == len(every) else
-                   f"the newest {len(shown)} of {len(every)} memories")
-        return ({"memories": shown, "total": len(every)},
+    async def _list_memories(self, client: str, after: Any = None
+                             ) -> tuple[dict[str, Any], str]:
+        if after is not None:
+            page = await self.store.memories(self.scope, after=after, limit=_MCP_LISTED)
+            total = await self.store.count(self.scope)
+            shown: list[dict[str, Any]] = [dict(memory) for memory in page]
+            counted = f"{len(shown)} of {total} memories, those after memory {after},"
+        else:
+            every = await self.store.memories(self.scope)
+            shown, total = [dict(memory) for memory in every[-_MCP_LISTED:]], len(every)
+            counted = (f"{total} memories" if len(shown) == total else
+                       f"the newest {len(shown)} of {total} memories")
+        return ({"memories": shown, "total": total},
                 _mcp_lines(f"{counted} recorded earlier, oldest first", shown))
 
     async def _revise(self, client: str, memory_id: Any, text: Any
@@ -273,9 +288,12 @@ async def _serve_mcp(store: AsyncMemoryStore, scope: Scope) -> None:
         await server.run(reading, writing, server.create_initialization_options())
 
 
-def settings(args: argparse.Namespace) -> None:
+def settings(args: argparse.Namespace) -> int | None:
     """The store, user and task from the command line, else the environment (MCP clients
-    configure servers by `env`); checked before the store is opened."""
+    configure servers by `env`), checked before the store is opened; a file's path with
+    `~` expanded and its folder checked, named by where it came from. With --print-config,
+    print the host's entry for these settings instead and end (0)."""
+    named = "PATH" if args.path else "MEMORY_STORE"
     args.path = args.path or os.environ.get("MEMORY_STORE")
     args.user = args.user or os.environ.get("MEMORY_USER")
     args.task = args.task or os.environ.get("MEMORY_TASK") or _MCP_DEFAULT_TASK
@@ -284,6 +302,29 @@ def settings(args: argparse.Namespace) -> None:
     if args.user is None:
         raise MemoryInputError("memory mcp needs --user, or MEMORY_USER in its environment")
     args.scope = Scope(args.user, args.task)
+    if "://" not in args.path:
+        args.path = os.path.abspath(os.path.expanduser(args.path))
+        if not os.path.isdir(os.path.dirname(args.path)):
+            raise MemoryInputError(f"{named} names a file in a folder that does not exist")
+    if not args.print_config:
+        return None
+    print(json.dumps({"mcpServers": {"memory": _host_entry(args)}}, indent=2))
+    return 0
+
+
+def _host_entry(args: argparse.Namespace) -> dict[str, Any]:
+    """How a desktop host starts this server: by absolute paths, since it sees neither
+    the shell's PATH (a virtual environment's bin) nor its current folder."""
+    env = {"MEMORY_STORE": args.path, "MEMORY_USER": args.scope.user}
+    if args.scope.task != _MCP_DEFAULT_TASK:
+        env["MEMORY_TASK"] = args.scope.task
+    command = os.path.join(os.path.dirname(sys.executable), "memory")
+    if os.access(command, os.X_OK):
+        return {"command": command, "args": ["mcp"], "env": env}
+    # memory.py run from its folder, not installed: that folder on the module path.
+    folder = os.path.dirname(os.path.abspath(sys.modules["memory"].__file__ or "memory.py"))
+    return {"command": sys.executable, "args": ["-m", "memory", "mcp"],
+            "env": {**env, "PYTHONPATH": folder}}
 
 
 def run(store: MemoryStore, args: argparse.Namespace) -> int:

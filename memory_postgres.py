@@ -199,6 +199,30 @@ _PG_FAILURES = {
 }
 
 
+# libpq reports a failed connection as text alone: no SQLSTATE reaches the driver. The
+# server's reason (with the SQLSTATE it sent), or which of socket or host could not be
+# reached, is read from libpq's words, which name the role, database or host: only the
+# kind goes on. A server whose messages are not in English gives the general one.
+_PG_CONNECT_FAILURES = (
+    (r'FATAL:  database ".*" does not exist', "3D000", "the database does not exist"),
+    (r'FATAL:  role ".*" does not exist', "28000", "the role does not exist"),
+    (r"password authentication failed", "28P01", "the server refused the password"),
+    (r"no pg_hba.conf entry", "28000",
+     "the server's pg_hba.conf lets this role not connect to this database from here"),
+    (r"(Peer|Ident) authentication failed", "28000",
+     "the server's peer or ident check refused the role for this login"),
+    (r"no password supplied", "", "the server asks for a password and the URL gives none"),
+    (r"the database system is (starting up|shutting down|in recovery mode)", "57P03",
+     "the server is starting up or shutting down"),
+    (r'on socket ".*" failed: No such file or directory', "",
+     "no server socket in the folder the URL names (is the server running, with its"
+     " socket there?)"),
+    (r"Connection refused", "", "nothing accepts connections at the host and port"),
+    (r"could not translate host name", "", "the host name does not resolve"),
+    (r"timeout expired", "", "no answer from the host within connect_timeout"),
+)
+
+
 def _postgres_error(exc: Exception, connecting: bool = False) -> StoreError:
     # The driver's messages can quote a value (a duplicate key, the URL's user), so only
     # the kind of failure, the error's class and its SQLSTATE go on.
@@ -206,9 +230,13 @@ def _postgres_error(exc: Exception, connecting: bool = False) -> StoreError:
     kind = next((_PG_FAILURES[key] for key in (state, state[:3], state[:2])
                  if key in _PG_FAILURES), None)
     failed = "the PostgreSQL server could not do it"
-    if connecting and not state:  # libpq gives no SQLSTATE for a failed connection
+    if connecting and not state:
         failed = "could not connect to the PostgreSQL server"
-        kind = "it is down or unreachable, or refused the role or the database"
+        said = str(exc)
+        state, kind = next(((code, meaning) for pattern, code, meaning in _PG_CONNECT_FAILURES
+                            if re.search(pattern, said)),
+                           ("", "it is down or unreachable, or refused the role or the"
+                                " database"))
     return StoreError(f"{failed}{': ' + kind if kind else ''}"
                       f" ({type(exc).__name__}, SQLSTATE {state or 'none'})")
 

@@ -112,6 +112,8 @@ class StoreMatchesModel(RuleBasedStateMachine):
         assert revised is not None
         self.model.memories.remove(seen[0])
         self.write([(scope.user, seen[0].task, text, source, ttl)], [revised])
+        if ttl is None:  # the corrected memory expires when the old one did
+            self.model.memories[-1].expires_at = seen[0].expires_at
 
     @rule()
     def purge_expired(self) -> None:

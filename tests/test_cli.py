@@ -497,3 +497,63 @@ def test_remember_from_a_closed_standard_input_is_one_line(tmp_path: pathlib.Pat
     assert not_utf8.returncode == 1
     assert not_utf8.stderr == b"memory: error: standard input is not UTF-8\n"
     assert not missing.exists()
+
+
+SERVER_MEMORY = [
+    {"type": "entity", "name": "Alice", "entityType": "person",
+     "observations": ["prefers aisle seats", "is vegetarian"]},
+    {"type": "entity", "name": "Lisbon trip", "entityType": "event", "observations": []},
+    {"type": "relation", "from": "Alice", "to": "Lisbon trip", "relationType": "plans"},
+]
+
+
+def test_import_from_the_reference_memory_servers_file(store_at: str,
+                                                       tmp_path: pathlib.Path) -> None:
+    """memory.jsonl of the reference MCP memory server: each observation and relation is
+    one user-level memory of --user naming its entity; importing twice changes nothing."""
+    file = tmp_path / "memory.jsonl"
+    file.write_text("\n".join(json.dumps(line) for line in SERVER_MEMORY) + "\n")
+    command = ["import", store_at, "--from", "server-memory", str(file), "--user", "carol"]
+    done = cli(*command)
+    assert done.returncode == 0 and done.stdout == "imported 3 memories (0 already held)\n", (
+        done.stderr)
+    again = cli(*command)
+    assert again.returncode == 0 and again.stdout == "imported 0 memories (3 already held)\n"
+    listed = [json.loads(line) for line in cli("list", store_at, "--user", "carol",
+                                                "--task", "any").stdout.splitlines()]
+    assert [(m["text"], m["source"], m["level"]) for m in listed] == [
+        ("Alice: prefers aisle seats", "server-memory:Alice", "user"),
+        ("Alice: is vegetarian", "server-memory:Alice", "user"),
+        ("Alice plans Lisbon trip", "server-memory:Alice", "user")]
+    tasked = cli(*command, "--task", "trip")
+    assert tasked.returncode == 0, tasked.stderr
+    assert {json.loads(line)["level"] for line in cli(
+        "list", store_at, "--user", "carol", "--task", "trip").stdout.splitlines()} == {
+        "user", "task"}
+    assert cli("list", store_at, "--user", "dave", "--task", "trip").stdout == ""
+
+
+@pytest.mark.parametrize("bad, problem", [
+    ('{"type": "entity", "name": "Alice"}', "line 2: an entity needs entityType, name,"),
+    ('{"type": "person"}', "line 2: not an entity or a relation"),
+    ("[1, 2]", "line 2: not an entity or a relation"),
+    ("{not json", "line 2: not JSON"),
+    ('{"type": "entity", "name": "A", "entityType": "p", "observations": "x"}',
+     "line 2: observations must be a list"),
+    ('{"type": "entity", "name": "A", "entityType": "p", "observations": [" "]}',
+     "line 2: an observation must not be blank"),
+    ('{"type": "relation", "from": "A", "to": 5, "relationType": "r"}', "line 2: to must be"),
+])
+def test_a_malformed_server_memory_line_is_named_and_nothing_is_written(
+        tmp_path: pathlib.Path, bad: str, problem: str) -> None:
+    file = tmp_path / "memory.jsonl"
+    file.write_text(json.dumps(SERVER_MEMORY[0]) + "\n" + bad + "\n")
+    missing = tmp_path / "new.db"
+    done = cli("import", str(missing), "--from", "server-memory", str(file), "--user", "carol")
+    assert_clean_failure(done)
+    assert done.stderr.startswith(f"memory: error: {problem}"), done.stderr
+    assert not missing.exists()
+    assert "secret" not in done.stderr
+    no_user = cli("import", str(missing), "--from", "server-memory", str(file))
+    assert_clean_failure(no_user)
+    assert "needs --user" in no_user.stderr and not missing.exists()

@@ -190,6 +190,23 @@ def test_revise_replaces_a_memory_in_one_step(tmp_path: pathlib.Path, clock: Set
     assert b"ever-zq1" not in file_bytes(path)
 
 
+def test_revise_keeps_the_expiry_unless_given_a_ttl(store: MemoryStore, clock: SetClock) -> None:
+    """A correction is the same fact, better said: it expires when the old memory did,
+    unless `ttl` says otherwise (counted from the correction)."""
+    hotel = store.remember(ALICE, "task", "Hotel holds the room.", "s", ttl=3600)
+    forever = store.remember(ALICE, "user", "Alice likes jazz.", "s")
+    clock.at = "2026-10-20T09:30:00+00:00"
+    kept = store.revise(ALICE, hotel, "Hotel holds the room till noon.", "fix")
+    stays = store.revise(ALICE, forever, "Alice loves jazz.", "fix")
+    assert kept is not None and stays is not None
+    expiry = {m["id"]: m["expires_at"] for m in store.memories(ALICE)}
+    assert expiry == {kept: "2026-10-20T10:00:00.000000+00:00", stays: None}
+    later = store.revise(ALICE, kept, "Hotel holds the room till one.", "fix", ttl=60)
+    assert later is not None
+    assert store.get(ALICE, later)["expires_at"] == (  # type: ignore[index]
+        "2026-10-20T09:31:00.000000+00:00")
+
+
 def test_revise_is_all_or_nothing(store: MemoryStore) -> None:
     old = store.remember(ALICE, "user", "Alice eats no fish.", "turn-1")
     with pytest.raises(MemoryInputError):

@@ -86,6 +86,7 @@ def test_a_stems_file_without_the_package_names_the_extra(tmp_path: pathlib.Path
     finally:
         memory._stemmer.cache_clear()
     assert digest(path) == before
+    assert not (tmp_path / "new.db").exists()  # the extra is asked for before the file
 
 
 def fill(store: MemoryStore) -> None:

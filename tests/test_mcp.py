@@ -359,3 +359,53 @@ def test_a_memory_cannot_forge_an_entry_in_the_text_the_model_reads(
             assert json.loads(text) == found["text"]
             assert f"source {json.dumps(found['source'], ensure_ascii=False)}" in line
         assert {found["text"] for found in shown} == {forged, "Alice likes jazz."}
+
+
+def test_recall_takes_a_budget_and_list_memories_pages_after_an_id(
+        tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.db")
+    with MemoryStore(path) as store:
+        ids = store.remember_many([(Scope("alice", "default"), "user", f"fact {n} tea", "s")
+                                   for n in range(105)])
+        best = store.recall(Scope("alice", "default"), "tea", 5, rank="idf", budget=20)
+
+    async def session() -> list[dict[str, Any]]:
+        async with serving(tmp_path / "log", path, "--user", "alice") as s:
+            return [await call(s, "recall", query="tea", budget=20),
+                    await call(s, "list_memories", after=ids[2]),
+                    await call(s, "list_memories", after=ids[102])]
+
+    recalled, first, last = run(session())
+    assert [m["id"] for m in recalled["memories"]] == [m["id"] for m in best]
+    assert sum(len(m["text"]) for m in recalled["memories"]) <= 20
+    assert [m["id"] for m in first["memories"]] == ids[3:103] and first["total"] == 105
+    assert [m["id"] for m in last["memories"]] == ids[103:] and last["total"] == 105
+
+
+def test_print_config_gives_absolute_paths_and_opens_nothing(tmp_path: pathlib.Path) -> None:
+    """The entry a desktop host needs: this interpreter's memory command (or python -m
+    memory with its folder), the store's path made absolute with ~ expanded; no store is
+    opened or created. An unusable path is named by where it came from."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "MEMORY_USER": "alice"}
+    done = subprocess.run([sys.executable, "-m", "memory", "mcp", "~/assistant.db",
+                           "--task", "trip", "--print-config"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    entry = json.loads(done.stdout)["mcpServers"]["memory"]
+    assert entry["env"] == {"MEMORY_STORE": str(home / "assistant.db"), "MEMORY_USER": "alice",
+                            "MEMORY_TASK": "trip", **({"PYTHONPATH": str(ROOT)}
+                                                      if entry["command"] == sys.executable
+                                                      else {})}
+    assert os.path.isabs(entry["command"]) and os.access(entry["command"], os.X_OK)
+    assert entry["args"][-1] == "mcp"
+    assert not (home / "assistant.db").exists()
+    for args, named in ((["mcp", str(tmp_path / "no" / "m.db")], "PATH"),
+                        (["mcp"], "MEMORY_STORE")):
+        refused = subprocess.run([sys.executable, "-m", "memory", *args, "--print-config"],
+                                 cwd=ROOT, env={**env, "MEMORY_STORE": "~/no/such/m.db"},
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1
+        assert refused.stderr == (f"memory: error: {named} names a file in a folder that does"
+                                  " not exist\n")

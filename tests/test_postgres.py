@@ -1092,3 +1092,39 @@ def test_a_statement_without_a_postgresql_form_is_refused_before_it_is_sent() ->
     session = memory_postgres._PostgresSession.__new__(memory_postgres._PostgresSession)
     with pytest.raises(StoreError, match="no PostgreSQL form"):
         session.execute("SELECT text FROM memories")  # a str, not one of the store's
+
+
+def test_each_kind_of_connection_failure_is_named_without_the_url(server: Server) -> None:
+    """A missing database, a missing role, a wrong password, a missing socket and a port
+    nobody listens on are told apart (with the SQLSTATE the server sent, where it sent
+    one); no message repeats the URL, the role, the database or the password."""
+    role, secret = "pw_quokka", "hunter2secret"
+    server.admin(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}')"
+                 f" THEN CREATE ROLE {role} LOGIN PASSWORD '{secret}'; END IF; END $$")
+    hba = server.data / "pg_hba.conf"
+    kept = hba.read_text()
+    hba.write_text(f"local all {role} scram-sha-256\n{kept}")  # the first line that fits
+    server.admin("SELECT pg_reload_conf()")
+    try:
+        cases = {
+            server.url("no_such_db_quokka"): "the database does not exist (OperationalError,"
+                                             " SQLSTATE 3D000)",
+            server.url("postgres", "no_such_role_quokka"): "the role does not exist"
+                                                           " (OperationalError, SQLSTATE 28000)",
+            f"postgresql://{role}:wrong_{secret}@/postgres?host={server.folder}":
+                "the server refused the password (OperationalError, SQLSTATE 28P01)",
+            f"postgresql://{APP_ROLE}@/quokka_db?host={server.folder}/no_such_quokka_folder":
+                "no server socket in the folder the URL names",
+            f"postgresql://{APP_ROLE}@127.0.0.1:1/quokka_db": "nothing accepts connections at"
+                                                             " the host and port",
+        }
+        for url, reason in cases.items():
+            with pytest.raises(StoreError) as caught:
+                MemoryStore(url)
+            message = str(caught.value)
+            assert message.startswith(f"could not connect to the PostgreSQL server: {reason}"), (
+                message)
+            assert "quokka" not in message and secret not in message and role not in message
+    finally:
+        hba.write_text(kept)
+        server.admin("SELECT pg_reload_conf()")

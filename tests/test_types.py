@@ -51,11 +51,12 @@ print(len(asyncio.run(listed("memory.db"))))
 """
 
 BAD = """\
-from memory import MemoryStore, Scope
+from memory import AsyncMemoryStore, MemoryStore, Scope
 
 with MemoryStore("memory.db", rank="bm25") as store:
     store.remember(Scope("alice", "trip"), "team", "text", "s")
     print(store.recall(Scope("alice", "trip"), "text")[0]["txt"])
+AsyncMemoryStore("memory.db", rnk="idf")
 """
 
 
@@ -63,10 +64,14 @@ def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Pa
     with MemoryStore(tmp_path / "m.db") as store:
         memory_id = store.remember(ALICE, "task", "Book the hotel.", "s", ttl=60)
         (recalled,) = store.recall(ALICE, "hotel")
+        (explained,) = store.recall(ALICE, "hotel", explain=True)
         shown = store.get(ALICE, memory_id)
         (record,) = store.export_user("alice")
     assert shown is not None
-    assert list(recalled) == list(typing.get_type_hints(memory.Recalled))
+    fields = list(typing.get_type_hints(memory.Recalled))
+    assert list(recalled) == [key for key in fields if key in memory.Recalled.__required_keys__]
+    assert list(explained) == fields and list(explained["why"]) == list(
+        typing.get_type_hints(memory.Why))
     assert list(shown) == list(typing.get_type_hints(memory.Memory))
     assert list(record) == list(typing.get_type_hints(memory.Record)) == list(memory.RECORD_KEYS)
     assert memory.LEVELS == typing.get_args(memory.Level)
@@ -105,3 +110,4 @@ def test_mypy_strict_on_a_users_script_reads_the_installed_module(
     assert 'bad.py:3: error: Argument "rank" to "MemoryStore"' in found
     assert 'bad.py:4: error: Argument 2 to "remember" of "MemoryStore"' in found
     assert 'bad.py:5: error: "txt" is not a valid TypedDict key' in found
+    assert 'bad.py:6: error: Unexpected keyword argument "rnk" for "AsyncMemoryStore"' in found
