@@ -96,7 +96,8 @@ def test_paging_through_gives_memories_exactly(tmp_path_factory: pytest.TempPath
             store.forget(ALICE, memory_id)
         clock.at = "2026-10-20T10:00:00+00:00"  # the ttl=60 memories have expired
         every = store.memories(ALICE)
-        pages, after = [], None
+        pages: list[memory.Memory] = []
+        after: int | None = None
         for size in sizes * 10:
             page = store.memories(ALICE, after=after, limit=size)
             assert page == every[len(pages):len(pages) + size]  # full but for the last
