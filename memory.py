@@ -3593,6 +3593,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--user", type=_identifier, help="the user id (default: $MEMORY_USER)")
     serve.add_argument("--task", type=_identifier, help="the task id (default: $MEMORY_TASK,"
                        f" else {_MCP_DEFAULT_TASK})")
+    serve.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP at"
+                       " http://HOST:PORT/mcp instead of stdio: with --issuer, for the users"
+                       " its tokens name; without it, on a loopback address alone")
+    serve.add_argument("--issuer", metavar="URL", help="with --http: accept bearer JWTs of"
+                       " this issuer only, each request's user the token's")
+    serve.add_argument("--audience", metavar="AUD", help="with --issuer: the audience tokens"
+                       " must name (aud)")
+    serve.add_argument("--jwks", metavar="FILE_OR_URL", help="with --issuer: the issuer's"
+                       " signing keys, a JWKS file or URL")
+    serve.add_argument("--user-claim", default="sub", metavar="CLAIM", help="with --issuer:"
+                       " the claim that names the user (default sub)")
     serve.add_argument("--print-config", action="store_true",
                        help="print the mcpServers entry that starts this server as these"
                        " settings say (this interpreter's memory command, the store's"

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import logging
 import os
+import signal
 import sys
 import typing
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from memory import (
     _MCP_DEFAULT_TASK,
     _NOT_IN_SCOPE,
+    IDENTIFIER,
     LEVELS,
     MAX_LIMIT,
     MAX_TEXT,
@@ -37,9 +41,25 @@ from memory import (
 )
 
 try:
+    import jwt
+    import uvicorn
     from mcp import types
+    from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, get_access_token
+    from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
+    from mcp.server.streamable_http_manager import (
+        StreamableHTTPASGIApp,
+        StreamableHTTPSessionManager,
+    )
+    from mcp.server.transport_security import TransportSecuritySettings
+    from pydantic import AnyHttpUrl
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.authentication import AuthenticationMiddleware
+    from starlette.routing import Route
 except ImportError:
     raise StoreError("memory mcp needs the mcp extra: pip install 'memory-store[mcp]'"
                      " (or '.[mcp]' in this folder)") from None
@@ -170,13 +190,14 @@ def _mcp_lines(heading: str, memories: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-class _McpSession:
-    """The five tools over one store and the scope fixed at launch."""
+class _Tools:
+    """The five tools over one store, each call confined to the scope it is given: the
+    one fixed at launch, or the one a verified token names."""
 
-    def __init__(self, store: AsyncMemoryStore, scope: Scope) -> None:
-        self.store, self.scope = store, scope
+    def __init__(self, store: AsyncMemoryStore) -> None:
+        self.store = store
 
-    async def call(self, name: str, arguments: dict[str, Any], client: str
+    async def call(self, scope: Scope, name: str, arguments: dict[str, Any], client: str
                    ) -> tuple[dict[str, Any], str]:
         """The tool's structured result and its text; MemoryInputError for bad input."""
         tool = _MCP_TOOLS.get(name)
@@ -190,70 +211,74 @@ class _McpSession:
         for required in tool.arguments["required"]:
             if required not in arguments:
                 raise MemoryInputError(f"{required} is required")
-        result: tuple[dict[str, Any], str] = await getattr(self, f"_{name}")(client,
+        result: tuple[dict[str, Any], str] = await getattr(self, f"_{name}")(scope, client,
                                                                              **arguments)
         return result
 
     # Arguments are as the model sent them, of any JSON type: the store checks each.
 
-    async def _remember(self, client: str, text: Any, level: Any = "user", source: Any = None,
-                        ttl_seconds: Any = None) -> tuple[dict[str, Any], str]:
+    async def _remember(self, scope: Scope, client: str, text: Any, level: Any = "user",
+                        source: Any = None, ttl_seconds: Any = None
+                        ) -> tuple[dict[str, Any], str]:
         # Checked here too, so that its message names the argument as the model knows it.
         ttl = None if ttl_seconds is None else _check_seconds("ttl_seconds", ttl_seconds)
-        kept = await self.store.remember(self.scope, level, text,
+        kept = await self.store.remember(scope, level, text,
                                          client if source is None else source,
                                          ttl=ttl, dedupe=True)
         return {"id": kept}, f"remembered as memory {kept}"
 
-    async def _recall(self, client: str, query: Any, limit: Any = _MCP_RECALLED,
+    async def _recall(self, scope: Scope, client: str, query: Any, limit: Any = _MCP_RECALLED,
                       budget: Any = None) -> tuple[dict[str, Any], str]:
-        found = await self.store.recall(self.scope, query, limit, budget=budget)
+        found = await self.store.recall(scope, query, limit, budget=budget)
         shown: list[dict[str, Any]] = [dict(memory) for memory in found]
         if not shown:
             return {"memories": shown}, "no memory matches"
         return {"memories": shown}, _mcp_lines(
             f"{len(shown)} memories recorded earlier, best first", shown)
 
-    async def _list_memories(self, client: str, after: Any = None
+    async def _list_memories(self, scope: Scope, client: str, after: Any = None
                              ) -> tuple[dict[str, Any], str]:
         if after is not None:
-            page = await self.store.memories(self.scope, after=after, limit=_MCP_LISTED)
-            total = await self.store.count(self.scope)
+            page = await self.store.memories(scope, after=after, limit=_MCP_LISTED)
+            total = await self.store.count(scope)
             shown: list[dict[str, Any]] = [dict(memory) for memory in page]
             counted = f"{len(shown)} of {total} memories, those after memory {after},"
         else:
-            every = await self.store.memories(self.scope)
+            every = await self.store.memories(scope)
             shown, total = [dict(memory) for memory in every[-_MCP_LISTED:]], len(every)
             counted = (f"{total} memories" if len(shown) == total else
                        f"the newest {len(shown)} of {total} memories")
         return ({"memories": shown, "total": total},
                 _mcp_lines(f"{counted} recorded earlier, oldest first", shown))
 
-    async def _revise(self, client: str, memory_id: Any, text: Any
+    async def _revise(self, scope: Scope, client: str, memory_id: Any, text: Any
                       ) -> tuple[dict[str, Any], str]:
-        revised = await self.store.revise(self.scope, memory_id, text, client)
+        revised = await self.store.revise(scope, memory_id, text, client)
         if revised is None:
             raise MemoryInputError(_NOT_IN_SCOPE)
         return {"id": revised}, f"revised: the memory is now {revised}"
 
-    async def _forget(self, client: str, memory_id: Any) -> tuple[dict[str, Any], str]:
-        forgotten = await self.store.forget(self.scope, memory_id)
+    async def _forget(self, scope: Scope, client: str, memory_id: Any
+                      ) -> tuple[dict[str, Any], str]:
+        forgotten = await self.store.forget(scope, memory_id)
         return ({"forgotten": forgotten},
                 f"forgot memory {memory_id}" if forgotten else _NOT_IN_SCOPE)
 
 
-async def _serve_mcp(store: AsyncMemoryStore, scope: Scope) -> None:
-    """Serve the tools on stdin and stdout until the client closes stdin."""
-    session = _McpSession(store, scope)
-    tools = [types.Tool(name=name, description=tool.description, input_schema=tool.arguments,
-                        output_schema=tool.result, annotations=types.ToolAnnotations(
-                            read_only_hint=tool.reads_only, destructive_hint=tool.destroys,
-                            idempotent_hint=tool.idempotent,
-                            open_world_hint=False))
-             for name, tool in _MCP_TOOLS.items()]
+def _server(store: AsyncMemoryStore, scope_of: Callable[[], Scope], serves: str) -> Server[Any]:
+    """The MCP server of the five tools, for either transport: each call's scope is
+    scope_of() (the launch scope, or the verified token's user in the launch task), never
+    anything the client sends. `serves` names whose memories they are, for the model."""
+    tools = _Tools(store)
+    listed = [types.Tool(name=name, description=tool.description, input_schema=tool.arguments,
+                         output_schema=tool.result, annotations=types.ToolAnnotations(
+                             read_only_hint=tool.reads_only, destructive_hint=tool.destroys,
+                             idempotent_hint=tool.idempotent,
+                             open_world_hint=False))
+              for name, tool in _MCP_TOOLS.items()]
 
     async def list_tools(context: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tools)
+        return types.ListToolsResult(tools=listed)
 
     async def call_tool(context: Any, params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
@@ -265,8 +290,10 @@ async def _serve_mcp(store: AsyncMemoryStore, scope: Scope) -> None:
         source = f"mcp:{named_by}" if named_by.strip() else "mcp"
         named = params.name if params.name in _MCP_TOOLS else "an unknown tool"  # for the log
         try:
-            result, text = await session.call(params.name, dict(params.arguments or {}),
-                                              source)
+            scope = scope_of()
+            _log.debug("mcp: %s for user %s", named, scope.user)
+            result, text = await tools.call(scope, params.name, dict(params.arguments or {}),
+                                            source)
         except (MemoryInputError, StoreError) as exc:
             _log.info("mcp: %s refused: %s", named, type(exc).__name__)
             message = str(exc)
@@ -279,13 +306,184 @@ async def _serve_mcp(store: AsyncMemoryStore, scope: Scope) -> None:
         return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
                                     is_error=True)
 
-    server: Server[Any] = Server(
+    return Server(
         "memory", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
-        instructions=f"Long-term memory for user {scope.user}, task {scope.task}. Recall"
-        " before answering what may depend on earlier conversations; remember what the user"
-        " will want known later.")
+        instructions=f"Long-term memory for {serves}. Recall before answering what may"
+        " depend on earlier conversations; remember what the user will want known later.")
+
+
+async def _serve_stdio(store: AsyncMemoryStore, scope: Scope) -> None:
+    """Serve the tools on stdin and stdout until the client closes stdin."""
+    server = _server(store, lambda: scope, f"user {scope.user}, task {scope.task}")
     async with stdio_server() as (reading, writing):
         await server.run(reading, writing, server.create_initialization_options())
+
+
+# -- over HTTP ---------------------------------------------------------------------------
+# Streamable HTTP at /mcp. With --issuer, every request carries a bearer JWT that the
+# server verifies (signature by the issuer's JWKS, iss, aud, exp and nbf), and the user of
+# each call is the token's user claim; the task is the launch's. Without it, only a
+# loopback address is served, for the one user given at launch, as stdio serves it.
+
+#: Asymmetric signatures only: `none` and the HMAC family (whose key is a shared secret
+#: the JWKS would have to publish) are refused.
+_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
+               "ES512", "EdDSA")
+#: Clocks drift: exp and nbf are judged with this many seconds' grace.
+_LEEWAY_SECONDS = 30
+#: A JWKS fetched from a URL is kept this long, and fetched anew for an unknown key id.
+_JWKS_SECONDS = 300
+# How long SIGTERM lets the calls in flight and open streams end before it closes them.
+_GRACE_SECONDS = 10
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _Keys:
+    """The issuer's signing keys: a JWKS file, read again when a token names a key id it
+    lacks (the keys were rotated), or a URL, fetched and cached by PyJWT's client, which
+    fetches again on an unknown key id."""
+
+    def __init__(self, jwks: str) -> None:
+        self._client = (jwt.PyJWKClient(jwks, cache_jwk_set=True, lifespan=_JWKS_SECONDS)
+                        if jwks.startswith(("https://", "http://")) else None)
+        self._file = jwks
+        self._known: dict[str, jwt.PyJWK] = {}
+
+    def _read(self) -> None:
+        with open(self._file, encoding="utf-8") as source:
+            keys = jwt.PyJWKSet.from_json(source.read()).keys
+        self._known = {str(key.key_id): key for key in keys}
+
+    def key_for(self, token: str) -> jwt.PyJWK:
+        """The key the token says it is signed with; PyJWTError if there is none."""
+        if self._client is not None:
+            return self._client.get_signing_key_from_jwt(token)
+        kid = str(jwt.get_unverified_header(token).get("kid"))
+        if kid not in self._known:
+            self._read()
+        if kid not in self._known:
+            raise jwt.InvalidKeyError("no key of the issuer has the token's key id")
+        return self._known[kid]
+
+
+class _Verifier:
+    """The SDK's TokenVerifier for JWTs of one issuer and audience: a token it accepts
+    carries the user it names (`subject`, None where the claim is not a valid user id,
+    which is refused with 403)."""
+
+    def __init__(self, issuer: str, audience: str, jwks: str, user_claim: str) -> None:
+        self.issuer, self.audience, self.user_claim = issuer, audience, user_claim
+        self._keys = _Keys(jwks)
+
+    def _claims(self, token: str) -> dict[str, Any]:
+        if jwt.get_unverified_header(token).get("alg") not in _ALGORITHMS:
+            raise jwt.InvalidAlgorithmError("not an asymmetric signature")
+        claims: dict[str, Any] = jwt.decode(
+            token, self._keys.key_for(token), algorithms=list(_ALGORITHMS),
+            audience=self.audience, issuer=self.issuer, leeway=_LEEWAY_SECONDS,
+            options={"require": ["exp", "iss", "aud"]})
+        return claims
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:  # fetching the JWKS is blocking I/O
+            claims = await asyncio.to_thread(self._claims, token)
+        except (jwt.PyJWTError, OSError, ValueError) as exc:  # never the token itself
+            _log.info("mcp: refused a token: %s", type(exc).__name__)
+            return None
+        user = claims.get(self.user_claim)
+        valid = isinstance(user, str) and IDENTIFIER.fullmatch(user) is not None
+        if not valid:
+            _log.info("mcp: refused a token of issuer %s: its %s is not a valid user id",
+                      self.issuer, self.user_claim)
+        return AccessToken(token=token, client_id=str(claims.get("azp") or "unnamed"),
+                           scopes=[], expires_at=int(claims["exp"]),
+                           subject=user if valid else None, claims={"iss": self.issuer})
+
+
+class _KnownUser:
+    """403 for a verified token whose user claim is not a valid user id: it proved who
+    sent it, but names no user this store can serve."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        token = getattr(scope.get("user"), "access_token", None)
+        if token is not None and token.subject is None:
+            body = json.dumps({"error": "insufficient_scope", "error_description":
+                               "the token's user claim is not a valid user id"}).encode()
+            await send({"type": "http.response.start", "status": 403, "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer error="insufficient_scope"')]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+def _token_scope(task: str) -> Scope:
+    token = get_access_token()
+    if token is None or token.subject is None:  # the middleware lets no such request in
+        raise StoreError("the request carries no verified user")
+    return Scope(token.subject, task)
+
+
+def _http_app(store: AsyncMemoryStore, args: argparse.Namespace) -> Starlette:
+    """The Streamable HTTP app of the SDK's pieces: its session manager (which gives a
+    session only to the credential that opened it), and with --issuer its bearer-token
+    middleware, 401 with the protected-resource metadata's address, and that metadata."""
+    if args.issuer is None:
+        server = _server(store, lambda: args.scope,
+                         f"user {args.scope.user}, task {args.scope.task}")
+        security = TransportSecuritySettings(  # DNS rebinding: loopback names alone
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+    else:
+        server = _server(store, lambda: _token_scope(args.task),
+                         f"the signed-in user, task {args.task}")
+        security = None
+    manager = StreamableHTTPSessionManager(app=server, json_response=True,
+                                           security_settings=security)
+    endpoint: Any = StreamableHTTPASGIApp(manager)
+    routes: list[Route] = []
+    middleware: list[Middleware] = []
+    if args.issuer is not None:
+        named = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address
+        resource = AnyHttpUrl(f"http://{named}:{args.port}/mcp")
+        verifier = _Verifier(args.issuer, args.audience, args.jwks, args.user_claim)
+        middleware = [Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier)),
+                      Middleware(AuthContextMiddleware)]
+        endpoint = RequireAuthMiddleware(_KnownUser(endpoint), [],
+                                         build_resource_metadata_url(resource))
+        routes += create_protected_resource_routes(resource, [AnyHttpUrl(args.issuer)])
+    return Starlette(routes=[Route("/mcp", endpoint=endpoint), *routes], middleware=middleware,
+                     lifespan=lambda app: manager.run())
+
+
+async def _serve_http(store: AsyncMemoryStore, args: argparse.Namespace) -> None:
+    """Serve until SIGTERM or SIGINT; then the calls in flight end (uvicorn stops taking
+    requests and waits for those it has), and the store closes after them."""
+    config = uvicorn.Config(_http_app(store, args), host=args.host, port=args.port,
+                            log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=_GRACE_SECONDS)
+    # uvicorn stops on SIGTERM or SIGINT, then raises the signal again for the handler it
+    # found: this one does nothing, so that the store closes after uvicorn and the process
+    # exits 0, rather than being ended by the default handler.
+    for stopping in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stopping, lambda number, frame: None)
+    _log.info("mcp: serving on %s port %d, %s", args.host, args.port,
+              f"tokens of issuer {args.issuer}" if args.issuer else f"user {args.scope.user}")
+    await uvicorn.Server(config).serve()
+    _log.info("mcp: stopped; closing the store")
 
 
 def settings(args: argparse.Namespace) -> int | None:
@@ -295,21 +493,54 @@ def settings(args: argparse.Namespace) -> int | None:
     print the host's entry for these settings instead and end (0)."""
     named = "PATH" if args.path else "MEMORY_STORE"
     args.path = args.path or os.environ.get("MEMORY_STORE")
-    args.user = args.user or os.environ.get("MEMORY_USER")
     args.task = args.task or os.environ.get("MEMORY_TASK") or _MCP_DEFAULT_TASK
+    Scope("a", args.task)  # the task is checked as every scope's is
     if not args.path:
         raise MemoryInputError("memory mcp needs PATH, or MEMORY_STORE in its environment")
-    if args.user is None:
-        raise MemoryInputError("memory mcp needs --user, or MEMORY_USER in its environment")
-    args.scope = Scope(args.user, args.task)
+    _http_settings(args)
+    if args.issuer is None:
+        args.user = args.user or os.environ.get("MEMORY_USER")
+        if args.user is None:
+            raise MemoryInputError("memory mcp needs --user, or MEMORY_USER in its"
+                                   " environment")
+        args.scope = Scope(args.user, args.task)
     if "://" not in args.path:
         args.path = os.path.abspath(os.path.expanduser(args.path))
         if not os.path.isdir(os.path.dirname(args.path)):
             raise MemoryInputError(f"{named} names a file in a folder that does not exist")
     if not args.print_config:
         return None
+    if args.http:
+        raise MemoryInputError("--print-config is for stdio; a remote host is given the URL")
     print(json.dumps({"mcpServers": {"memory": _host_entry(args)}}, indent=2))
     return 0
+
+
+def _http_settings(args: argparse.Namespace) -> None:
+    """--http and the token settings, each checked: a server that takes no tokens serves
+    a loopback address alone."""
+    token_options = {"--issuer": args.issuer, "--audience": args.audience,
+                     "--jwks": args.jwks}
+    if not args.http:
+        given = [name for name, value in token_options.items() if value is not None]
+        if given:
+            raise MemoryInputError(f"{given[0]} is for a server over HTTP (--http)")
+        return
+    host, _, port = args.http.rpartition(":")
+    if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise MemoryInputError("--http must be HOST:PORT, a port from 1 to 65535")
+    args.host, args.port = host.strip("[]"), int(port)
+    if args.issuer is None:
+        if not _is_loopback(args.host):
+            raise MemoryInputError("--http on an address other than loopback needs --issuer:"
+                                   " without tokens, anyone who reaches it would be the user")
+        return
+    if args.user is not None:
+        raise MemoryInputError("--user is for a server without --issuer: with it, each"
+                               " request's user is the one its token names")
+    for name, value in token_options.items():
+        if not value:
+            raise MemoryInputError(f"--issuer needs {name}")
 
 
 def _host_entry(args: argparse.Namespace) -> dict[str, Any]:
@@ -330,7 +561,8 @@ def _host_entry(args: argparse.Namespace) -> dict[str, Any]:
 def run(store: MemoryStore, args: argparse.Namespace) -> int:
     # stdout is the protocol; the SDK's own log lines may hold what a client sent.
     logging.getLogger("mcp").setLevel(logging.WARNING)
-    asyncio.run(_serve_mcp(AsyncMemoryStore._over(store), args.scope))
+    served = AsyncMemoryStore._over(store)
+    asyncio.run(_serve_http(served, args) if args.http else _serve_stdio(served, args.scope))
     return 0
 
 

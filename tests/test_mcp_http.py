@@ -1,0 +1,303 @@
+"""`memory mcp --http`: Streamable HTTP through the SDK's own client, the user of each call
+the verified token's; bad tokens refused, no argument that changes the user, many clients
+at once, SIGTERM, the loopback rule, on each engine.
+
+Every server is a subprocess on a free loopback port, stopped (and waited for, bounded)
+by the test that started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+mcp = pytest.importorskip("mcp", reason="the MCP server needs the `mcp` extra")
+import httpx2  # noqa: E402
+from mcp import ClientSession  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from helpers import ROOT  # noqa: E402
+from memory import MemoryStore, Scope  # noqa: E402
+from tokens import AUDIENCE, ISSUER, Issuer, hmac_signed, unsigned  # noqa: E402
+
+START_SECONDS = 60
+SECRET_TEXT = "Alice's diagnosis is private-zq7"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Running:
+    """A `memory -v mcp --http` subprocess: its URL, its log, and how to stop it."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, log: pathlib.Path) -> None:
+        self.process, self.port, self.log = process, port, log
+        self.url = f"http://127.0.0.1:{port}/mcp"
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(60)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait(10)
+
+
+@contextlib.contextmanager
+def serving(target: str, log: pathlib.Path, *args: str) -> Iterator[Running]:
+    port = free_port()
+    with log.open("ab") as errors:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "memory", "-v", "mcp", target, "--http", f"127.0.0.1:{port}",
+             *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=errors)
+    running = Running(process, port, log)
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.5).close()
+                break
+            except OSError:
+                assert process.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.05)
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def issuer(tmp_path: pathlib.Path) -> Issuer:
+    return Issuer(tmp_path)
+
+
+def token_args(issuer: Issuer) -> list[str]:
+    return ["--issuer", ISSUER, "--audience", AUDIENCE, "--jwks", str(issuer.jwks)]
+
+
+@contextlib.asynccontextmanager
+async def client(url: str, token: str | None) -> AsyncIterator[ClientSession]:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+        async with streamable_http_client(url, http_client=http) as (reading, writing, *_):
+            async with ClientSession(reading, writing) as session:
+                await session.initialize()
+                yield session
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
+    result = await session.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+def run(coroutine: Any) -> Any:
+    async def bounded() -> Any:
+        return await asyncio.wait_for(coroutine, 120)
+    return asyncio.run(bounded())
+
+
+def test_each_request_is_the_user_its_token_names(target: str, tmp_path: pathlib.Path,
+                                                  issuer: Issuer) -> None:
+    """alice writes and recalls; bob, on the same server, sees nothing of hers, and no
+    argument (a `user`, a `scope`) changes whose memories a call reads."""
+    log = tmp_path / "log"
+
+    async def session(url: str) -> None:
+        async with client(url, issuer.token("alice")) as alice:
+            mine = (await call(alice, "remember", text=SECRET_TEXT))["id"]
+            found = (await call(alice, "recall", query="diagnosis private-zq7"))["memories"]
+            assert [m["id"] for m in found] == [mine]
+            injected = await alice.call_tool("remember", {"text": "planted", "user": "bob"})
+            assert injected.is_error
+        async with client(url, issuer.token("bob")) as bob:
+            assert await call(bob, "recall", query="diagnosis private-zq7") == {"memories": []}
+            assert (await call(bob, "list_memories"))["total"] == 0
+            for tool, arguments in (("forget", {"memory_id": mine}),
+                                    ("revise", {"memory_id": mine, "text": "changed"})):
+                refused = await bob.call_tool(tool, arguments)
+                assert refused.is_error or refused.structured_content == {"forgotten": False}
+            for extra in ({"user": "alice"}, {"scope": "alice/default"}, {"task": "default"}):
+                refused = await bob.call_tool("recall", {"query": "diagnosis", **extra})
+                assert refused.is_error
+
+    with serving(target, log, *token_args(issuer)) as server:
+        run(session(server.url))
+        assert server.stop() == 0
+    with MemoryStore(target, read_only=True) as store:
+        assert [m["text"] for m in store.memories(Scope("alice", "default"))] == [SECRET_TEXT]
+        assert store.count(Scope("bob", "default")) == 0
+    written = log.read_text()
+    assert "user alice" in written and "user bob" in written  # the log names users ...
+    assert "zq7" not in written and "planted" not in written  # ... never text
+    assert issuer.token("alice").split(".")[1] not in written  # nor tokens
+
+
+def test_bad_tokens_are_refused_with_401_and_an_invalid_user_with_403(
+        tmp_path: pathlib.Path, issuer: Issuer) -> None:
+    (tmp_path / "other").mkdir()
+    other = Issuer(tmp_path / "other")  # the same key id, another key: a forged signature
+    bad = {
+        "none": None,
+        "expired": issuer.token("alice", lifetime=-3600),
+        "not yet valid": issuer.token("alice", nbf=int(time.time()) + 3600),
+        "wrong audience": issuer.token("alice", audience="someone-else"),
+        "wrong issuer": issuer.token("alice", issuer="https://elsewhere.example.test/"),
+        "forged signature": other.token("alice"),
+        "garbage": "not.a.token",
+        "alg none": unsigned("alice"),
+        "HS256": hmac_signed("a-shared-secret-of-thirty-two-bytes-x", "alice"),
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    async def statuses(url: str) -> dict[str, tuple[int, str]]:
+        found = {}
+        async with httpx2.AsyncClient(timeout=60) as http:
+            for name, token in bad.items():
+                sent = {**headers, **({} if token is None else
+                                      {"Authorization": f"Bearer {token}"})}
+                answer = await http.post(url, json=body, headers=sent)
+                found[name] = (answer.status_code, answer.headers.get("www-authenticate", ""))
+            for n, user in enumerate(("Alice", "bob smith", "x" * 65, "")):
+                answer = await http.post(url, json=body, headers={
+                    **headers, "Authorization": f"Bearer {issuer.token(user)}"})
+                found[f"user {n}"] = (answer.status_code, "")
+            metadata = await http.get(url.replace("/mcp", "/.well-known/oauth-protected-resource"
+                                                  "/mcp"))
+            found["metadata"] = (metadata.status_code, json.dumps(metadata.json()))
+        return found
+
+    with serving(str(tmp_path / "m.db"), tmp_path / "log", *token_args(issuer)) as server:
+        found = run(statuses(server.url))
+    metadata_url = f"http://127.0.0.1:{server.port}/.well-known/oauth-protected-resource/mcp"
+    for name in bad:
+        status, challenge = found[name]
+        assert status == 401, name
+        assert challenge.startswith("Bearer ") and f'resource_metadata="{metadata_url}"' in (
+            challenge), name
+    assert [status for name, (status, _) in found.items() if name.startswith("user")] == [403] * 4
+    status, metadata = found["metadata"]
+    assert status == 200 and json.loads(metadata)["authorization_servers"] == [ISSUER]
+    assert "a-shared-secret-of" not in (tmp_path / "log").read_text()
+
+
+def test_four_clients_of_two_users_write_at_once_and_every_write_is_kept(
+        target: str, tmp_path: pathlib.Path, issuer: Issuer) -> None:
+    async def writer(url: str, user: str, n: int) -> list[int]:
+        async with client(url, issuer.token(user)) as session:
+            return [(await call(session, "remember", text=f"fact {k} of writer {n}"))["id"]
+                    for k in range(20)]
+
+    async def all_at_once(url: str) -> list[list[int]]:
+        return list(await asyncio.gather(*(writer(url, ("alice", "bob")[n % 2], n)
+                                           for n in range(4))))
+
+    with serving(target, tmp_path / "log", *token_args(issuer)) as server:
+        ids = run(all_at_once(server.url))
+        assert server.stop() == 0
+    assert len({i for written in ids for i in written}) == 80
+    with MemoryStore(target, read_only=True) as store:
+        for user, writers in (("alice", (0, 2)), ("bob", (1, 3))):
+            texts = sorted(m["text"] for m in store.memories(Scope(user, "default")))
+            assert texts == sorted(f"fact {k} of writer {n}" for n in writers for k in range(20))
+
+
+def test_sigterm_mid_load_loses_nothing_acknowledged(target: str, tmp_path: pathlib.Path,
+                                                     issuer: Issuer) -> None:
+    """Writers keep writing while the server is told to stop: every write it answered is
+    in the store, the server ends with status 0, and closed the store behind it."""
+    acknowledged: list[str] = []
+
+    async def writer(url: str, n: int, stop_after: asyncio.Event) -> None:
+        with contextlib.suppress(Exception):  # the server going away ends the writer
+            async with client(url, issuer.token("alice")) as session:
+                for k in range(1000):
+                    text = f"load {n}/{k}"
+                    result = await session.call_tool("remember", {"text": text})
+                    if result.is_error:
+                        return
+                    acknowledged.append(text)
+                    if len(acknowledged) >= 20:
+                        stop_after.set()
+
+    async def load(server: Running) -> int:
+        stop_after = asyncio.Event()
+        writers = [asyncio.create_task(writer(server.url, n, stop_after)) for n in range(3)]
+        await asyncio.wait_for(stop_after.wait(), 60)
+        status = await asyncio.to_thread(server.stop)
+        await asyncio.wait_for(asyncio.gather(*writers), 60)
+        return status
+
+    with serving(target, tmp_path / "log", *token_args(issuer)) as server:
+        status = run(load(server))
+    assert status == 0, (tmp_path / "log").read_text()
+    assert "closing the store" in (tmp_path / "log").read_text()
+    with MemoryStore(target, read_only=True) as store:
+        kept = {m["text"] for m in store.memories(Scope("alice", "default"))}
+    assert len(acknowledged) >= 20 and set(acknowledged) <= kept
+
+
+def test_without_an_issuer_only_loopback_is_served_for_the_one_user(
+        tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.db")
+    for host in ("0.0.0.0", "192.0.2.10", "example.test"):
+        done = subprocess.run([sys.executable, "-m", "memory", "mcp", path, "--user", "alice",
+                               "--http", f"{host}:8000"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 1 and done.stderr == (
+            "memory: error: --http on an address other than loopback needs --issuer: without"
+            " tokens, anyone who reaches it would be the user\n"), done.stderr
+    assert not os.path.exists(path)
+
+    async def session(url: str) -> list[Any]:
+        async with client(url, None) as alice:
+            kept = (await call(alice, "remember", text="Alice likes tea"))["id"]
+            return [kept, (await call(alice, "recall", query="tea"))["memories"]]
+
+    with serving(path, tmp_path / "log", "--user", "alice") as server:
+        kept, found = run(session(server.url))
+        assert server.stop() == 0
+    assert [m["id"] for m in found] == [kept]
+    with MemoryStore(path, read_only=True) as store:
+        assert store.count(Scope("alice", "default")) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--issuer", ISSUER], "--issuer needs --audience"),
+    (["--issuer", ISSUER, "--audience", AUDIENCE], "--issuer needs --jwks"),
+    (["--issuer", ISSUER, "--audience", AUDIENCE, "--jwks", "k.json", "--user", "alice"],
+     "--user is for a server without --issuer"),
+    (["--http", "nonsense"], "--http must be HOST:PORT"),
+    (["--http", "127.0.0.1:99999"], "--http must be HOST:PORT"),
+])
+def test_http_settings_are_checked_before_anything_is_opened(
+        tmp_path: pathlib.Path, args: list[str], message: str) -> None:
+    path = tmp_path / "m.db"
+    http = [] if "--http" in args else ["--http", "127.0.0.1:8000"]
+    done = subprocess.run([sys.executable, "-m", "memory", "mcp", str(path), *http, *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.startswith(f"memory: error: {message}"), (
+        done.stderr)
+    assert not path.exists()
