@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
 import json
 import os
 import pathlib
@@ -17,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -301,3 +303,53 @@ def test_http_settings_are_checked_before_anything_is_opened(
     assert done.returncode == 1 and done.stderr.startswith(f"memory: error: {message}"), (
         done.stderr)
     assert not path.exists()
+
+
+def test_a_jwks_url_is_fetched_and_fetched_again_for_a_rotated_key(
+        tmp_path: pathlib.Path) -> None:
+    """The issuer's keys from a URL (a server of the test's own on loopback): fetched once
+    for tokens of its first key, and after the issuer rotates to a second key, fetched
+    again for the key id it had not seen: at most once in 30 s (PyJWT's guard against a
+    flood of made-up key ids), which the test waits out."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    old, new = Issuer(first, "key-1"), Issuer(second, "key-2")
+    published = {"jwks": old.jwks.read_bytes()}
+    fetches: list[str] = []
+
+    class Keys(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the handler's name)
+            fetches.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(published["jwks"])
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    keys = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Keys)
+    thread = threading.Thread(target=keys.serve_forever, daemon=True)
+    thread.start()
+    jwks_url = f"http://127.0.0.1:{keys.server_address[1]}/jwks.json"
+
+    async def recall(url: str, issuer: Issuer) -> dict[str, Any]:
+        async with client(url, issuer.token("alice")) as alice:
+            return await call(alice, "list_memories")
+
+    try:
+        with serving(str(tmp_path / "m.db"), tmp_path / "log", "--issuer", ISSUER,
+                     "--audience", AUDIENCE, "--jwks", jwks_url) as server:
+            for _ in range(2):
+                assert run(recall(server.url, old))["total"] == 0
+            assert len(fetches) == 1  # kept
+            published["jwks"] = new.jwks.read_bytes()  # the issuer rotates its key
+            time.sleep(31)
+            assert run(recall(server.url, new))["total"] == 0
+            assert len(fetches) == 2
+    finally:
+        keys.shutdown()
+        keys.server_close()
+        thread.join(30)
+    assert not thread.is_alive()
