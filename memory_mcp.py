@@ -366,12 +366,14 @@ class _Keys:
         """The key the token says it is signed with; PyJWTError if there is none."""
         if self._client is not None:
             return self._client.get_signing_key_from_jwt(token)
-        kid = str(jwt.get_unverified_header(token).get("kid"))
-        if kid not in self._known:
+        kid = jwt.get_unverified_header(token).get("kid")
+        if kid is None or str(kid) not in self._known:
             self._read()
-        if kid not in self._known:
+        if kid is None and len(self._known) == 1:  # one key, which the issuer need not name
+            return next(iter(self._known.values()))
+        if str(kid) not in self._known:
             raise jwt.InvalidKeyError("no key of the issuer has the token's key id")
-        return self._known[kid]
+        return self._known[str(kid)]
 
 
 class _Verifier:

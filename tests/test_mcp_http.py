@@ -186,6 +186,9 @@ def test_bad_tokens_are_refused_with_401_and_an_invalid_user_with_403(
                 answer = await http.post(url, json=body, headers={
                     **headers, "Authorization": f"Bearer {issuer.token(user)}"})
                 found[f"user {n}"] = (answer.status_code, "")
+            unnamed = await http.post(url, json=body, headers={  # the JWKS has one key
+                **headers, "Authorization": f"Bearer {issuer.token('alice', named=False)}"})
+            found["no key id"] = (unnamed.status_code, "")
             metadata = await http.get(url.replace("/mcp", "/.well-known/oauth-protected-resource"
                                                   "/mcp"))
             found["metadata"] = (metadata.status_code, json.dumps(metadata.json()))
@@ -200,6 +203,7 @@ def test_bad_tokens_are_refused_with_401_and_an_invalid_user_with_403(
         assert challenge.startswith("Bearer ") and f'resource_metadata="{metadata_url}"' in (
             challenge), name
     assert [status for name, (status, _) in found.items() if name.startswith("user")] == [403] * 4
+    assert found["no key id"][0] == 200
     status, metadata = found["metadata"]
     assert status == 200 and json.loads(metadata)["authorization_servers"] == [ISSUER]
     assert "a-shared-secret-of" not in (tmp_path / "log").read_text()

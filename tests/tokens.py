@@ -30,11 +30,13 @@ class Issuer:
                                                    "use": "sig"}]}))
 
     def token(self, sub: object = "alice", *, audience: str = AUDIENCE, issuer: str = ISSUER,
-              lifetime: float = 600, **claims: Any) -> str:
+              lifetime: float = 600, named: bool = True, **claims: Any) -> str:
+        """A JWT of this issuer; `named` False leaves the key id out of its header."""
         now = int(time.time())
         payload = {"iss": issuer, "aud": audience, "sub": sub, "iat": now,
                    "exp": now + int(lifetime), **claims}
-        return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": self.key_id})
+        return jwt.encode(payload, self.key, algorithm="RS256",
+                          headers={"kid": self.key_id} if named else None)
 
 
 def unsigned(sub: str = "alice") -> str:
