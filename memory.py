@@ -3552,11 +3552,12 @@ def _parser() -> argparse.ArgumentParser:
                         "add JSON Lines records (as export writes them), all or none;"
                         " creates the store if it does not exist")
     importing.add_argument("file", metavar="FILE", help="a JSON Lines file, or - for stdin")
-    importing.add_argument("--from", dest="format", choices=["records", _SERVER_MEMORY],
-                           default="records", help="records (default, as export writes"
-                           " them) or server-memory (the reference MCP memory server's"
-                           " memory.jsonl, for --user: each observation and relation a"
-                           " memory, none twice)")
+    sources = ("records", _SERVER_MEMORY)
+    importing.add_argument("--from", dest="format", type=_one_of(sources), default="records",
+                           metavar="{" + ",".join(sources) + "}",
+                           help="records (default, as export writes them) or server-memory"
+                           " (the reference MCP memory server's memory.jsonl, for --user:"
+                           " each observation and relation a memory, none twice)")
     importing.add_argument("--user", type=_identifier, help="with --from server-memory: whose")
     importing.add_argument("--task", type=_identifier, help="with --from server-memory: task"
                            " memories of this task (default: the user's own level)")

@@ -432,7 +432,10 @@ def calls_passing(bad: Any, store: MemoryStore, path: pathlib.Path) -> list[Call
         lambda: store.remember_many([bad]), lambda: store.remember_many(bad),
         lambda: store.recall(bad, "query"), lambda: store.recall(ALICE, bad),
         lambda: store.recall(ALICE, "query", bad), lambda: store.count(bad),
+        lambda: store.recall(ALICE, "query", budget=bad),
+        lambda: store.recall(ALICE, "query", explain=bad),
         lambda: store.memories(bad), lambda: store.forget(ALICE, bad),
+        lambda: store.memories(ALICE, after=bad), lambda: store.memories(ALICE, limit=bad),
         lambda: store.forget(bad, 1), lambda: store.forget_source(ALICE, bad),
         lambda: store.forget_source(bad, "s"), lambda: store.erase_user(bad),
         lambda: store.export_user(bad), lambda: store.backup(bad),
@@ -483,9 +486,21 @@ def test_no_command_line_error_carries_a_value_the_caller_passed(
         ["erase-user", path, "--user", SECRET, "--yes"], ["import", path, str(secret_file)],
         ["stats", str(tmp_path / SECRET)], ["backup", path, path],
         ["import", path, str(tmp_path / "missing" / SECRET)],
+        ["recall", path, *scope, "query", "--budget", SECRET],
+        ["list", path, *scope, "--after", SECRET], ["list", path, *scope, "--limit", SECRET],
+        ["import", path, "--from", "server-memory", str(secret_file), "--user", "alice"],
+        ["import", path, "--from", "server-memory", str(secret_file), "--user", SECRET],
+        ["import", path, "--from", SECRET, str(secret_file)],
     ]
     lines = [json.dumps(record(**{key: SECRET + "\x00"})) for key in memory.RECORD_KEYS]
-    for line in [*lines, json.dumps({**record(), SECRET: 1}), SECRET, f'["{SECRET}"']:
+    server_memory = [json.dumps({"type": "entity", "name": SECRET + "\x00", "entityType": "p",
+                                 "observations": []}),
+                     json.dumps({"type": "entity", "name": "A", "entityType": "p",
+                                 "observations": [SECRET * 1100]}),
+                     json.dumps({"type": SECRET}), json.dumps({"type": "relation",
+                                                              "from": SECRET})]
+    for line in [*lines, json.dumps({**record(), SECRET: 1}), SECRET, f'["{SECRET}"',
+                 *server_memory]:
         secret_file.write_text(line + "\n", encoding="utf-8")
         for argv in commands:
             status, printed = run_main(capsys, *argv)
