@@ -543,6 +543,12 @@ def _http_settings(args: argparse.Namespace) -> None:
     for name, value in token_options.items():
         if not value:
             raise MemoryInputError(f"--issuer needs {name}")
+    if not args.jwks.startswith(("https://", "http://")):
+        try:  # a file: read now, so that a wrong one stops the start, not every request
+            _Keys(args.jwks)._read()
+        except (OSError, ValueError, jwt.PyJWTError):
+            raise MemoryInputError("--jwks names no readable JWKS file (a JSON object with"
+                                   " a list of keys)") from None
 
 
 def _host_entry(args: argparse.Namespace) -> dict[str, Any]:

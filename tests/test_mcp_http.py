@@ -293,8 +293,11 @@ def test_without_an_issuer_only_loopback_is_served_for_the_one_user(
 @pytest.mark.parametrize("args, message", [
     (["--issuer", ISSUER], "--issuer needs --audience"),
     (["--issuer", ISSUER, "--audience", AUDIENCE], "--issuer needs --jwks"),
-    (["--issuer", ISSUER, "--audience", AUDIENCE, "--jwks", "k.json", "--user", "alice"],
+    (["--issuer", ISSUER, "--audience", AUDIENCE, "--jwks", "https://x.test/k", "--user",
+      "alice"],
      "--user is for a server without --issuer"),
+    (["--issuer", ISSUER, "--audience", AUDIENCE, "--jwks", "no-such-file.json"],
+     "--jwks names no readable JWKS file"),
     (["--http", "nonsense"], "--http must be HOST:PORT"),
     (["--http", "127.0.0.1:99999"], "--http must be HOST:PORT"),
 ])
