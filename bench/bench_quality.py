@@ -10,9 +10,12 @@ ten (26,30,41,42,43 is the half this project measures its rules on). FILE is a c
 file (default ../shared/quality/locomo-dev.json, beside this repository where it is
 developed). A converted file holds {"conversations": [{"conversation", "memories":
 [{"source", "text"}], "questions": [{"question", "evidence": [source, ...],
-"category"}]}]}. Every conversation is one user; every turn one memory, its
-source the turn's dialog id. For each question, recall returns the top k memories; its
-evidence recall is the share of the question's evidence turns among their sources, and
+"category"}]}]}. Every conversation is one user; every turn one memory, written as an
+assistant would write it: at its session's time (the store's clock, a second apart
+within a session) and with the source conv-<id>/session-<n>/<dia id>, so that a rule
+may read the turn's date and its conversation. For each question, recall returns the top
+k memories; its evidence recall is the share of the question's evidence turns (dialog
+ids) among their sources' last parts, and
 the table gives the mean over all questions. The store's four rule and rank pairs run
 beside SQLite FTS5 with bm25() (tokenizers unicode61 and porter), matching any word of
 the question, over the same turns, one FTS table per conversation.
@@ -29,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +53,58 @@ def user_of(number: int) -> str:
     return f"conversation-{number}"
 
 
+def source_of(conversation: dict[str, Any], turn: dict[str, Any]) -> str:
+    """Where an assistant would say the turn came from: its conversation, its session
+    (the text before the last /, the conversation a turn belongs to) and its dialog id."""
+    return f"conv-{conversation['conversation']}/session-{turn['session']}/{turn['source']}"
+
+
+def dialog_id(source: str) -> str:
+    return source.rpartition("/")[2]
+
+
+def session_instant(when: str) -> datetime:
+    """A LoCoMo session time ("1:56 pm on 8 May, 2023") as an instant, taken as UTC."""
+    return datetime.strptime(when, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+class TurnClock:
+    """The store's clock while the turns are written: each write reads the next turn's
+    time (its session's, plus a second for each turn before it in the session); reads
+    see the last one."""
+
+    def __init__(self, conversations: list[dict[str, Any]]) -> None:
+        times = []
+        for conversation in conversations:
+            within: dict[int, int] = {}
+            for turn in conversation["memories"]:
+                n = within[turn["session"]] = within.get(turn["session"], -1) + 1
+                started = session_instant(turn["session_time"])
+                times.append((started + timedelta(seconds=n)).isoformat())
+        self._times, self.at = iter(times), times[0] if times else ""
+
+    def __call__(self) -> str:
+        self.at = next(self._times)
+        return self.at
+
+    def now(self) -> str:
+        return self.at
+
+
 def store_ranker(folder: Path, conversations: list[dict[str, Any]],
                  matching: memory.Matching, rank: memory.Rank) -> tuple[Ranker, MemoryStore]:
-    store = MemoryStore(folder / f"{matching}.db", matching=matching)
+    store = MemoryStore(folder / f"{matching}.db", matching=matching,
+                        clock=TurnClock(conversations))
     if store.count(Scope(user_of(0), "questions")) == 0:
         store.remember_many(
-            (Scope(user_of(n), "questions"), "user", turn["text"], turn["source"])
+            (Scope(user_of(n), "questions"), "user", turn["text"],
+             source_of(conversation, turn))
             for n, conversation in enumerate(conversations)
             for turn in conversation["memories"])
 
     def ranked(number: int, question: str, k: int) -> list[str]:
         found = store.recall(Scope(user_of(number), "questions"), question, k, rank=rank)
-        return [result["source"] for result in found]
+        return [dialog_id(result["source"]) for result in found]
 
     return ranked, store
 

@@ -96,3 +96,20 @@ def test_the_quality_bench_runs_on_locomo_as_published(tmp_path: pathlib.Path) -
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1]
             for line in run.stdout.splitlines() if line.startswith("| memory.py")}
     assert rows["memory.py stems+idf"] == "1.000"  # "cat" and "tomatoes ripe" find theirs
+
+
+def test_the_quality_bench_writes_each_turn_as_an_assistant_would(
+        tmp_path: pathlib.Path) -> None:
+    """At its session's time (a second apart within a session) and with a source naming
+    the conversation and session before the dialog id the evidence names."""
+    import bench_quality
+
+    from memory import Scope
+
+    _, store = bench_quality.store_ranker(tmp_path, [CONVERTED], "exact", "shared")
+    with store:
+        written = store.memories(Scope("conversation-0", "questions"))
+    assert [(m["source"], m["created_at"]) for m in written] == [
+        ("conv-7/session-1/D1:1", "2023-05-08T13:56:00+00:00"),
+        ("conv-7/session-1/D1:2", "2023-05-08T13:56:01+00:00"),
+        ("conv-7/session-2/D2:1", "2023-05-09T09:00:00+00:00")]
