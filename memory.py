@@ -75,9 +75,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncMemoryStore", "ConnectionLost", "FixedClock", "IDENTIFIER", "Level", "MAX_LIMIT",
     "MAX_QUERY", "MAX_TEXT", "Matching", "Memory", "MemoryInputError", "MemoryStore",
-    "OutcomeUnknown", "Rank", "Recalled", "Record", "SCHEMA", "SCHEMA_VERSION", "STOPWORDS",
-    "SchemaError", "Scope", "StoreError", "StoreNotFound", "WORD", "Why", "fixed_clock", "stems",
-    "system_clock", "words",
+    "OutcomeUnknown", "RECOMMENDED", "Rank", "Recalled", "Record", "SCHEMA", "SCHEMA_VERSION",
+    "STOPWORDS", "SchemaError", "Scope", "StoreError", "StoreNotFound", "WORD",
+    "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
 SCHEMA_VERSION = 5
@@ -90,6 +90,19 @@ STOPWORDS = frozenset(
     "a an and are as at be by did do does for from how i in is it my of on or that"
     " the this to was we what when where which who will with you your".split()
 )
+# The stems rule's stopwords (its third version on): NLTK's English list, less the entries
+# with an apostrophe, which split into words of their own ("don't" is "don" and "t").
+_STEMS_STOPWORDS = frozenset(
+    "a about above after again against ain all am an and any are aren as at be because been"
+    " before being below between both but by can couldn d did didn do does doesn doing don"
+    " down during each few for from further had hadn has hasn have haven having he her here"
+    " hers herself him himself his how i if in into is isn it its itself just ll m ma me"
+    " mightn more most mustn my myself needn no nor not now o of off on once only or other"
+    " our ours ourselves out over own re s same shan she should shouldn so some such t than"
+    " that the their theirs them themselves then there these they this those through to too"
+    " under until up ve very was wasn we were weren what when where which while who whom"
+    " why will with won wouldn y you your yours yourself yourselves".split()
+)
 BUSY_TIMEOUT_SECONDS = 30.0
 #: A memory's level: "user" (seen in every task of its user) or "task" (in its task alone).
 Level = Literal["user", "task"]
@@ -97,6 +110,19 @@ Level = Literal["user", "task"]
 Matching = Literal["exact", "stems"]
 #: Recall's rankings: "shared" (distinct words shared) and "idf" (rarer words weigh more).
 Rank = Literal["shared", "idf"]
+
+
+class _Settings(TypedDict, total=False):
+    """Keyword arguments of MemoryStore that choose how recall ranks."""
+
+    matching: Matching
+    rank: Rank
+
+
+#: The settings of the best recall measured (docs/quality.md): MemoryStore(path,
+#: **RECOMMENDED). What a later release measures better joins it. matching="stems"
+#: needs the `stems` extra; an existing file keeps its own rule (see reindex).
+RECOMMENDED: _Settings = {"matching": "stems", "rank": "idf"}
 LEVELS: tuple[Level, ...] = get_args(Level)
 MATCHING: tuple[Matching, ...] = get_args(Matching)
 RANKS: tuple[Rank, ...] = get_args(Rank)
@@ -1014,15 +1040,16 @@ def _stemmer() -> Callable[[str], str]:
     return functools.lru_cache(maxsize=1 << 16)(stem)
 
 
-def _add_parts(found: set[str], parts: Iterable[str], paired: re.Pattern[str]) -> None:
+def _add_parts(found: set[str], parts: Iterable[str], paired: re.Pattern[str],
+               stopwords: frozenset[str] = STOPWORDS) -> None:
     """Add the words of a run's script `parts`: a part `paired` matches becomes its
     overlapping two-character pieces (a lone character is one); any other part its
-    Snowball English stem, unless it is a stopword."""
+    Snowball English stem, unless it is one of the `stopwords`."""
     stem = _stemmer()
     for part in parts:
         if paired.match(part):
             found.update(part[i : i + 2] for i in range(max(1, len(part) - 1)))
-        elif part not in STOPWORDS:
+        elif part not in stopwords:
             found.add(stem(part))
 
 
@@ -1068,7 +1095,17 @@ def stems(text: str) -> set[str]:
     and combining marks, the nonspacing marks of Latin and Greek letters dropped. A part
     in Han, Hiragana, Katakana, Hangul, Thai, Lao, Myanmar or Khmer is split into
     overlapping two-character words (a lone character is one); any other part is dropped
-    if a stopword, else reduced to its Snowball English stem."""
+    if one of NLTK's English stopwords, else reduced to its Snowball English stem."""
+    return _stems_by(text, _STEMS_STOPWORDS)
+
+
+def _stems_second(text: str) -> set[str]:
+    """The second version of the `stems` rule: the third's, but with the exact rule's
+    shorter list of stopwords; the words of the files it indexed, until reindexed."""
+    return _stems_by(text, STOPWORDS)
+
+
+def _stems_by(text: str, stopwords: frozenset[str]) -> set[str]:
     runs, diacritics = _word_patterns()
     found: set[str] = set()
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
@@ -1076,19 +1113,23 @@ def stems(text: str) -> set[str]:
         if not run.isascii():
             bare = diacritics.sub(r"\1", unicodedata.normalize("NFD", run))
             run = unicodedata.normalize("NFC", bare)
-        _add_parts(found, _PAIRED_PART.findall(run), _PAIRED)
+        _add_parts(found, _PAIRED_PART.findall(run), _PAIRED, stopwords)
     return found
 
 
 # The matching rules as a file records them: the rule, with the version of it the file's
 # word index was built by ("stems" alone is the first version). A rule's newest version
-# is what a new or reindexed file records.
+# is what a new or reindexed file records. A file keeps the version it records, so its
+# results do not change under it, until `reindex`; but the first stems version split
+# words wrongly, so a file of it is reindexed when first opened to write (_SUPERSEDED).
 _RULES: dict[str, tuple[Matching, Callable[[str], set[str]]]] = {
     "exact": ("exact", words),
     "stems": ("stems", _stems_first),
-    "stems-2": ("stems", stems),
+    "stems-2": ("stems", _stems_second),
+    "stems-3": ("stems", stems),
 }
-_RECORDED: dict[Matching, str] = {"exact": "exact", "stems": "stems-2"}
+_RECORDED: dict[Matching, str] = {"exact": "exact", "stems": "stems-3"}
+_SUPERSEDED = frozenset({"stems"})
 # After the rule, since this code: from how many memories an owner's words are indexed
 # (see INDEX_FROM). A file that records none indexes every owner's, as it always did.
 _INDEX_FROM_MARK = ";index-from="
@@ -2327,9 +2368,10 @@ class MemoryStore:
         self._index_from = 0  # the file's: from how many memories an owner is indexed
         self._db: _Engine | None = self._connect(engine, matching, bool(create), given)
         _OPEN_STORES.add(self)
-        if _recorded_rule(self._recorded)[0] != _RECORDED[self.matching] and not self.read_only:
-            # Built by an earlier version of its rule: brought up to date in one
-            # transaction, as `memory reindex` would. Read-only, it reads by that version.
+        if _recorded_rule(self._recorded)[0] in _SUPERSEDED and not self.read_only:
+            # Built by a version of its rule that split words wrongly: brought up to
+            # date in one transaction, as `memory reindex` would. Read-only, it reads by
+            # that version.
             _log.info("the word index was built by an earlier version of matching=%s:"
                       " reindexing", self.matching)
             try:
@@ -3197,6 +3239,11 @@ def _best_matching() -> Matching:
     return "stems" if importlib.util.find_spec("snowballstemmer") else "exact"
 
 
+def _recommended_here() -> _Settings:
+    """RECOMMENDED, with the exact rule where the stems extra is not installed."""
+    return {**RECOMMENDED, "matching": _best_matching()}
+
+
 # -- the command line ----------------------------------------------------------------
 
 # Usage errors, like the library's, name the rule and never repeat what was typed.
@@ -3478,20 +3525,21 @@ def _run_backup(store: MemoryStore, args: argparse.Namespace) -> int:
 
 
 # How a command opens its store: to read; to write one that must already exist (no
-# command but import creates a store by typo); to write, creating it if need be; or to
-# serve an assistant, creating it with the better rule where its extra is installed.
+# command but remember and import creates a store by typo); to write, creating it if need
+# be; or to serve an assistant. A store either creates has the RECOMMENDED settings (the
+# exact rule where the stems extra is not installed); one that exists keeps its rule.
 _READS, _WRITES, _CREATES, _SERVES = "reads", "writes", "creates", "serves"
 
 
 def _open_for(args: argparse.Namespace) -> MemoryStore:
     if args.opens == _READS:
         return MemoryStore(args.path, read_only=True)
-    if args.opens == _SERVES:
+    if args.opens in (_SERVES, _CREATES):
         try:  # a store that exists keeps its rule
-            return MemoryStore(args.path, create=False, rank="idf")
+            return MemoryStore(args.path, create=False, rank=RECOMMENDED["rank"])
         except StoreNotFound:
-            return MemoryStore(args.path, matching=_best_matching(), rank="idf")
-    return MemoryStore(args.path, create=args.opens == _CREATES)
+            return MemoryStore(args.path, **_recommended_here())
+    return MemoryStore(args.path, create=False)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ within a session) and with the source conv-<id>/session-<n>/<dia id>, so that a 
 may read the turn's date and its conversation. For each question, recall returns the top
 k memories; its evidence recall is the share of the question's evidence turns (dialog
 ids) among their sources' last parts, and
-the table gives the mean over all questions. The store's four rule and rank pairs run
+the table gives the mean over all questions. The store's rule (each version) and rank pairs run
 beside SQLite FTS5 with bm25() (tokenizers unicode61 and porter), matching any word of
 the question, over the same turns, one FTS table per conversation.
 """
@@ -35,6 +35,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the library, from a clean clone
@@ -91,10 +92,17 @@ class TurnClock:
         return self.at
 
 
-def store_ranker(folder: Path, conversations: list[dict[str, Any]],
-                 matching: memory.Matching, rank: memory.Rank) -> tuple[Ranker, MemoryStore]:
-    store = MemoryStore(folder / f"{matching}.db", matching=matching,
-                        clock=TurnClock(conversations))
+# Each rule as a file records it, the earlier stems version too: a file keeps the version
+# it was built by until reindexed, so both are what users' files rank by.
+RULE_VERSIONS: list[tuple[memory.Matching, str]] = [
+    ("exact", "exact"), ("stems", "stems-2"), ("stems", "stems-3")]
+
+
+def store_ranker(folder: Path, conversations: list[dict[str, Any]], matching: memory.Matching,
+                 version: str, rank: memory.Rank) -> tuple[Ranker, MemoryStore]:
+    with mock.patch.dict(memory._RECORDED, {matching: version}):  # what it creates records
+        store = MemoryStore(folder / f"{version}.db", matching=matching,
+                            clock=TurnClock(conversations))
     if store.count(Scope(user_of(0), "questions")) == 0:
         store.remember_many(
             (Scope(user_of(n), "questions"), "user", turn["text"],
@@ -173,11 +181,11 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as name:
         stores = []
-        for matching in memory.MATCHING:
+        for matching, version in RULE_VERSIONS:
             for rank in memory.RANKS:
-                ranker, store = store_ranker(Path(name), conversations, matching, rank)
+                ranker, store = store_ranker(Path(name), conversations, matching, version, rank)
                 stores.append(store)
-                rows.append({"method": f"memory.py {matching}+{rank}",
+                rows.append({"method": f"memory.py {version}+{rank}",
                              **evaluate(ranker, conversations)})
         for store in stores:
             store.close()

@@ -35,6 +35,20 @@ MODEL_STOPWORDS = frozenset(
 )
 
 
+# The stems rule's from its third version: NLTK's English stopwords, the entries with an
+# apostrophe left out (no word of the rule holds one), written out as NLTK lists them.
+MODEL_STEMS_STOPWORDS = frozenset("""
+i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+she her hers herself it its itself they them their theirs themselves what which who whom
+this that these those am is are was were be been being have has had having do does did
+doing a an the and but if or because as until while of at by for with about against
+between into through during before after above below to from up down in out on off over
+under again further then once here there when where why how all any both each few more
+most other some such no nor not only own same so than too very s t can will just don
+should now d ll m o re ve y ain aren couldn didn doesn hadn hasn haven isn ma mightn
+mustn needn shan shouldn wasn weren won wouldn""".split())
+
+
 def model_words(text: str) -> set[str]:
     return set(re.findall("[a-z0-9]+", text.lower())) - MODEL_STOPWORDS
 
@@ -82,7 +96,7 @@ def without_latin_and_greek_marks(run: str) -> str:
     return unicodedata.normalize("NFC", "".join(kept))
 
 
-def model_stems(text: str) -> set[str]:
+def model_stems(text: str, stopwords: frozenset[str] = MODEL_STEMS_STOPWORDS) -> set[str]:
     """The stems rule, read one character at a time: letters, digits and marks make
     words; Latin and Greek marks go; paired scripts split in two-character words."""
     found: set[str] = set()
@@ -98,14 +112,15 @@ def model_stems(text: str) -> set[str]:
                 found.add(part)
             elif paired:
                 found.update(part[i] + part[i + 1] for i in range(len(part) - 1))
-            elif part not in MODEL_STOPWORDS:
+            elif part not in stopwords:
                 found.add(stem()(part))
     return found
 
 
 # By the rule's name, and by the name a file records (with the stems rule's version).
 MODEL_RULES: dict[str, Callable[[str], set[str]]] = {
-    "exact": model_words, "stems": model_stems, "stems-2": model_stems}
+    "exact": model_words, "stems": model_stems, "stems-3": model_stems,
+    "stems-2": functools.partial(model_stems, stopwords=MODEL_STOPWORDS)}
 
 
 def utc(reading: str) -> datetime:

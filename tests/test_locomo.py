@@ -95,7 +95,7 @@ def test_the_quality_bench_runs_on_locomo_as_published(tmp_path: pathlib.Path) -
     assert run.stdout.startswith("locomo10.zip: 1 conversations, 3 turns, 2 questions")
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1]
             for line in run.stdout.splitlines() if line.startswith("| memory.py")}
-    assert rows["memory.py stems+idf"] == "1.000"  # "cat" and "tomatoes ripe" find theirs
+    assert rows["memory.py stems-3+idf"] == "1.000"  # "cat" and "tomatoes ripe" find theirs
 
 
 def test_the_quality_bench_writes_each_turn_as_an_assistant_would(
@@ -106,7 +106,8 @@ def test_the_quality_bench_writes_each_turn_as_an_assistant_would(
 
     from memory import Scope
 
-    _, store = bench_quality.store_ranker(tmp_path, [CONVERTED], "exact", "shared")
+    _, store = bench_quality.store_ranker(tmp_path, [CONVERTED], "exact", "exact",
+                                          "shared")
     with store:
         written = store.memories(Scope("conversation-0", "questions"))
     assert [(m["source"], m["created_at"]) for m in written] == [
