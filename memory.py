@@ -3070,8 +3070,10 @@ class MemoryStore:
     @_read_again_if_cut_off
     def stats(self) -> dict[str, Any]:
         """Counts by level and users, schema version and bytes on disk (PostgreSQL: of the
-        store's tables and indexes), the matching rule the word index was built with and
-        the ranks recall offers on it (with the store's default); never text."""
+        store's tables and indexes), the matching rule the word index was built with (and
+        the version of it the file records, outdated when `reindex` would move it to a
+        newer one) and the ranks recall offers on it (with the store's default); never
+        text."""
         with self._snapshot(None) as db:
             total, task_level, users = db.execute(_SQL_STATS).fetchone()
             version, size = db.version(), db.size()
@@ -3083,6 +3085,8 @@ class MemoryStore:
             "users": users,
             "file_bytes": size,
             "matching": self.matching,
+            "matching_version": _recorded_rule(self._recorded)[0],
+            "matching_outdated": _recorded_rule(self._recorded)[0] != _RECORDED[self.matching],
             "ranks": list(RANKS),
             "rank": self.rank,
         }

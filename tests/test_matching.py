@@ -304,7 +304,11 @@ def test_a_file_of_the_second_stems_rule_keeps_its_results_until_reindexed(
             store.forget(ALICE, newer)
         assert index_problems_at(target) == []
     with MemoryStore(target) as store:
+        assert store.stats()["matching_version"] == "stems-2"
+        assert store.stats()["matching_outdated"] is True
         store.reindex("stems")
+        assert (store.stats()["matching_version"], store.stats()["matching_outdated"]) == (
+            "stems-3", False)
         assert store.recall(ALICE, "she before") == []
         assert [r["id"] for r in store.recall(ALICE, "she booked dinner")] == [old]
     with MemoryStore(target, read_only=True) as reader:
