@@ -3077,6 +3077,7 @@ class MemoryStore:
         with self._snapshot(None) as db:
             total, task_level, users = db.execute(_SQL_STATS).fetchone()
             version, size = db.version(), db.size()
+        rule = _recorded_rule(self._recorded)[0]
         return {
             "schema_version": version,
             "memories": total,
@@ -3085,8 +3086,8 @@ class MemoryStore:
             "users": users,
             "file_bytes": size,
             "matching": self.matching,
-            "matching_version": _recorded_rule(self._recorded)[0],
-            "matching_outdated": _recorded_rule(self._recorded)[0] != _RECORDED[self.matching],
+            "matching_version": rule,
+            "matching_outdated": rule != _RECORDED[self.matching],
             "ranks": list(RANKS),
             "rank": self.rank,
         }
@@ -3529,16 +3530,16 @@ def _run_backup(store: MemoryStore, args: argparse.Namespace) -> int:
 
 
 # How a command opens its store: to read; to write one that must already exist (no
-# command but remember and import creates a store by typo); to write, creating it if need
-# be; or to serve an assistant. A store either creates has the RECOMMENDED settings (the
-# exact rule where the stems extra is not installed); one that exists keeps its rule.
-_READS, _WRITES, _CREATES, _SERVES = "reads", "writes", "creates", "serves"
+# command but remember, import and mcp creates a store by typo); or to write, creating it
+# if need be, with the RECOMMENDED settings (the exact rule where the stems extra is not
+# installed): one that exists keeps its rule.
+_READS, _WRITES, _CREATES = "reads", "writes", "creates"
 
 
 def _open_for(args: argparse.Namespace) -> MemoryStore:
     if args.opens == _READS:
         return MemoryStore(args.path, read_only=True)
-    if args.opens in (_SERVES, _CREATES):
+    if args.opens == _CREATES:
         try:  # a store that exists keeps its rule
             return MemoryStore(args.path, create=False, rank=RECOMMENDED["rank"])
         except StoreNotFound:
@@ -3661,7 +3662,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="print the mcpServers entry that starts this server as these"
                        " settings say (this interpreter's memory command, the store's"
                        " absolute path), and exit without opening the store")
-    serve.set_defaults(run=_beside("memory_mcp", "run", "mcp"), opens=_SERVES,
+    serve.set_defaults(run=_beside("memory_mcp", "run", "mcp"), opens=_CREATES,
                        load=_beside("memory_mcp", "settings", "mcp"), usage=serve)
     return parser
 

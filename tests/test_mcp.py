@@ -312,7 +312,7 @@ def test_a_store_is_created_only_where_there_is_none(monkeypatch: pytest.MonkeyP
         raise memory.StoreError("no connection to the PostgreSQL server")
 
     monkeypatch.setattr(memory, "MemoryStore", refusing)
-    serving_args = argparse.Namespace(opens=memory._SERVES, path="postgresql:///down")
+    serving_args = argparse.Namespace(opens=memory._CREATES, path="postgresql:///down")
     with pytest.raises(memory.StoreError, match="no connection"):
         memory._open_for(serving_args)
     assert tries == [{"create": False, "rank": "idf"}]
