@@ -57,7 +57,7 @@ import time
 import unicodedata
 import warnings
 import weakref
-from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import (
     Any,
@@ -80,7 +80,7 @@ __all__ = [
     "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -117,12 +117,13 @@ class _Settings(TypedDict, total=False):
 
     matching: Matching
     rank: Rank
+    context: bool
 
 
 #: The settings of the best recall measured (docs/quality.md): MemoryStore(path,
 #: **RECOMMENDED). What a later release measures better joins it. matching="stems"
 #: needs the `stems` extra; an existing file keeps its own rule (see reindex).
-RECOMMENDED: _Settings = {"matching": "stems", "rank": "idf"}
+RECOMMENDED: _Settings = {"matching": "stems", "rank": "idf", "context": True}
 LEVELS: tuple[Level, ...] = get_args(Level)
 MATCHING: tuple[Matching, ...] = get_args(Matching)
 RANKS: tuple[Rank, ...] = get_args(Rank)
@@ -170,6 +171,15 @@ _CACHE_KIB = 64 * 1024
 # Recall scores all the query words' postings at once when they are this few: reading
 # the newest first saves less than its extra statements cost.
 _READ_ALL_UP_TO = 4096
+# Recall with context: a memory's neighbours are the live memories of its conversation
+# the scope sees, the _CONTEXT_WINDOW nearest written before it and as many after; each
+# lends its own score times its side's weight. Chosen on LoCoMo's dev half, where
+# weights from 0.2 to 0.6 before and from 0 to 0.4 after all land within 0.01 of R@5.
+_CONTEXT_WINDOW = 2
+_CONTEXT_BEFORE = 0.6
+_CONTEXT_AFTER = 0.4
+# At most how many times the best own score among its neighbours a memory can score.
+_CONTEXT_REACH = 1 + _CONTEXT_WINDOW * (_CONTEXT_BEFORE + _CONTEXT_AFTER)
 # Reading the newest first gives up, and scores every posting at C speed instead, once it
 # has read more than this fraction (1/_TOP_K_BUDGET) of them in Python: on queries of many
 # words of like frequency it would read most of them anyway.
@@ -337,10 +347,23 @@ _SQLITE_VERSION_5 = (
     "CREATE INDEX memories_text_key ON memories (user_id, text_key)",
 )
 
+# Version 6 adds each memory's conversation, its source up to the last "/" (NULL for a
+# source without one), and an index of each user's conversations in write order, so
+# that recall with context finds a memory's neighbours by an index descent apiece (it
+# holds what the scope and expiry are judged by, so no row is read for them).
+_SQLITE_ADD_CONVERSATION = "ALTER TABLE memories ADD COLUMN conversation TEXT"
+_SQLITE_VERSION_6 = (
+    *_SQLITE_VERSION_5,
+    _SQLITE_ADD_CONVERSATION,
+    "CREATE INDEX memories_conversation ON memories"
+    " (user_id, conversation, id, task_id, expires_at)",
+)
 
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
+# The version whose memories have their conversations, which recall with context reads.
+_CONVERSATIONS_FROM = 6
 
 
 class _Layout(NamedTuple):
@@ -358,6 +381,7 @@ SQLITE_LAYOUTS = (
     _Layout(4, _SQLITE_VERSION_4_FIRST),
     _Layout(4, _SQLITE_VERSION_4),
     _Layout(5, _SQLITE_VERSION_5),
+    _Layout(6, _SQLITE_VERSION_6),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -378,9 +402,9 @@ _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
 
 _SQL_INSERT = _sql(
     "INSERT INTO memories (id, user_id, task_id, text, source, created_at, expires_at,"
-    " text_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    " text_key, conversation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     postgresql_many="INSERT INTO memories (id, user_id, task_id, text, source, created_at,"
-    " expires_at, text_key) " + _from_arrays("bigint", *["text"] * 7))
+    " expires_at, text_key, conversation) " + _from_arrays("bigint", *["text"] * 8))
 # The memories of the scope whose text has the key: those of the same text, and rarely
 # others (a key is a hash), which the store tells apart by their text.
 _SQL_SAME_TEXT = _sql(
@@ -393,6 +417,10 @@ _SQL_SAME_TEXT = _sql(
 # upgrade must, and writes each under its user.
 _SQL_ALL_TEXTS = _sql("SELECT user_id, id, text FROM memories")
 _SQL_SET_TEXT_KEY = _sql("UPDATE memories SET text_key = ? WHERE user_id = ? AND id = ?")
+# Version 6's upgrade (3 on PostgreSQL) gives every memory its conversation, alike.
+_SQL_ALL_SOURCES = _sql("SELECT user_id, id, source FROM memories")
+_SQL_SET_CONVERSATION = _sql(
+    "UPDATE memories SET conversation = ? WHERE user_id = ? AND id = ?")
 
 
 class _MemoryRow(NamedTuple):
@@ -520,6 +548,30 @@ _SQL_POSTINGS_ROWS = _sql(
     " LATERAL (SELECT word, first_id, ids FROM memory_words WHERE user_id = %s AND"
     " (task_id IS NULL OR task_id = %s) AND word = wanted.pair ->> 0 AND first_id ="
     " (wanted.pair ->> 1)::bigint OFFSET 0) AS found")
+# Each listed memory the scope sees, with the ids of the live memories of its
+# conversation the scope sees that come nearest before it and after it: twice the
+# window each way, so that its neighbours' neighbours are among them too. Each side is
+# one descent of the conversations' index; `now` is its last parameter. One JSON list
+# of [id, [before...], [after...]] for all: a row apiece costs more than the descents.
+_NEAREST = (
+    "(SELECT {ids} FROM (SELECT id FROM memories " + _IN_SCOPE + " AND conversation ="
+    " asked.conversation AND id {side} asked.id AND (expires_at IS NULL OR expires_at > ?)"
+    f" ORDER BY id {{order}} LIMIT {2 * _CONTEXT_WINDOW:d}) AS nearest)")
+
+
+def _around(listed: str, array: str, ids: str) -> str:
+    sides = ", ".join(_NEAREST.format(ids=ids, side=side, order=order)
+                      for side, order in (("<", "DESC"), (">", "ASC")))
+    return (f"SELECT {listed.format(array=array.format(sides=sides))} FROM memories AS asked"
+            f" NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))")
+
+
+_SQL_AROUND = _sql(
+    _around("json_group_array({array})", "json_array(id, {sides})",
+            "json(json_group_array(id))"),
+    postgresql=_postgres_form(_around("coalesce(json_agg({array}), '[]')::text",
+                                      "json_build_array(id, {sides})",
+                                      "coalesce(json_agg(id), '[]')")))
 # NOT INDEXED: look the few ids up by primary key rather than walk the user's index range.
 _SQL_RECALLED = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"
@@ -699,12 +751,18 @@ class Memory(_Fields):
     expires_at: str | None
 
 
-class Why(TypedDict):
+class _Matched(TypedDict):
+    matched: dict[str, float]
+
+
+class Why(_Matched, total=False):
     """Why recall(..., explain=True) found a memory: `matched`, each query word (in the
     rule's form) the memory holds, in sorted order, with what it added to the score (1
-    under the shared rank, its weight under idf); they add up to the score."""
+    under the shared rank, its weight under idf); they add up to the score. With
+    context, `lent` too: each neighbour that matched, by id ascending, with what it
+    added; the two add up to the score."""
 
-    matched: dict[str, float]
+    lent: dict[int, float]
 
 
 class _Scored(_Fields):
@@ -787,6 +845,12 @@ def _check_path(path: object) -> str:
 
 
 _Choice = TypeVar("_Choice", bound=str)
+
+
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise MemoryInputError(f"{name} must be a bool, got {_described(value)}")
+    return value
 
 
 def _check_choice(name: str, value: object, choices: tuple[_Choice, ...]) -> _Choice:
@@ -1020,6 +1084,12 @@ def _same_text(text: str) -> str:
 def _text_key(text: str) -> str:
     """The key a memory's text is looked up by for dedupe: a hash of its _same_text."""
     return hashlib.blake2b(_same_text(text).encode(), digest_size=16).hexdigest()
+
+
+def _conversation_of(source: str) -> str | None:
+    """The conversation a memory's source names: the text before its last "/" (the
+    seed's own sources read "trip-planning/turn-3"); None for a source without one."""
+    return source.rpartition("/")[0] or None
 
 
 def words(text: str) -> set[str]:
@@ -1347,6 +1417,9 @@ class _Session:
     asks_ahead = False
     #: The dialect of the statement forms it runs (_Sql.forms); "" for the SQLite text.
     dialect = ""
+    #: Whether the memories have their conversations (not in a file of a layout before
+    #: version 6, read as it is when opened read-only).
+    has_conversations = True
     #: Run one statement of the store, or one with many rows of parameters.
     execute: Callable[..., Any]
     executemany: Callable[..., Any]
@@ -1552,11 +1625,27 @@ def _upgrade_to_5(db: _SqliteEngine) -> None:
     db.execute(create_index)
 
 
+def _give_every_conversation(db: _Session) -> None:
+    """Give every memory its conversation (version 6 on SQLite, 3 on PostgreSQL)."""
+    db.executemany(_SQL_SET_CONVERSATION, [(_conversation_of(source), user_id, memory_id)
+                                           for user_id, memory_id, source
+                                           in db.execute(_SQL_ALL_SOURCES).fetchall()])
+
+
+def _upgrade_to_6(db: _SqliteEngine) -> None:
+    """Version 5 gains the conversations that recall with context finds neighbours in."""
+    add_column, create_index = _SQLITE_VERSION_6[len(_SQLITE_VERSION_5):]
+    db.execute(add_column)
+    _give_every_conversation(db)
+    db.execute(create_index)
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
+    _upgrade_to_6,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -1749,7 +1838,9 @@ class _SqliteEngine(_Engine, _Session):
             return
         stamped = 0 if layout is None else 1 if layout == 0 else SQLITE_LAYOUTS[layout - 1].version
         if not writable and stamped >= _READS_AS_IT_IS:
-            return  # reads need nothing a later layout added: they read it as it is
+            # Reads need nothing a later layout added, but for recall with context.
+            self.has_conversations = stamped >= _CONVERSATIONS_FROM
+            return
         if not writable:
             raise SchemaError(f"the file is at schema version {stamped} and opened read-only")
         with _transaction(self, write=True):
@@ -1998,6 +2089,13 @@ def _scores_of_all(postings: list[tuple[str, array.array[int]]],
                    recall: _Recall) -> list[tuple[float, int]]:
     """The `limit` best (score, id) pairs, best first, scoring every id of the query
     words' `postings` (all of their rows): the rule as written, counting at C speed."""
+    scores = _own_scores(postings, recall)
+    return heapq.nlargest(recall.limit, zip(scores.values(), scores.keys(), strict=True))
+
+
+def _own_scores(postings: list[tuple[str, array.array[int]]],
+                recall: _Recall) -> Mapping[int, float]:
+    """The score of every live id of the query words' `postings` (all of their rows)."""
     expired = recall.expired
     scores: dict[int, float] | collections.Counter[int]
     if recall.rank == "shared":  # an id sits in one row per word: its count is the words shared
@@ -2014,7 +2112,63 @@ def _scores_of_all(postings: list[tuple[str, array.array[int]]],
             weight = recall.weights[word] = _idf(recall.visible, len(held))
             for memory_id in held:
                 scores[memory_id] = scores.get(memory_id, 0.0) + weight
-    return heapq.nlargest(recall.limit, zip(scores.values(), scores.keys(), strict=True))
+    return scores
+
+
+# The ids nearest a memory in its conversation, before it and after it, as _SQL_AROUND
+# gives them (an aggregate's order is not promised); and where a memory sits among the
+# ids of its conversation around it, ascending.
+_Nearest = tuple[list[int], list[int]]
+_Placed = tuple[list[int], int]
+
+
+def _scores_in_context(own: Mapping[int, float], limit: int,
+                       nearest: Callable[[list[int]], dict[int, _Nearest]]
+                       ) -> tuple[list[tuple[float, int]], dict[int, _Placed]]:
+    """The `limit` best (score, id) pairs, best first, where a memory's score is its
+    `own` (0 if absent) plus, for each of its neighbours in ascending id order, the
+    neighbour's own times its side's weight; and where each memory scored sits.
+    Only memories that match or neighbour one that does can score, and a memory whose
+    own score and whose neighbours' are all below the limit-th best over _CONTEXT_REACH
+    cannot reach it: so the memories are taken best own score first, a growing batch at
+    a time (`nearest` gives the ids nearest each of a batch), until the next cannot."""
+    order = sorted(own, key=lambda memory_id: (own[memory_id], memory_id), reverse=True)
+    mine = own.get
+    window = _CONTEXT_WINDOW
+    placed: dict[int, _Placed] = {}
+    best: list[tuple[float, int]] = []  # a heap of the limit best so far
+    at, step = 0, 2 * limit
+    while at < len(order):
+        if len(best) == limit and own[order[at]] * _CONTEXT_REACH * (1 + 1e-9) < best[0][0]:
+            break
+        batch, at, step = order[at : at + step], at + step, 2 * step
+        for memory_id, (before, after) in nearest(batch).items():
+            line = [*sorted(before), memory_id, *sorted(after)]
+            here = len(before)
+            for place in range(max(0, here - window), min(len(line), here + window + 1)):
+                scored = line[place]
+                if scored in placed:
+                    continue
+                placed[scored] = (line, place)
+                score = mine(scored, 0)
+                for neighbour in line[max(0, place - window) : place]:
+                    score += _CONTEXT_BEFORE * mine(neighbour, 0)
+                for neighbour in line[place + 1 : place + 1 + window]:
+                    score += _CONTEXT_AFTER * mine(neighbour, 0)
+                if score > 0:
+                    if len(best) < limit:
+                        heapq.heappush(best, (score, scored))
+                    else:
+                        heapq.heappushpop(best, (score, scored))
+    return sorted(best, reverse=True), placed
+
+
+def _lenders(placed: _Placed) -> list[tuple[int, float]]:
+    """The neighbours of a memory sitting at `placed`, by id ascending, with weights."""
+    line, place = placed
+    before = line[max(0, place - _CONTEXT_WINDOW) : place]
+    return [*((n, _CONTEXT_BEFORE) for n in before),
+            *((n, _CONTEXT_AFTER) for n in line[place + 1 : place + 1 + _CONTEXT_WINDOW])]
 
 
 class _TopK:
@@ -2331,11 +2485,14 @@ class MemoryStore:
         pool_size: int | None = None,
         pool_timeout: float | None = None,
         rank: Rank | None = None,
+        context: bool | None = None,
     ) -> None:
         self.path = _check_path(path)
         #: The rank recall uses when a call names none: "shared" (the literal rule's) or
         #: "idf", the better one for most text.
         self.rank: Rank = "shared" if rank is None else _check_choice("rank", rank, RANKS)
+        #: Whether recall scores a memory with its conversation's when a call says not.
+        self.context = False if context is None else _check_flag("context", context)
         engine = _engine_for(self.path)
         given = {name: value for name, value in (("statement_timeout", statement_timeout),
                                                  ("pool_size", pool_size),
@@ -2705,7 +2862,8 @@ class MemoryStore:
                     if noun is None:
                         raise
                     raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
-            values.append((memory_id, *row[:4], created_at, expires_at, _text_key(row.text)))
+            values.append((memory_id, *row[:4], created_at, expires_at, _text_key(row.text),
+                           _conversation_of(row.source)))
         return values
 
     def _delete(self, db: _Session, key: _ScopeKey,
@@ -2759,7 +2917,7 @@ class MemoryStore:
     @_read_again_if_cut_off
     def recall(self, scope: Scope, query: str, limit: int = 3, *, rank: Rank | None = None,
                min_score: float | None = None, budget: int | None = None,
-               explain: bool = False) -> list[Recalled]:
+               explain: bool = False, context: bool | None = None) -> list[Recalled]:
         """The memories visible in the scope that match `query` best. rank="shared":
         a memory's score is the number of distinct words it shares with the query;
         rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
@@ -2768,16 +2926,24 @@ class MemoryStore:
         scoring below it is left out. With `budget`, the texts of those returned total at
         most that many characters: best first, one that does not fit what is left is
         skipped. With `explain`, each result has `why`: `matched`, the query's words (in
-        the rule's form) that it holds, each with what it added to the score."""
+        the rule's form) that it holds, each with what it added to the score.
+
+        With `context` (None: the store's), a memory's score is its own plus, for each
+        of its neighbours in ascending id order, 0.6 times the neighbour's own score for
+        each of the two written before it and 0.4 for each of the two after it: its
+        neighbours are the nearest live memories the scope sees of its conversation
+        (its source up to the last "/"; a memory whose source has none has none). A
+        memory can then score by its neighbours alone; explain's `why` gives `lent`,
+        each neighbour's id with what it added, where one did."""
         scope = _check_scope(scope)
         _check_limit(limit)
         ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
+        in_context = self.context if context is None else _check_flag("context", context)
         if min_score is not None:
             min_score = _check_score(min_score)
         if budget is not None:
             budget = _check_id(budget, "budget")
-        if not isinstance(explain, bool):
-            raise MemoryInputError(f"explain must be a bool, got {_described(explain)}")
+        _check_flag("explain", explain)
         _check_text("query", query, MAX_QUERY, blank=True)
         key = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
@@ -2800,7 +2966,19 @@ class MemoryStore:
             unindexed = [task for task in (None, key.task)
                          if 0 < held.get(task or "", 0) < self._index_from]
             asked = _Recall(key, listed, ranked, limit, expired, visible, {})
-            best = self._best(db, asked, row_map, self._read_unindexed(db, asked, unindexed))
+            apart = self._read_unindexed(db, asked, unindexed)
+            own: Mapping[int, float] = {}
+            placed: dict[int, _Placed] = {}
+            if in_context:
+                if not db.has_conversations:
+                    raise StoreError("recall with context needs the file's conversations,"
+                                     f" of schema version {SCHEMA_VERSION}: open it once"
+                                     " to write, which upgrades it")
+                own = _own_scores(self._all_postings(db, asked, apart), asked)
+                best, placed = _scores_in_context(own, limit, functools.partial(
+                    self._nearest, db, key, now))
+            else:
+                best = self._best(db, asked, row_map, apart)
             found = db.last_statement(
                 _SQL_RECALLED, (*key, json.dumps([i for _, i in best])))
             rows = {row[0]: _MemoryRow(*row) for row in found}
@@ -2816,8 +2994,28 @@ class MemoryStore:
             if explain:
                 holds = sorted(wanted & self._words(row.text))
                 result["why"] = Why(matched={word: asked.weights.get(word, 1) for word in holds})
+                if in_context:
+                    result["why"]["lent"] = {n: weight * own[n] for n, weight
+                                             in _lenders(placed[memory_id]) if n in own}
             results.append(result)
         return results
+
+    @staticmethod
+    def _all_postings(db: _Session, recall: _Recall, unindexed: dict[str, array.array[int]]
+                      ) -> list[tuple[str, array.array[int]]]:
+        """All of the query words' postings: the `unindexed` ones and every index row's."""
+        postings = list(unindexed.items())
+        postings += [(word, _unpack(blob))
+                     for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed)]
+        return postings
+
+    @staticmethod
+    def _nearest(db: _Session, key: _ScopeKey, now: str | None,
+                 ids: list[int]) -> dict[int, _Nearest]:
+        """The ids nearest each of the memories `ids` in its conversation (_SQL_AROUND)."""
+        (found,) = db.execute(_SQL_AROUND, (*key, now, *key, now, *key,
+                                            json.dumps(sorted(ids)))).fetchone()
+        return {memory_id: (before, after) for memory_id, before, after in json.loads(found)}
 
     def _read_unindexed(self, db: _Session, recall: _Recall, tasks: list[str | None]
                         ) -> dict[str, array.array[int]]:
@@ -2858,10 +3056,7 @@ class MemoryStore:
         assert mapped is not None
         best = self._top(db, recall, *mapped, unindexed)
         if best is None:
-            postings = list(unindexed.items())
-            postings += [(word, _unpack(blob))
-                         for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed)]
-            best = _scores_of_all(postings, recall)
+            best = _scores_of_all(self._all_postings(db, recall, unindexed), recall)
         return best
 
     def _top(self, db: _Session, recall: _Recall, held: collections.Counter[str],
@@ -3090,6 +3285,7 @@ class MemoryStore:
             "matching_outdated": rule != _RECORDED[self.matching],
             "ranks": list(RANKS),
             "rank": self.rank,
+            "context": self.context,
         }
 
     def check(self) -> dict[str, Any]:
@@ -3147,12 +3343,13 @@ class AsyncMemoryStore:
         pool_size: int | None = None,
         pool_timeout: float | None = None,
         rank: Rank | None = None,
+        context: bool | None = None,
     ) -> None:
         # MemoryStore's keywords written out, so that a type checker checks them here too.
         self._opening = functools.partial(
             MemoryStore, path, clock, read_only=read_only, durable=durable, matching=matching,
             create=create, statement_timeout=statement_timeout, pool_size=pool_size,
-            pool_timeout=pool_timeout, rank=rank)
+            pool_timeout=pool_timeout, rank=rank, context=context)
         self._store: MemoryStore | None = None
         # Thread primitives, not asyncio's: open, the calls and close may come from any
         # loop. One store is opened whoever opens it, and close() waits for the calls
@@ -3300,7 +3497,8 @@ def _run_list(store: MemoryStore, args: argparse.Namespace) -> int:
 
 def _run_recall(store: MemoryStore, args: argparse.Namespace) -> int:
     for memory in store.recall(Scope(args.user, args.task), args.query, args.limit,
-                               rank=args.rank, budget=args.budget, explain=args.explain):
+                               rank=args.rank, budget=args.budget, explain=args.explain,
+                               context=args.context):
         _emit(memory)
     return 0
 
@@ -3540,8 +3738,10 @@ def _open_for(args: argparse.Namespace) -> MemoryStore:
     if args.opens == _READS:
         return MemoryStore(args.path, read_only=True)
     if args.opens == _CREATES:
+        ranking = RECOMMENDED.copy()
+        del ranking["matching"]
         try:  # a store that exists keeps its rule
-            return MemoryStore(args.path, create=False, rank=RECOMMENDED["rank"])
+            return MemoryStore(args.path, create=False, **ranking)
         except StoreNotFound:
             return MemoryStore(args.path, **_recommended_here())
     return MemoryStore(args.path, create=False)
@@ -3587,6 +3787,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="shared: count shared words (default); idf: weigh rare words more")
     recall.add_argument("--budget", type=_bounded_int(1, _MAX_ID), metavar="CHARACTERS",
                         help="the texts total at most this many characters, best first")
+    recall.add_argument("--context", action="store_true",
+                        help="score each memory with its neighbours in its conversation too")
     recall.add_argument("--explain", action="store_true",
                         help="give each memory `why`: the query words it matched, with what"
                         " each added to its score")

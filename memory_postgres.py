@@ -32,6 +32,7 @@ from memory import (
     _check_seconds,
     _described,
     _Engine,
+    _give_every_conversation,
     _key_every_text,
     _log,
     _recording,
@@ -50,7 +51,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 2
+POSTGRES_SCHEMA_VERSION = 3
 # Version 1, to the letter (a new database is made by it and the steps after it, as an
 # upgraded one will be).
 _PG_SCHEMA = (
@@ -125,7 +126,7 @@ _PG_POLICIES = (
 _PG_POLICY = (
     "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
-_PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY}
+_PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -133,6 +134,14 @@ _PG_ADD_TEXT_KEY = (
     "ALTER TABLE memories ADD COLUMN text_key TEXT",
 )
 _PG_TEXT_KEY_INDEX = "CREATE INDEX memories_text_key ON memories (user_id, text_key)"
+# Version 3: the conversations, as SQLite's version 6 has them.
+_PG_ADD_CONVERSATION = (
+    "SELECT set_config('memory.operator', 'on', true)",
+    "ALTER TABLE memories ADD COLUMN conversation TEXT",
+)
+_PG_CONVERSATION_INDEX = (
+    "CREATE INDEX memories_conversation ON memories (user_id, conversation, id)"
+    " INCLUDE (task_id, expires_at)")
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
@@ -254,8 +263,17 @@ def _add_text_keys(db: _PostgresSession) -> None:
     db._send(_PG_TEXT_KEY_INDEX)
 
 
+def _add_conversations(db: _PostgresSession) -> None:
+    """Version 2 gains the conversations that recall with context finds neighbours in."""
+    for statement in _PG_ADD_CONVERSATION:
+        db._send(statement)
+    _give_every_conversation(db)
+    db._send(_PG_CONVERSATION_INDEX)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
+    (3, _add_conversations),
 ]
 
 

@@ -96,10 +96,18 @@ class TurnClock:
 # it was built by until reindexed, so both are what users' files rank by.
 RULE_VERSIONS: list[tuple[memory.Matching, str]] = [
     ("exact", "exact"), ("stems", "stems-2"), ("stems", "stems-3")]
+# Each (rule version, rank, context) measured: every rule and rank alone, then context
+# on the newest rules.
+METHODS: list[tuple[memory.Matching, str, memory.Rank, bool]] = [
+    *((matching, version, rank, False) for matching, version in RULE_VERSIONS
+      for rank in memory.RANKS),
+    ("exact", "exact", "idf", True), ("stems", "stems-3", "shared", True),
+    ("stems", "stems-3", "idf", True)]
 
 
 def store_ranker(folder: Path, conversations: list[dict[str, Any]], matching: memory.Matching,
-                 version: str, rank: memory.Rank) -> tuple[Ranker, MemoryStore]:
+                 version: str, rank: memory.Rank, context: bool = False
+                 ) -> tuple[Ranker, MemoryStore]:
     with mock.patch.dict(memory._RECORDED, {matching: version}):  # what it creates records
         store = MemoryStore(folder / f"{version}.db", matching=matching,
                             clock=TurnClock(conversations))
@@ -111,7 +119,8 @@ def store_ranker(folder: Path, conversations: list[dict[str, Any]], matching: me
             for turn in conversation["memories"])
 
     def ranked(number: int, question: str, k: int) -> list[str]:
-        found = store.recall(Scope(user_of(number), "questions"), question, k, rank=rank)
+        found = store.recall(Scope(user_of(number), "questions"), question, k, rank=rank,
+                             context=context)
         return [dialog_id(result["source"]) for result in found]
 
     return ranked, store
@@ -181,12 +190,12 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as name:
         stores = []
-        for matching, version in RULE_VERSIONS:
-            for rank in memory.RANKS:
-                ranker, store = store_ranker(Path(name), conversations, matching, version, rank)
-                stores.append(store)
-                rows.append({"method": f"memory.py {version}+{rank}",
-                             **evaluate(ranker, conversations)})
+        for matching, version, rank, context in METHODS:
+            ranker, store = store_ranker(Path(name), conversations, matching, version, rank,
+                                         context)
+            stores.append(store)
+            rows.append({"method": f"memory.py {version}+{rank}{'+context' * context}",
+                         **evaluate(ranker, conversations)})
         for store in stores:
             store.close()
     for tokenizer in ("unicode61", "porter"):

@@ -134,17 +134,18 @@ class StoreMatchesModel(RuleBasedStateMachine):
                 assert needle not in data, m.text
 
     @precondition(lambda self: self.model.memories)
-    @rule(scope=SCOPES, data=st.data(), limit=LIMITS, rank=RANK)
+    @rule(scope=SCOPES, data=st.data(), limit=LIMITS, rank=RANK, context=st.booleans())
     def recall_a_stored_text(self, scope: Scope, data: st.DataObject, limit: int,
-                             rank: memory.Rank) -> None:
+                             rank: memory.Rank, context: bool) -> None:
         query = data.draw(st.sampled_from([m.text for m in self.model.memories]))
-        assert self.store.recall(scope, query, limit, rank=rank) == \
-            self.model.recall(scope, query, limit, rank)
+        assert self.store.recall(scope, query, limit, rank=rank, context=context) == \
+            self.model.recall(scope, query, limit, rank, context)
 
-    @rule(scope=SCOPES, query=QUERIES, limit=LIMITS, rank=RANK)
-    def recall(self, scope: Scope, query: str, limit: int, rank: memory.Rank) -> None:
-        assert self.store.recall(scope, query, limit, rank=rank) == \
-            self.model.recall(scope, query, limit, rank)
+    @rule(scope=SCOPES, query=QUERIES, limit=LIMITS, rank=RANK, context=st.booleans())
+    def recall(self, scope: Scope, query: str, limit: int, rank: memory.Rank,
+               context: bool) -> None:
+        assert self.store.recall(scope, query, limit, rank=rank, context=context) == \
+            self.model.recall(scope, query, limit, rank, context)
 
     @rule(matching=st.sampled_from(RULES_HERE))
     def reindex(self, matching: memory.Matching) -> None:

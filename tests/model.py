@@ -156,6 +156,22 @@ class Memory:
                 "score": score}
 
 
+def conversation(m: Memory) -> str:
+    """The conversation of a memory's source: what comes before its last slash ("": none)."""
+    return m.source[:m.source.rfind("/")] if "/" in m.source else ""
+
+
+def neighbours(m: Memory, visible: list[Memory]) -> list[tuple[Memory, float]]:
+    """The memories that lend `m` a share of their score under context, in id order,
+    with their weights: of the `visible` (live, in id order) in m's conversation, the
+    two just before it (0.6 each) and the two just after it (0.4 each)."""
+    if not conversation(m):
+        return []
+    talk = [n for n in visible if conversation(n) == conversation(m)]
+    at = talk.index(m)
+    return [(n, 0.6) for n in talk[max(0, at - 2):at]] + [(n, 0.4) for n in talk[at + 1:at + 3]]
+
+
 class Model:
     """Memories in a list. `now` is the clock's last reading: what is live is decided at it."""
 
@@ -174,23 +190,32 @@ class Model:
         gone = {m.id for m in due[:most]}
         self.memories = [m for m in self.memories if m.id not in gone]
 
-    def recall(self, scope: Scope, query: str, limit: int,
-               rank: str = "shared") -> list[dict[str, Any]]:
+    def recall(self, scope: Scope, query: str, limit: int, rank: str = "shared",
+               context: bool = False) -> list[dict[str, Any]]:
         terms = MODEL_RULES[self.matching]
         wanted = terms(query)
-        visible = self.visible(scope)
+        visible = sorted(self.visible(scope), key=lambda m: m.id)
         held = {m.id: terms(m.text) for m in visible}
 
         def idf(word: str) -> float:
             df = sum(word in words for words in held.values())
             return math.log(1 + (len(visible) - df + 0.5) / (df + 0.5))
 
-        scored: list[tuple[float, Memory]] = []
+        own: dict[int, float] = {}
         for m in visible:
             shared = wanted & held[m.id]
             if shared:
-                score = len(shared) if rank == "shared" else sum(idf(w) for w in sorted(shared))
-                scored.append((score, m))
+                own[m.id] = len(shared) if rank == "shared" else sum(
+                    idf(w) for w in sorted(shared))
+        scored = [(own[m.id], m) for m in visible if m.id in own]
+        if context and wanted:
+            scored = []
+            for m in visible:
+                score = own.get(m.id, 0)
+                for neighbour, weight in neighbours(m, visible):
+                    score += weight * own.get(neighbour.id, 0)
+                if score > 0:
+                    scored.append((score, m))
         ranked = sorted(scored, key=lambda p: (-p[0], -p[1].id))
         return [m.as_result(s) for s, m in ranked[:limit]]
 
@@ -301,7 +326,9 @@ FRAGMENTS = st.one_of(
 TEXTS = (st.lists(FRAGMENTS, min_size=1, max_size=8).map(" ".join)
          .filter(lambda t: bool(t.strip()) and len(t) <= MAX_TEXT))
 QUERIES = st.lists(FRAGMENTS, max_size=8).map(" ".join)
-SOURCES = st.sampled_from(["trip/turn-1", "trip/turn-2", "onboarding/turn-4"])
+# Conversations "trip", "onboarding" and "trip/day-2"; none for "notes" and "/turn-1".
+SOURCES = st.sampled_from(["trip/turn-1", "trip/turn-2", "onboarding/turn-4",
+                           "trip/day-2/turn-1", "notes", "/turn-1", "trip/"])
 LIMITS = st.integers(min_value=1, max_value=20)
 RANK = st.sampled_from(RANKS)
 # Seconds to live: a step of the clock is 60 s, so some lapse at the next tick, some later.

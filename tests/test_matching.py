@@ -261,15 +261,17 @@ def test_a_file_indexed_by_the_first_stems_rule_is_reindexed_when_opened_to_writ
 
 @pytest.mark.stems
 def test_recommended_opens_a_store_of_every_lever_on_both_engines(target: str) -> None:
-    assert memory.RECOMMENDED == {"matching": "stems", "rank": "idf"}
+    assert memory.RECOMMENDED == {"matching": "stems", "rank": "idf", "context": True}
     with MemoryStore(target, **memory.RECOMMENDED) as store:
-        kept = store.remember(ALICE, "user", "Alice never eats meat: she is vegetarian.", "s")
-        store.remember(ALICE, "user", "Alice likes the window seat.", "s")
-        assert (store.matching, store.rank) == ("stems", "idf")
-        assert [r["id"] for r in store.recall(ALICE, "vegetarians?")] == [kept]
+        kept, answer = store.remember_many([
+            (ALICE, "user", "Alice never eats meat: she is vegetarian.", "chat/1"),
+            (ALICE, "user", "Since last May.", "chat/2")])
+        store.remember(ALICE, "user", "Alice likes the window seat.", "notes")
+        assert (store.matching, store.rank, store.context) == ("stems", "idf", True)
+        assert [r["id"] for r in store.recall(ALICE, "vegetarians?")] == [kept, answer]
     with MemoryStore(target, **memory.RECOMMENDED) as store:  # reopened, as it is
         stats = store.stats()
-        assert (stats["matching"], stats["rank"]) == ("stems", "idf")
+        assert (stats["matching"], stats["rank"], stats["context"]) == ("stems", "idf", True)
 
 
 @pytest.mark.stems

@@ -315,7 +315,7 @@ def test_a_store_is_created_only_where_there_is_none(monkeypatch: pytest.MonkeyP
     serving_args = argparse.Namespace(opens=memory._CREATES, path="postgresql:///down")
     with pytest.raises(memory.StoreError, match="no connection"):
         memory._open_for(serving_args)
-    assert tries == [{"create": False, "rank": "idf"}]
+    assert tries == [{"create": False, "rank": "idf", "context": True}]
 
 
 def test_list_memories_shows_the_newest_hundred_oldest_first_with_the_total(

@@ -65,13 +65,16 @@ def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Pa
         memory_id = store.remember(ALICE, "task", "Book the hotel.", "s", ttl=60)
         (recalled,) = store.recall(ALICE, "hotel")
         (explained,) = store.recall(ALICE, "hotel", explain=True)
+        (in_context,) = store.recall(ALICE, "hotel", explain=True, context=True)
         shown = store.get(ALICE, memory_id)
         (record,) = store.export_user("alice")
     assert shown is not None
     fields = list(typing.get_type_hints(memory.Recalled))
     assert list(recalled) == [key for key in fields if key in memory.Recalled.__required_keys__]
-    assert list(explained) == fields and list(explained["why"]) == list(
-        typing.get_type_hints(memory.Why))
+    why = list(typing.get_type_hints(memory.Why))
+    assert list(explained) == fields and list(explained["why"]) == [
+        key for key in why if key in memory.Why.__required_keys__]
+    assert list(in_context["why"]) == why
     assert list(shown) == list(typing.get_type_hints(memory.Memory))
     assert list(record) == list(typing.get_type_hints(memory.Record)) == list(memory.RECORD_KEYS)
     assert memory.LEVELS == typing.get_args(memory.Level)

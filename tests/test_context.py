@@ -1,0 +1,187 @@
+"""Recall with context: a memory also scores a share of its neighbours' match, the
+nearest live memories its scope sees of its conversation (its source up to the last
+"/"); never across conversations, users or tasks, never from a memory that is gone; and
+the same, to the bit, as the model's scoring of every visible memory, on both engines."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+import shutil
+from datetime import timedelta
+
+import pytest
+
+import memory
+from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, SetClock
+from memory import MemoryInputError, MemoryStore, Scope, StoreError
+from model import Memory, Model, utc
+
+LATER = "2026-10-20T09:02:00+00:00"  # two minutes on
+
+QUESTION = "When did Dana start the pottery class?"
+ASKED = "Sam: Did you sign up for that pottery class?"
+ANSWER = "Dana: Last Tuesday, finally!"
+
+
+def talk(store: MemoryStore, scope: Scope, conversation: str, *lines: str,
+         level: memory.Level = "user") -> list[int]:
+    """Write `lines` as the turns of `conversation`, in order."""
+    return store.remember_many([(scope, level, line, f"{conversation}/turn-{n}")
+                                for n, line in enumerate(lines)])
+
+
+def ids(found: list[memory.Recalled]) -> list[int]:
+    return [result["id"] for result in found]
+
+
+def test_the_answer_beside_the_question_is_found_with_context(target: str) -> None:
+    with MemoryStore(target, rank="idf") as store:
+        asked, answer = talk(store, ALICE, "chat-1", ASKED, ANSWER)
+        later = talk(store, ALICE, "chat-2", "Dana likes green tea.", "Dana lives in Leeds.")
+        assert answer not in ids(store.recall(ALICE, QUESTION, 3))
+        found = store.recall(ALICE, QUESTION, 3, context=True, explain=True)
+        assert ids(found) == [asked, answer, later[1]]
+        own = store.recall(ALICE, QUESTION, 10)
+        score = {result["id"]: result["score"] for result in own}
+        # The answer's own match (Dana) and 0.6 of the question's, written just before it.
+        assert found[1]["score"] == score[answer] + 0.6 * score[asked]
+        assert found[1]["why"] == {"matched": {"dana": score[answer]},
+                                   "lent": {asked: 0.6 * score[asked]}}
+        # The question takes 0.4 of the answer's; the turn after it matches nothing.
+        assert found[0]["why"]["lent"] == {answer: 0.4 * score[answer]}
+
+
+def test_a_memory_that_matches_nothing_is_found_by_its_neighbours(target: str) -> None:
+    with MemoryStore(target) as store:
+        first, quiet, last = talk(store, ALICE, "chat", "pottery", "nothing shared", "pottery")
+        found = store.recall(ALICE, "pottery", 5, context=True, explain=True)
+        # Each pottery turn: 1, and 0.6 of the other if written before it, 0.4 if after;
+        # the quiet turn between them: 0.6 of the first and 0.4 of the last.
+        assert [(r["id"], r["score"]) for r in found] == [
+            (last, 1 + 0.6), (first, 1 + 0.4), (quiet, 0.6 + 0.4)]
+        assert found[2]["why"] == memory.Why(matched={}, lent={first: 0.6, last: 0.4})
+
+
+def test_context_flows_only_within_one_conversation_of_one_scope(target: str) -> None:
+    with MemoryStore(target) as store:
+        talk(store, ALICE, "chat", "pottery class")
+        others = [
+            *talk(store, ALICE, "other", "no match here"),  # the next memory, but not its talk
+            *talk(store, BOB, "chat", "no match for bob"),  # its talk's name, another user's
+            *talk(store, ALICE_WORK, "chat", "a work note", level="task"),  # another task's
+            store.remember(ALICE, "user", "a note", "chat"),  # no "/": in no conversation
+            store.remember(ALICE, "user", "a note", "/chat"),  # nothing before "/": nor this
+        ]
+        for scope in (ALICE, BOB):
+            found = ids(store.recall(scope, "pottery class", 10, context=True))
+            assert not set(found) & set(others)
+        # Within its task, a task memory is a neighbour like any other.
+        work = store.recall(ALICE_WORK, "pottery", 10, context=True)
+        assert others[2] in ids(work)
+        bob = store.recall(BOB, "bob", 10, context=True)
+        assert ids(bob) == [others[1]] and bob[0]["score"] == 1
+
+
+def test_a_forgotten_expired_or_revised_neighbour_lends_nothing(target: str) -> None:
+    clock = SetClock()
+    with MemoryStore(target, clock=clock) as store:
+        far, expiring, answer = store.remember_many([
+            (ALICE, "user", "pottery class", "chat/1"),
+            (ALICE, "user", "pottery", "chat/2", 90),
+            (ALICE, "user", "an answer", "chat/3")])
+        gone, revised, other = talk(store, ALICE, "talk", "pottery", "pottery", "quiet")
+
+        def lent(memory_id: int) -> dict[int, float] | None:
+            found = store.recall(ALICE, "pottery class", 20, context=True, explain=True)
+            return next((r["why"]["lent"] for r in found if r["id"] == memory_id), None)
+
+        assert lent(answer) == {far: 0.6 * 2, expiring: 0.6}
+        clock.at = LATER  # expired, not yet purged: the one before it takes its place
+        assert lent(answer) == {far: 0.6 * 2}
+        assert lent(other) == {gone: 0.6, revised: 0.6}
+        store.forget(ALICE, gone)
+        assert lent(other) == {revised: 0.6}
+        new_id = store.revise(ALICE, revised, "no longer", "talk/2")
+        assert new_id is not None and lent(other) is None  # its neighbour matches nothing
+
+
+def test_recall_with_context_is_off_unless_the_store_or_the_call_turns_it_on(
+        target: str) -> None:
+    with MemoryStore(target) as store:
+        asked, answer = talk(store, ALICE, "chat", "pottery", "an answer")
+        assert store.context is False and store.stats()["context"] is False
+        assert ids(store.recall(ALICE, "pottery")) == [asked]
+        assert ids(store.recall(ALICE, "pottery", context=True)) == [asked, answer]
+    with MemoryStore(target, context=True) as store:
+        assert store.context is True and store.stats()["context"] is True
+        assert ids(store.recall(ALICE, "pottery")) == [asked, answer]
+        assert ids(store.recall(ALICE, "pottery", context=False)) == [asked]
+        for bad in ("yes", 1, None.__class__):
+            with pytest.raises(MemoryInputError, match="context must be a bool, got"):
+                store.recall(ALICE, "pottery", context=bad)  # type: ignore[arg-type]
+    with pytest.raises(MemoryInputError, match="context must be a bool, got a str"):
+        MemoryStore(target, context="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_recall_with_context_equals_scoring_every_visible_memory(
+        target: str, seed: int) -> None:
+    """Hundreds of memories in a few conversations, some of each scope, some expiring
+    and some forgotten, so that the search takes its batches and stops early: every
+    result equals the model's, score for score."""
+    chance = random.Random(seed)
+    vocabulary = [f"w{n}" for n in range(40)]
+    scopes = [ALICE, ALICE_WORK, BOB]
+    clock = SetClock()
+    model = Model()
+    with MemoryStore(target, clock=clock) as store:
+        rows = []
+        for _ in range(600):
+            scope = chance.choice(scopes)
+            level = chance.choice(["user", "user", "task"])
+            # Zipf-like: a few words in most memories, most words in few.
+            text = " ".join(chance.choices(vocabulary, weights=[1 / (1 + n) for n in range(40)],
+                                           k=chance.randint(1, 6)))
+            source = chance.choice(["a/1", "b/2", "c/d/3", "none"])
+            rows.append((scope, level, text, source, chance.choice([None] * 5 + [60])))
+        written = store.remember_many(rows)
+        for memory_id, (scope, level, text, source, ttl) in zip(written, rows, strict=True):
+            expires = None if ttl is None else utc(clock.at) + timedelta(seconds=ttl)
+            model.memories.append(Memory(memory_id, scope.user,
+                                         scope.task if level == "task" else None, text,
+                                         source, clock.at, expires))
+        for memory_id in chance.sample(written, 60):
+            owner = next(m for m in model.memories if m.id == memory_id)
+            assert store.forget(Scope(owner.user, owner.task or "any"), memory_id)
+            model.memories.remove(owner)
+        clock.at = model.now = LATER
+        for _ in range(40):
+            query = " ".join(chance.choices(vocabulary, k=chance.randint(1, 4)))
+            scope, limit = chance.choice(scopes), chance.choice([1, 3, 10])
+            for rank in memory.RANKS:
+                expected = model.recall(scope, query, limit, rank, context=True)
+                assert store.recall(scope, query, limit, rank=rank, context=True) == expected
+
+
+def test_a_file_read_as_it_is_refuses_context_until_it_is_upgraded(
+        tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    shutil.copyfile(FIXTURES / "version-5-a3b9158.sqlite3", path)
+    scope = Scope("alice", "trip")
+    with MemoryStore(path, read_only=True) as reader:
+        before = reader.recall(scope, "vegetarian trains", 5)
+        with pytest.raises(StoreError, match="recall with context needs the file's"
+                                             " conversations, of schema version 6"):
+            reader.recall(scope, "vegetarian trains", 5, context=True)
+    with MemoryStore(path) as store:  # upgraded: each memory has its conversation
+        assert store.recall(scope, "vegetarian trains", 5) == before
+        found = store.recall(scope, "vegetarian trains", 5, context=True)
+        # trip/turn-4 (trains) lends 0.6 to trip/turn-6, written after it in its talk.
+        assert [(r["id"], r["score"]) for r in found] == [
+            *((r["id"], r["score"]) for r in before), (7, 0.6)]
+        (conversations,) = store.db.execute(
+            "SELECT json_group_array(conversation) FROM memories WHERE user_id = ?",
+            ("alice",)).fetchone()
+        assert set(json.loads(conversations)) == {"onboarding", "work", "trip"}
