@@ -66,39 +66,43 @@ def test_a_memory_that_matches_nothing_is_found_by_its_neighbours(target: str) -
 
 def test_context_flows_only_within_one_conversation_of_one_scope(target: str) -> None:
     with MemoryStore(target) as store:
-        talk(store, ALICE, "chat", "pottery class")
+        (asked,) = talk(store, ALICE, "chat", "pottery class")
+        # Between the question and its answer, written in turn: none of them is a
+        # neighbour of either, so none takes the question's place beside the answer.
         others = [
-            *talk(store, ALICE, "other", "no match here"),  # the next memory, but not its talk
-            *talk(store, BOB, "chat", "no match for bob"),  # its talk's name, another user's
-            *talk(store, ALICE_WORK, "chat", "a work note", level="task"),  # another task's
+            *talk(store, ALICE, "other", "no match", "no match"),  # another conversation
+            *talk(store, BOB, "chat", "bob's", "bob's"),  # its conversation's name, Bob's
+            *talk(store, ALICE_WORK, "chat", "work", "work", level="task"),  # another task's
             store.remember(ALICE, "user", "a note", "chat"),  # no "/": in no conversation
             store.remember(ALICE, "user", "a note", "/chat"),  # nothing before "/": nor this
         ]
-        for scope in (ALICE, BOB):
-            found = ids(store.recall(scope, "pottery class", 10, context=True))
-            assert not set(found) & set(others)
+        (answer,) = talk(store, ALICE, "chat", "the answer")
+        found = store.recall(ALICE, "pottery class", 10, context=True, explain=True)
+        assert [(r["id"], r["why"].get("lent")) for r in found] == [
+            (asked, {}), (answer, {asked: 0.6 * 2})]
         # Within its task, a task memory is a neighbour like any other.
         work = store.recall(ALICE_WORK, "pottery", 10, context=True)
-        assert others[2] in ids(work)
+        assert ids(work) == [asked, others[5], others[4]]
         bob = store.recall(BOB, "bob", 10, context=True)
-        assert ids(bob) == [others[1]] and bob[0]["score"] == 1
+        assert ids(bob) == [others[3], others[2]] and [r["score"] for r in bob] == [1 + 0.6, 1 + 0.4]
 
 
 def test_a_forgotten_expired_or_revised_neighbour_lends_nothing(target: str) -> None:
     clock = SetClock()
     with MemoryStore(target, clock=clock) as store:
-        far, expiring, answer = store.remember_many([
+        far, expiring, _, answer = store.remember_many([
             (ALICE, "user", "pottery class", "chat/1"),
             (ALICE, "user", "pottery", "chat/2", 90),
-            (ALICE, "user", "an answer", "chat/3")])
+            (ALICE, "user", "pottery", "chat/3", 90),
+            (ALICE, "user", "an answer", "chat/4")])
         gone, revised, other = talk(store, ALICE, "talk", "pottery", "pottery", "quiet")
 
         def lent(memory_id: int) -> dict[int, float] | None:
             found = store.recall(ALICE, "pottery class", 20, context=True, explain=True)
             return next((r["why"]["lent"] for r in found if r["id"] == memory_id), None)
 
-        assert lent(answer) == {far: 0.6 * 2, expiring: 0.6}
-        clock.at = LATER  # expired, not yet purged: the one before it takes its place
+        assert lent(answer) == {expiring: 0.6, expiring + 1: 0.6}
+        clock.at = LATER  # expired, not yet purged: the one before them takes their place
         assert lent(answer) == {far: 0.6 * 2}
         assert lent(other) == {gone: 0.6, revised: 0.6}
         store.forget(ALICE, gone)

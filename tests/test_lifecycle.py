@@ -340,6 +340,7 @@ def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
     statements: list[str] = []
     store.db.set_trace_callback(statements.append)
     store.memories(ALICE)
+    store.recall(ALICE, "vegetarian lisbon hotel", context=True)
     store.forget(ALICE, ids["a-trip"])
     store.forget(ALICE, ids["b-user"])
     store.forget_source(ALICE_WORK, "trip/turn-1")

@@ -107,6 +107,7 @@ def test_every_statement_carries_the_user_filter(store: MemoryStore) -> None:
                          (ALICE_WORK, "task", "Conference hotel.", "s")] * memory.INDEX_FROM)
     store.recall(ALICE_WORK, "vegetarian hotel reader")  # indexed, and one not (user level)
     store.recall(ALICE, "vegetarian hotel reader", rank="idf")
+    store.recall(ALICE_WORK, "vegetarian hotel reader", context=True)
     store.count(ALICE)
     store.memories(ALICE)
     memory_id = store.remember(ALICE, "task", "Book the hotel.", "s")
