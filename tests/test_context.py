@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, SetClock
+from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, SetClock, cli
 from memory import MemoryInputError, MemoryStore, Scope, StoreError
 from model import Memory, Model, utc
 
@@ -84,7 +84,8 @@ def test_context_flows_only_within_one_conversation_of_one_scope(target: str) ->
         work = store.recall(ALICE_WORK, "pottery", 10, context=True)
         assert ids(work) == [asked, others[5], others[4]]
         bob = store.recall(BOB, "bob", 10, context=True)
-        assert ids(bob) == [others[3], others[2]] and [r["score"] for r in bob] == [1 + 0.6, 1 + 0.4]
+        assert [(r["id"], r["score"]) for r in bob] == [(others[3], 1 + 0.6),
+                                                         (others[2], 1 + 0.4)]
 
 
 def test_a_forgotten_expired_or_revised_neighbour_lends_nothing(target: str) -> None:
@@ -189,3 +190,14 @@ def test_a_file_read_as_it_is_refuses_context_until_it_is_upgraded(
             "SELECT json_group_array(conversation) FROM memories WHERE user_id = ?",
             ("alice",)).fetchone()
         assert set(json.loads(conversations)) == {"onboarding", "work", "trip"}
+
+
+def test_the_command_line_recalls_with_context_when_asked(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.db"
+    with MemoryStore(path) as store:
+        asked, answer = talk(store, ALICE, "chat", "pottery", "an answer")
+    args = ("recall", str(path), "--user", "alice", "--task", "trip", "pottery")
+    for extra, expected in (((), [asked]), (("--context",), [asked, answer])):
+        done = cli(*args, *extra)
+        assert done.returncode == 0, done.stderr
+        assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == expected
