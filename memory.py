@@ -2972,8 +2972,8 @@ class MemoryStore:
             if in_context:
                 if not db.has_conversations:
                     raise StoreError("recall with context needs the file's conversations,"
-                                     f" of schema version {SCHEMA_VERSION}: open it once"
-                                     " to write, which upgrades it")
+                                     f" of schema version {_CONVERSATIONS_FROM}: open it"
+                                     " once to write, which upgrades it")
                 own = _own_scores(self._all_postings(db, asked, apart), asked)
                 best, placed = _scores_in_context(own, limit, functools.partial(
                     self._nearest, db, key, now))
@@ -3728,9 +3728,9 @@ def _run_backup(store: MemoryStore, args: argparse.Namespace) -> int:
 
 
 # How a command opens its store: to read; to write one that must already exist (no
-# command but remember, import and mcp creates a store by typo); or to write, creating it
-# if need be, with the RECOMMENDED settings (the exact rule where the stems extra is not
-# installed): one that exists keeps its rule.
+# command but remember, import and mcp may create a store from a mistyped path); or to
+# write, creating it if need be, with the RECOMMENDED settings (the exact rule where the
+# stems extra is not installed): one that exists keeps its rule.
 _READS, _WRITES, _CREATES = "reads", "writes", "creates"
 
 
