@@ -47,6 +47,7 @@ import itertools
 import json
 import logging
 import math
+import operator
 import os
 import pathlib
 import re
@@ -57,7 +58,15 @@ import time
 import unicodedata
 import warnings
 import weakref
-from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import (
+    Callable,
+    Collection,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import UTC, datetime, timedelta
 from typing import (
     Any,
@@ -65,6 +74,7 @@ from typing import (
     Literal,
     NamedTuple,
     ParamSpec,
+    Protocol,
     TypedDict,
     TypeVar,
     cast,
@@ -73,14 +83,14 @@ from typing import (
 
 __version__ = "0.1.0"
 __all__ = [
-    "AsyncMemoryStore", "ConnectionLost", "FixedClock", "IDENTIFIER", "Level", "MAX_LIMIT",
-    "MAX_QUERY", "MAX_TEXT", "Matching", "Memory", "MemoryInputError", "MemoryStore",
+    "AsyncMemoryStore", "ConnectionLost", "Embedder", "FixedClock", "IDENTIFIER", "Level",
+    "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "Matching", "Memory", "MemoryInputError", "MemoryStore",
     "OutcomeUnknown", "RECOMMENDED", "Rank", "Recalled", "Record", "SCHEMA", "SCHEMA_VERSION",
     "STOPWORDS", "SchemaError", "Scope", "StoreError", "StoreNotFound", "WORD",
     "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -108,8 +118,9 @@ BUSY_TIMEOUT_SECONDS = 30.0
 Level = Literal["user", "task"]
 #: The word rules: "exact" (the literal rule) and "stems" (English stems, the better one).
 Matching = Literal["exact", "stems"]
-#: Recall's rankings: "shared" (distinct words shared) and "idf" (rarer words weigh more).
-Rank = Literal["shared", "idf"]
+#: Recall's rankings: "shared" (distinct words shared), "idf" (rarer words weigh more),
+#: "meaning" (the cosine of the embedder's vectors) and "hybrid" (idf and meaning both).
+Rank = Literal["shared", "idf", "meaning", "hybrid"]
 
 
 class _Settings(TypedDict, total=False):
@@ -120,10 +131,24 @@ class _Settings(TypedDict, total=False):
     context: bool
 
 
+class Embedder(Protocol):
+    """What turns texts into vectors for recall by meaning: the caller's model, which the
+    store never downloads or imports. `name` names the model and its version; the file
+    records it with `dimensions`, and refuses another."""
+
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        """One vector of `dimensions` finite numbers for each text, in order."""
+        ...
+
+
 #: The settings of the best recall measured (docs/quality.md): MemoryStore(path,
-#: **RECOMMENDED). What a later release measures better joins it. matching="stems"
-#: needs the `stems` extra; an existing file keeps its own rule (see reindex).
-RECOMMENDED: _Settings = {"matching": "stems", "rank": "idf", "context": True}
+#: **RECOMMENDED), with an embedder for meaning (without one, "hybrid" ranks by idf).
+#: What a later release measures better joins it. matching="stems" needs the `stems`
+#: extra; an existing file keeps its own rule (see reindex).
+RECOMMENDED: _Settings = {"matching": "stems", "rank": "hybrid", "context": True}
 LEVELS: tuple[Level, ...] = get_args(Level)
 MATCHING: tuple[Matching, ...] = get_args(Matching)
 RANKS: tuple[Rank, ...] = get_args(Rank)
@@ -188,6 +213,13 @@ _MAX_ID = 2**63 - 1
 # A write first deletes up to this many expired memories of each scope it writes in, so
 # expired text does not wait for purge_expired() where the user is active.
 PURGE_PER_WRITE = 100
+# Texts per call of the embedder's embed(): a model's batch, small enough that a bulk
+# write's memory and a call's time stay bounded.
+EMBED_BATCH = 64
+# Hybrid recall adds to a memory's cosine its word score over the question's own weight
+# (all its words' idf: how much of the question the memory covers), times this. Measured
+# against the scope's best match instead, one accidental word would count as a full one.
+_HYBRID_WORDS = 0.5
 
 # -- statements ------------------------------------------------------------------------
 # A statement the store runs on every engine is an _Sql: its SQLite text, carrying its
@@ -359,11 +391,27 @@ _SQLITE_VERSION_6 = (
     " (user_id, conversation, id, task_id, expires_at)",
 )
 
+# Version 7 adds each memory's vector, from the embedder the file records (store_settings),
+# as little-endian float32: keyed by the memory's id, under its user and task as every
+# row of memory data. Recall by meaning reads the scope's rows through the index.
+_SQLITE_VERSION_7 = (
+    *_SQLITE_VERSION_6,
+    """CREATE TABLE memory_vectors (
+    id INTEGER PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    task_id TEXT,
+    vector BLOB NOT NULL
+)""",
+    "CREATE INDEX memory_vectors_scope ON memory_vectors (user_id, task_id)",
+)
+
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
 # The version whose memories have their conversations, which recall with context reads.
 _CONVERSATIONS_FROM = 6
+# The version that holds vectors, which an embedder needs.
+_VECTORS_FROM = 7
 
 
 class _Layout(NamedTuple):
@@ -382,6 +430,7 @@ SQLITE_LAYOUTS = (
     _Layout(4, _SQLITE_VERSION_4),
     _Layout(5, _SQLITE_VERSION_5),
     _Layout(6, _SQLITE_VERSION_6),
+    _Layout(7, _SQLITE_VERSION_7),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -504,6 +553,12 @@ _SQL_MATCHING = _sql("SELECT value FROM store_settings WHERE name = 'matching'")
 _SQL_SET_MATCHING = _sql(
     "INSERT OR REPLACE INTO store_settings (name, value) VALUES ('matching', ?)",
     postgresql="INSERT INTO store_settings (name, value) VALUES ('matching', %s)"
+    " ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+# The embedder whose vectors the store holds: JSON {"name": ..., "dimensions": ...}.
+_SQL_EMBEDDER = _sql("SELECT value FROM store_settings WHERE name = 'embedder'")
+_SQL_SET_EMBEDDER = _sql(
+    "INSERT OR REPLACE INTO store_settings (name, value) VALUES ('embedder', ?)",
+    postgresql="INSERT INTO store_settings (name, value) VALUES ('embedder', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value")
 # Recall's map of the query words' postings, one row per word (a row apiece costs more
 # than the lookup): the first ids of its user-level rows, then of the task's (the scope
@@ -640,6 +695,20 @@ _SQL_FORGET = _sql(
     f"DELETE FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))"
 )
 _SQL_ERASE = _sql("DELETE FROM memories WHERE user_id = ?")
+# Vectors are memory data: written with their memory, deleted in its transaction, read
+# under the scope.
+_SQL_INSERT_VECTORS = _sql(
+    "INSERT INTO memory_vectors (id, user_id, task_id, vector) VALUES (?, ?, ?, ?)",
+    postgresql_many="INSERT INTO memory_vectors (id, user_id, task_id, vector) "
+    + _from_arrays("bigint", "text", "text", "bytea"))
+_SQL_SCOPE_VECTORS = _sql(f"SELECT id, vector FROM memory_vectors {_IN_SCOPE}")
+_SQL_FORGET_VECTORS = _sql(
+    f"DELETE FROM memory_vectors NOT INDEXED {_IN_SCOPE}"
+    " AND id IN (SELECT value FROM json_each(?))")
+_SQL_DELETE_VECTORS_OF_USER = _sql(
+    "DELETE FROM memory_vectors NOT INDEXED WHERE user_id = ?"
+    " AND id IN (SELECT value FROM json_each(?))")
+_SQL_ERASE_VECTORS = _sql("DELETE FROM memory_vectors WHERE user_id = ?")
 _SQL_ERASE_POSTINGS = _sql("DELETE FROM memory_words WHERE user_id = ?")
 _SQL_DROP_OWNER_POSTINGS = _sql("DELETE FROM memory_words WHERE user_id = ? AND task_id IS ?")
 # The rows of one (user, word, task) that may hold ids from lo up to hi: from the row
@@ -656,10 +725,11 @@ _SQL_REWRITE_POSTINGS = _sql(
 _SQL_DROP_POSTINGS = _sql(
     "DELETE FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
 )
-# The operator's aggregate: counts only, across users by design, so it is one of the
-# three reads without the scope predicate (see _SQL_USERS, _SQL_EXPIRED_USERS). No call
-# made for a user uses it.
+# The operator's aggregates: counts only, across users by design, so they are two of
+# the four reads without the scope predicate (see _SQL_USERS, _SQL_EXPIRED_USERS). No
+# call made for a user uses them.
 _SQL_STATS = _sql("SELECT count(*), count(task_id), count(DISTINCT user_id) FROM memories")
+_SQL_VECTOR_COUNT = _sql("SELECT count(*) FROM memory_vectors")
 # Reindexing walks the users one by one, each under `WHERE user_id = `; finding them is
 # the other read without the user filter, and it returns ids only.
 _SQL_USERS = _sql("SELECT DISTINCT user_id FROM memory_counts")
@@ -760,9 +830,16 @@ class Why(_Matched, total=False):
     rule's form) the memory holds, in sorted order, with what it added to the score (1
     under the shared rank, its weight under idf); they add up to the score. With
     context, `lent` too: each neighbour that matched, by id ascending, with what it
-    added; the two add up to the score."""
+    added; the two add up to the score. By meaning (ranks "meaning" and "hybrid" with an
+    embedder), `meaning` too: the cosine of the memory's vector with the query's (0 for
+    a memory without one). Under "meaning" it is the score, and `matched` is what the
+    words would add by the shared rank; under "hybrid", the score is `meaning` plus
+    _HYBRID_WORDS times the words' score (matched and lent) over `question`, the
+    weight of all the query's words."""
 
     lent: dict[int, float]
+    meaning: float
+    question: float
 
 
 class _Scored(_Fields):
@@ -947,6 +1024,7 @@ class _NewMemory(NamedTuple):
     created_at: str | None = None
     ttl: float | None = None
     expires_at: str | None = None
+    vector: bytes | None = None  # the embedder's, as memory_vectors holds it
 
 
 def _new_row(scope: Scope, level: str, text: str, source: str,
@@ -977,6 +1055,69 @@ def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[
                 f"{noun} {position}: must be a tuple (scope, level, text, source[, ttl]),"
                 f" got {_described(item)}", position) from None
     return rows
+
+
+def _check_embedder(embedder: object) -> Embedder:
+    """The embedder, if it has what Embedder promises."""
+    name = getattr(embedder, "name", None)
+    dimensions = getattr(embedder, "dimensions", None)
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_TEXT:
+        raise MemoryInputError("embedder.name must be a str of 1 to"
+                               f" {MAX_TEXT} characters, got {_described(name)}")
+    if type(dimensions) is not int or not 0 < dimensions <= 65536:
+        raise MemoryInputError("embedder.dimensions must be an int from 1 to 65536,"
+                               f" got {_described(dimensions)}")
+    if not callable(getattr(embedder, "embed", None)):
+        raise MemoryInputError("embedder.embed must be callable")
+    return cast(Embedder, embedder)
+
+
+def _embedder_record(embedder: Embedder) -> str:
+    """What the file records of the embedder its vectors come from."""
+    return json.dumps({"name": embedder.name, "dimensions": embedder.dimensions},
+                      sort_keys=True)
+
+
+def _vector_blob(vector: object, dimensions: int, position: int) -> bytes:
+    """One vector as little-endian float32, or StoreError naming what is wrong with it."""
+    where = f"the embedder's vector {position}"
+    if isinstance(vector, (str, bytes)) or not isinstance(vector, Iterable):
+        raise StoreError(f"{where} is not a sequence of numbers but {type(vector).__name__}")
+    packed = None
+    with contextlib.suppress(TypeError, ValueError, OverflowError):
+        packed = array.array("f", vector)
+    if packed is None:
+        raise StoreError(f"{where} holds something that is not a number")
+    if len(packed) != dimensions:
+        raise StoreError(f"{where} has {len(packed)} numbers, not the {dimensions}"
+                         " the embedder's dimensions say")
+    if not all(map(math.isfinite, packed)):
+        raise StoreError(f"{where} holds a number that is not finite in float32")
+    if not any(packed):
+        raise StoreError(f"{where} is all zeros: it has no direction to compare")
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _embedded(embedder: Embedder, texts: list[str]) -> list[bytes]:
+    """Each text's vector from the embedder, EMBED_BATCH texts a call, each checked; an
+    embedder that raises is StoreError naming the exception's type, never the text."""
+    vectors: list[bytes] = []
+    for start in range(0, len(texts), EMBED_BATCH):
+        batch = texts[start : start + EMBED_BATCH]
+        failure = None
+        try:
+            given = list(embedder.embed(batch))
+        except Exception as exc:
+            failure = type(exc).__name__
+        if failure is not None:  # raised out here, so the error (and its text) is no context
+            raise StoreError(f"the embedder raised {failure}")
+        if len(given) != len(batch):
+            raise StoreError(f"the embedder gave {len(given)} vectors for {len(batch)} texts")
+        vectors += [_vector_blob(vector, embedder.dimensions, start + at)
+                    for at, vector in enumerate(given)]
+    return vectors
 
 
 # The one record shape: export_user writes it, import_memories reads it, and so does the
@@ -1420,6 +1561,8 @@ class _Session:
     #: Whether the memories have their conversations (not in a file of a layout before
     #: version 6, read as it is when opened read-only).
     has_conversations = True
+    #: Whether the store has the table of vectors (likewise, from version 7).
+    has_vectors = True
     #: Run one statement of the store, or one with many rows of parameters.
     execute: Callable[..., Any]
     executemany: Callable[..., Any]
@@ -1640,12 +1783,17 @@ def _upgrade_to_6(db: _SqliteEngine) -> None:
     db.execute(create_index)
 
 
+def _upgrade_to_7(db: _SqliteEngine) -> None:
+    """Version 6 gains the table of vectors (empty: no embedder made any yet)."""
+    _execute_script(db, _SQLITE_VERSION_7[len(_SQLITE_VERSION_6):])
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
-    _upgrade_to_6,
+    _upgrade_to_6, _upgrade_to_7,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -1838,8 +1986,9 @@ class _SqliteEngine(_Engine, _Session):
             return
         stamped = 0 if layout is None else 1 if layout == 0 else SQLITE_LAYOUTS[layout - 1].version
         if not writable and stamped >= _READS_AS_IT_IS:
-            # Reads need nothing a later layout added, but for recall with context.
+            # Reads need nothing a later layout added, but for context and meaning.
             self.has_conversations = stamped >= _CONVERSATIONS_FROM
+            self.has_vectors = stamped >= _VECTORS_FROM
             return
         if not writable:
             raise SchemaError(f"the file is at schema version {stamped} and opened read-only")
@@ -2163,12 +2312,84 @@ def _scores_in_context(own: Mapping[int, float], limit: int,
     return sorted(best, reverse=True), placed
 
 
+@functools.cache
+def _numpy() -> Any:
+    """numpy, where installed (the `vectors` extra), else None: pure Python scores."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+def _cosines(query: bytes, rows: list[tuple[int, bytes]]) -> dict[int, float]:
+    """The cosine of each row's vector (id, little-endian float32) with the query's."""
+    if any(len(blob) != len(query) for _, blob in rows):
+        raise SchemaError("a stored vector's length is not the embedder's dimensions")
+    np = _numpy()
+    if np is not None:
+        asked = np.frombuffer(query, dtype="<f4")
+        matrix = np.frombuffer(b"".join(blob for _, blob in rows), dtype="<f4").reshape(
+            len(rows), len(asked))
+        norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(asked)
+        return dict(zip((memory_id for memory_id, _ in rows),
+                        ((matrix @ asked) / norms).tolist(), strict=True))
+    asked_floats = _floats(query)
+    length = math.sqrt(sum(x * x for x in asked_floats))
+    cosines = {}
+    for memory_id, blob in rows:
+        floats = _floats(blob)
+        cosines[memory_id] = sum(map(operator.mul, floats, asked_floats)) / (
+            math.sqrt(sum(x * x for x in floats)) * length)
+    return cosines
+
+
+def _floats(blob: bytes) -> array.array[float]:
+    floats = array.array("f", blob)
+    if sys.byteorder == "big":
+        floats.byteswap()
+    return floats
+
+
 def _lenders(placed: _Placed) -> list[tuple[int, float]]:
     """The neighbours of a memory sitting at `placed`, by id ascending, with weights."""
     line, place = placed
     before = line[max(0, place - _CONTEXT_WINDOW) : place]
     return [*((n, _CONTEXT_BEFORE) for n in before),
             *((n, _CONTEXT_AFTER) for n in line[place + 1 : place + 1 + _CONTEXT_WINDOW])]
+
+
+def _pairs(scores: dict[int, float]) -> Iterator[tuple[float, int]]:
+    return zip(scores.values(), scores.keys(), strict=True)
+
+
+def _fused(cosine: float, covered: float, most: float) -> float:
+    """A memory's hybrid score from its cosine, how much of the question its words cover
+    (its word score over the question's weight) and the most any memory's own cover."""
+    return cosine + _HYBRID_WORDS * covered
+
+
+class _Scoring(NamedTuple):
+    """What one recall scored: the best (score, id) pairs, and what explain tells of
+    them (where each sits in its conversation, the own word scores, the cosines and the
+    question's weight, where these were used)."""
+
+    best: list[tuple[float, int]]
+    placed: dict[int, _Placed] = {}
+    own: Mapping[int, float] = {}
+    cosines: dict[int, float] | None = None
+    question: float = 0.0
+
+    def why(self, memory_id: int, matched: dict[str, float]) -> Why:
+        why = Why(matched=matched)
+        if memory_id in self.placed:
+            why["lent"] = {n: weight * self.own[n] for n, weight
+                           in _lenders(self.placed[memory_id]) if n in self.own}
+        if self.cosines is not None:
+            why["meaning"] = self.cosines.get(memory_id, 0.0)
+        if self.question:
+            why["question"] = self.question
+        return why
 
 
 class _TopK:
@@ -2486,11 +2707,16 @@ class MemoryStore:
         pool_timeout: float | None = None,
         rank: Rank | None = None,
         context: bool | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         self.path = _check_path(path)
+        #: What turns texts into vectors for recall by meaning (None: words alone).
+        self.embedder = None if embedder is None else _check_embedder(embedder)
         #: The rank recall uses when a call names none: "shared" (the literal rule's) or
         #: "idf", the better one for most text.
         self.rank: Rank = "shared" if rank is None else _check_choice("rank", rank, RANKS)
+        if self.rank == "meaning" and self.embedder is None:
+            raise MemoryInputError("rank='meaning' needs an embedder")
         #: Whether recall scores a memory with its conversation's when a call says not.
         self.context = False if context is None else _check_flag("context", context)
         engine = _engine_for(self.path)
@@ -2525,6 +2751,11 @@ class MemoryStore:
         self._index_from = 0  # the file's: from how many memories an owner is indexed
         self._db: _Engine | None = self._connect(engine, matching, bool(create), given)
         _OPEN_STORES.add(self)
+        try:
+            self._take_embedder()
+        except BaseException:
+            self.close()
+            raise
         if _recorded_rule(self._recorded)[0] in _SUPERSEDED and not self.read_only:
             # Built by a version of its rule that split words wrongly: brought up to
             # date in one transaction, as `memory reindex` would. Read-only, it reads by
@@ -2567,6 +2798,40 @@ class MemoryStore:
             rule, self._index_from = _recorded_rule(recorded)
             self._words, self.matching = _words_of(rule), _RULES[rule][0]
             self._recorded = recorded
+
+    def _take_embedder(self) -> None:
+        """Record the store's embedder in a file that records none; StoreError, the file
+        unchanged, if it records another."""
+        if self.embedder is None:
+            return
+        with self._snapshot(None) as db:
+            if self.read_only or self._recorded_embedder(db) is not None:
+                self._check_embedder_of(db)
+                return
+        with self._writing(None) as db:  # asked again under the write lock
+            if self._recorded_embedder(db) is not None:
+                self._check_embedder_of(db)
+                return
+            db.execute(_SQL_SET_EMBEDDER, (_embedder_record(self.embedder),))
+        _log.info("recorded the store's embedder (%d dimensions)", self.embedder.dimensions)
+
+    @staticmethod
+    def _recorded_embedder(db: _Session) -> str | None:
+        if not db.has_vectors:
+            return None
+        row = db.execute(_SQL_EMBEDDER).fetchone()
+        return None if row is None else str(row[0])
+
+    def _check_embedder_of(self, db: _Session) -> None:
+        """StoreError unless the file records the store's embedder (another process may
+        have moved it to another by reindex)."""
+        assert self.embedder is not None
+        recorded = self._recorded_embedder(db)
+        if recorded != _embedder_record(self.embedder):
+            raise StoreError(
+                "the store's vectors come from another embedder than this one (its name or"
+                " dimensions differ)" if recorded is not None else "the store records no"
+                " embedder and was opened read-only: open it once to write with one")
 
     # -- the object ----------------------------------------------------------------
 
@@ -2679,7 +2944,10 @@ class MemoryStore:
 
     def _insert(self, rows: list[_NewMemory], noun: str | None = None,
                 dedupe: bool = False) -> list[int]:
+        rows = self._with_vectors(rows)
         with self._writing({row.user_id for row in rows}) as db:
+            if self.embedder is not None:
+                self._check_embedder_of(db)
             same = self._same_texts(db, rows) if dedupe else {}
             fresh = [position for position in range(len(rows)) if position not in same]
             new_ids = iter(self._write(db, [rows[p] for p in fresh], noun, fresh)
@@ -2694,6 +2962,15 @@ class MemoryStore:
                   " %d already held", len(written), len(written) - task_level, task_level,
                   _id_span(ids), len(same))
         return ids
+
+    def _with_vectors(self, rows: list[_NewMemory]) -> list[_NewMemory]:
+        """The rows with their vectors from the store's embedder, if it has one: embedded
+        before the write's transaction and outside the store's lock, so that a slow model
+        holds up no other call."""
+        if self.embedder is None or not rows:
+            return rows
+        vectors = _embedded(self.embedder, [row.text for row in rows])
+        return [row._replace(vector=vector) for row, vector in zip(rows, vectors, strict=True)]
 
     def _same_texts(self, db: _Session, rows: list[_NewMemory]) -> dict[int, int]:
         """The rows (by position) whose text a live memory of the same user, level and task
@@ -2752,6 +3029,10 @@ class MemoryStore:
             for group, held, added in zip(groups, known, postings, strict=True):
                 db.narrow(group.users)
                 db.executemany(_SQL_INSERT, [values[p] for p in group.positions])
+                vectors = [(*values[p][:3], rows[p].vector) for p in group.positions
+                           if rows[p].vector is not None]
+                if vectors:
+                    db.executemany(_SQL_INSERT_VECTORS, vectors)
                 _add_postings(db, added, {owner: held[owner].newest for owner in added})
                 db.executemany(_SQL_COUNT_ADD, [(user, task or "", n)
                                                 for (user, task), n in group.added.items()])
@@ -2874,6 +3155,7 @@ class MemoryStore:
             return 0
         _unindex(db, key[0], rows, self._words, self._index_from)
         ids = json.dumps([row[0] for row in rows])
+        db.execute(_SQL_FORGET_VECTORS, (*key, ids))
         return int(db.execute(_SQL_FORGET, (*key, ids)).rowcount)
 
     def _write_reading(self, previous: str | None = None) -> str:
@@ -2934,7 +3216,14 @@ class MemoryStore:
         neighbours are the nearest live memories the scope sees of its conversation
         (its source up to the last "/"; a memory whose source has none has none). A
         memory can then score by its neighbours alone; explain's `why` gives `lent`,
-        each neighbour's id with what it added, where one did."""
+        each neighbour's id with what it added, where one did.
+
+        rank="meaning" (which needs the store's embedder): a memory's score is the cosine
+        of its vector with the query's, over every live memory the scope sees that has
+        one. rank="hybrid": with an embedder, the cosine plus _HYBRID_WORDS (0.5) times
+        the memory's idf score (with context, if asked) over the weight of all the
+        query's words, the idf of each, over every memory the scope sees; without one,
+        as rank="idf"."""
         scope = _check_scope(scope)
         _check_limit(limit)
         ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
@@ -2946,10 +3235,14 @@ class MemoryStore:
         _check_flag("explain", explain)
         _check_text("query", query, MAX_QUERY, blank=True)
         key = _ScopeKey(scope.user, scope.task)
+        meant = self._query_vector(ranked, query)
+        by_words: Rank = "idf" if ranked == "hybrid" else ranked
         with self._snapshot({scope.user}) as db:
             wanted = self._words(query)
-            if not wanted:
+            if not wanted and meant is None:
                 return []
+            if meant is not None:
+                self._check_embedder_of(db)
             now = self._expiry_instant(db, key)
             listed = (json.dumps(sorted(wanted)), *key)
             with db.batch():  # sent together, the results read after
@@ -2962,43 +3255,76 @@ class MemoryStore:
             expired = expired_ids()
             held = dict(counted.fetchall())
             # N and df count live memories only.
-            visible = sum(held.values()) - len(expired) if ranked == "idf" else 0
+            visible = sum(held.values()) - len(expired) if by_words == "idf" else 0
             unindexed = [task for task in (None, key.task)
                          if 0 < held.get(task or "", 0) < self._index_from]
-            asked = _Recall(key, listed, ranked, limit, expired, visible, {})
-            apart = self._read_unindexed(db, asked, unindexed)
-            own: Mapping[int, float] = {}
-            placed: dict[int, _Placed] = {}
-            if in_context:
-                if not db.has_conversations:
-                    raise StoreError("recall with context needs the file's conversations,"
-                                     f" of schema version {_CONVERSATIONS_FROM}: open it"
-                                     " once to write, which upgrades it")
+            asked = _Recall(key, listed, by_words, limit, expired, visible, {})
+            apart = self._read_unindexed(db, asked, unindexed) if wanted else {}
+            if in_context and ranked != "meaning" and not db.has_conversations:
+                raise StoreError("recall with context needs the file's conversations,"
+                                 f" of schema version {_CONVERSATIONS_FROM}: open it"
+                                 " once to write, which upgrades it")
+            nearest = functools.partial(self._nearest, db, key, now)
+            if meant is not None:
+                cosines = _cosines(meant, [row for row in db.execute(_SQL_SCOPE_VECTORS, key)
+                                           if row[0] not in expired])
+                scoring = self._by_meaning(db, asked, ranked, in_context, cosines, apart,
+                                           nearest, len(wanted))
+            elif in_context:
                 own = _own_scores(self._all_postings(db, asked, apart), asked)
-                best, placed = _scores_in_context(own, limit, functools.partial(
-                    self._nearest, db, key, now))
+                scoring = _Scoring(*_scores_in_context(own, limit, nearest), own)
             else:
-                best = self._best(db, asked, row_map, apart)
+                scoring = _Scoring(self._best(db, asked, row_map, apart))
             found = db.last_statement(
-                _SQL_RECALLED, (*key, json.dumps([i for _, i in best])))
+                _SQL_RECALLED, (*key, json.dumps([i for _, i in scoring.best])))
             rows = {row[0]: _MemoryRow(*row) for row in found}
         results, left = [], _MAX_ID if budget is None else budget
-        for score, memory_id in best:
+        for score, memory_id in scoring.best:
             row = rows.get(memory_id)
-            if row is None or (min_score is not None and score < min_score):
-                continue
-            if len(row.text) > left:
+            if row is None or (min_score is not None and score < min_score) \
+                    or len(row.text) > left:
                 continue
             left -= len(row.text)
             result = row.recalled(score)
             if explain:
                 holds = sorted(wanted & self._words(row.text))
-                result["why"] = Why(matched={word: asked.weights.get(word, 1) for word in holds})
-                if in_context:
-                    result["why"]["lent"] = {n: weight * own[n] for n, weight
-                                             in _lenders(placed[memory_id]) if n in own}
+                result["why"] = scoring.why(memory_id, {word: asked.weights.get(word, 1)
+                                                        for word in holds})
             results.append(result)
         return results
+
+    def _query_vector(self, rank: Rank, query: str) -> bytes | None:
+        """The query's vector where the rank reads meaning, made outside the lock as a
+        write's are; None where it does not (hybrid without an embedder, a blank query)."""
+        if rank == "meaning" and self.embedder is None:
+            raise MemoryInputError("rank='meaning' needs a store opened with an embedder")
+        if self.embedder is None or rank not in ("meaning", "hybrid") or not query.strip():
+            return None
+        (meant,) = _embedded(self.embedder, [query])
+        return meant
+
+    def _by_meaning(self, db: _Session, recall: _Recall, rank: Rank, in_context: bool,
+                    cosines: dict[int, float], unindexed: dict[str, array.array[int]],
+                    nearest: Callable[[list[int]], dict[int, _Nearest]],
+                    words_asked: int) -> _Scoring:
+        """The ranks by meaning: the `cosines` alone, or (hybrid) with every memory's word
+        score, in context if asked, over the question's weight (an absent word's df 0)."""
+        if rank == "meaning":
+            return _Scoring(heapq.nlargest(recall.limit, _pairs(cosines)), cosines=cosines)
+        own = _own_scores(self._all_postings(db, recall, unindexed), recall)
+        said, placed = own, cast(dict[int, _Placed], {})
+        if in_context:
+            everything = max(1, len(own)) * (1 + 2 * _CONTEXT_WINDOW)
+            scored, placed = _scores_in_context(own, everything, nearest)
+            said = {memory_id: score for score, memory_id in scored}
+        absent = words_asked - len(recall.weights)
+        question = sum(recall.weights.values()) + absent * _idf(recall.visible, 0)
+        fused = dict(cosines)
+        most = max(own.values(), default=0.0) / question if question else 0.0
+        for memory_id, score in said.items():
+            fused[memory_id] = _fused(fused.get(memory_id, 0.0), score / question, most)
+        return _Scoring(heapq.nlargest(recall.limit, _pairs(fused)), placed, own, cosines,
+                        question)
 
     @staticmethod
     def _all_postings(db: _Session, recall: _Recall, unindexed: dict[str, array.array[int]]
@@ -3103,10 +3429,53 @@ class MemoryStore:
             (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*key, now)).fetchone()
             return int(stored) - int(expired)
 
-    def reindex(self, matching: Matching,
-                progress: Callable[[int, int], None] | None = None) -> None:
+    def reindex(self, matching: Matching | None = None,
+                progress: Callable[[int, int], None] | None = None, *,
+                embedder: Embedder | None = None) -> None:
         """Rebuild the word index under the `matching` rule, user by user, in one
-        transaction; `progress(users done, users)` is called after each user."""
+        transaction; `progress(users done, users)` is called after each user. With
+        `embedder`, first give every memory a vector from it: each memory is embedded,
+        EMBED_BATCH at a time (`progress(memories done, memories)` after each batch),
+        outside any transaction, then one transaction replaces every vector and records
+        the embedder, which the store uses from then on; until it commits, the old
+        vectors serve. A memory written meanwhile is embedded in that transaction."""
+        if matching is None and embedder is None:
+            raise MemoryInputError("reindex needs matching, embedder or both")
+        if embedder is not None:
+            self._reembed(_check_embedder(embedder), progress)
+        if matching is not None:
+            self._reindex_words(matching, progress)
+
+    def _reembed(self, embedder: Embedder,
+                 progress: Callable[[int, int], None] | None) -> None:
+        self._writable()
+        with self._snapshot(None) as db:
+            users = [user for (user,) in db.execute(_SQL_USERS)]
+            rows = [row for user in users for row in db.execute(_SQL_OWNED_TEXTS, (user,))]
+        vectors: dict[int, bytes] = {}
+        for start in range(0, len(rows), EMBED_BATCH):
+            batch = rows[start : start + EMBED_BATCH]
+            vectors.update(zip((row[0] for row in batch),
+                               _embedded(embedder, [row[3] for row in batch]), strict=True))
+            if progress is not None:
+                progress(start + len(batch), len(rows))
+        with self._writing(None) as db:
+            for (user,) in db.execute(_SQL_USERS).fetchall():
+                owned = db.execute(_SQL_OWNED_TEXTS, (user,)).fetchall()
+                late = [row for row in owned if row[0] not in vectors]
+                vectors.update(zip((row[0] for row in late),
+                                   _embedded(embedder, [row[3] for row in late]), strict=True))
+                db.execute(_SQL_ERASE_VECTORS, (user,))
+                db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
+                                                      vectors[memory_id])
+                                                     for memory_id, _, task_id, _ in owned])
+            db.execute(_SQL_SET_EMBEDDER, (_embedder_record(embedder),))
+        self.embedder = embedder
+        _log.info("embedded %d memories anew (%d dimensions)", len(vectors),
+                  embedder.dimensions)
+
+    def _reindex_words(self, matching: Matching,
+                       progress: Callable[[int, int], None] | None) -> None:
         recorded = _recording(_check_choice("matching", matching, MATCHING))
         words_of = _words_of(_RECORDED[matching])
         with self._writing(None) as db:
@@ -3190,8 +3559,10 @@ class MemoryStore:
         key = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
         # Validated before the transaction; its level (task) is the old memory's, set below.
-        new = _new_row(scope, "user", text, source, ttl)
+        (new,) = self._with_vectors([_new_row(scope, "user", text, source, ttl)])
         with self._writing({scope.user}) as db:
+            if self.embedder is not None:
+                self._check_embedder_of(db)
             expired = self._expired(db, key, self._expiry_instant(db, key))
             found = db.execute(_SQL_VISIBLE_ID, (*key, wanted))
             rows = [row for row in found if row[0] not in expired]
@@ -3219,6 +3590,7 @@ class MemoryStore:
                 rows = db.execute(_SQL_EXPIRED_OF_USER, (user, now)).fetchall()
                 _unindex(db, user, rows, self._words, self._index_from)
                 ids = json.dumps([row[0] for row in rows])
+                db.execute(_SQL_DELETE_VECTORS_OF_USER, (user, ids))
                 purged += db.execute(_SQL_DELETE_OF_USER, (user, ids)).rowcount
         self._scrub()
         _log.info("purged %d expired memories", purged)
@@ -3229,6 +3601,7 @@ class MemoryStore:
         user = _check_identifier("user", user)
         with self._writing({user}) as db:
             db.execute(_SQL_ERASE_POSTINGS, (user,))
+            db.execute(_SQL_ERASE_VECTORS, (user,))
             db.execute(_SQL_ERASE_COUNTS, (user,))
             erased = db.execute(_SQL_ERASE, (user,)).rowcount
         self._scrub()
@@ -3267,12 +3640,16 @@ class MemoryStore:
         """Counts by level and users, schema version and bytes on disk (PostgreSQL: of the
         store's tables and indexes), the matching rule the word index was built with (and
         the version of it the file records, outdated when `reindex` would move it to a
-        newer one) and the ranks recall offers on it (with the store's default); never
-        text."""
+        newer one), the ranks recall offers on it (with the store's default), the
+        embedder the file records (name and dimensions) and how many memories have no
+        vector from it; never text."""
         with self._snapshot(None) as db:
             total, task_level, users = db.execute(_SQL_STATS).fetchone()
             version, size = db.version(), db.size()
+            recorded = self._recorded_embedder(db)
+            (vectors,) = db.execute(_SQL_VECTOR_COUNT).fetchone() if db.has_vectors else (0,)
         rule = _recorded_rule(self._recorded)[0]
+        embedder = None if recorded is None else json.loads(recorded)
         return {
             "schema_version": version,
             "memories": total,
@@ -3286,6 +3663,9 @@ class MemoryStore:
             "ranks": list(RANKS),
             "rank": self.rank,
             "context": self.context,
+            "embedder": None if embedder is None else embedder["name"],
+            "dimensions": None if embedder is None else embedder["dimensions"],
+            "without_vectors": int(total) - int(vectors),
         }
 
     def check(self) -> dict[str, Any]:
@@ -3344,12 +3724,13 @@ class AsyncMemoryStore:
         pool_timeout: float | None = None,
         rank: Rank | None = None,
         context: bool | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         # MemoryStore's keywords written out, so that a type checker checks them here too.
         self._opening = functools.partial(
             MemoryStore, path, clock, read_only=read_only, durable=durable, matching=matching,
             create=create, statement_timeout=statement_timeout, pool_size=pool_size,
-            pool_timeout=pool_timeout, rank=rank, context=context)
+            pool_timeout=pool_timeout, rank=rank, context=context, embedder=embedder)
         self._store: MemoryStore | None = None
         # Thread primitives, not asyncio's: open, the calls and close may come from any
         # loop. One store is opened whoever opens it, and close() waits for the calls
@@ -3710,14 +4091,16 @@ def _seconds(value: str) -> float:
 def _run_reindex(store: MemoryStore, args: argparse.Namespace) -> int:
     started = last = time.monotonic()
 
-    def progress(done: int, users: int) -> None:
+    def progress(done: int, of: int) -> None:
         nonlocal last
-        if time.monotonic() - last >= 1.0 or (done == users and last > started):
-            print(f"reindexed {done} of {users} users", file=sys.stderr, flush=True)
+        if time.monotonic() - last >= 1.0 or (done == of and last > started):
+            print(f"reindexed {done} of {of}", file=sys.stderr, flush=True)
             last = time.monotonic()
 
-    store.reindex(args.matching, progress)
-    print(f"reindexed with matching={args.matching}")
+    store.reindex(args.matching, progress, embedder=args.embedder_made)
+    done = [f"matching={args.matching}"] * (args.matching is not None) + [
+        f"embedder dimensions={store.embedder.dimensions}"] * (store.embedder is not None)
+    print(f"reindexed with {', '.join(done)}")
     return 0
 
 
@@ -3734,17 +4117,48 @@ def _run_backup(store: MemoryStore, args: argparse.Namespace) -> int:
 _READS, _WRITES, _CREATES = "reads", "writes", "creates"
 
 
+def _load_embedder(spec: str, named: str) -> Embedder:
+    """The embedder a launch setting names as MODULE:FACTORY: that module's FACTORY(),
+    the module importable as any other (installed, or on PYTHONPATH)."""
+    module, _, factory = spec.partition(":")
+    if not module or not factory.isidentifier():
+        raise MemoryInputError(f"{named} must be MODULE:FACTORY, a module and a callable in it")
+    failure = None
+    try:
+        made = getattr(importlib.import_module(module), factory)()
+    except Exception as exc:
+        failure = type(exc).__name__
+    if failure is not None:  # raised out here: the module's own error may quote anything
+        raise MemoryInputError(f"{named}: importing the module or calling the factory raised"
+                               f" {failure}")
+    return _check_embedder(made)
+
+
+def _embedder_of(args: argparse.Namespace) -> Embedder | None:
+    """The command's embedder: --embedder, else $MEMORY_EMBEDDER, else none (reindex
+    takes --embedder alone, as the one to embed every memory with anew)."""
+    if args.embedder is not None:
+        return _load_embedder(args.embedder, "--embedder")
+    spec = os.environ.get("MEMORY_EMBEDDER")
+    if spec and args.command != "reindex":
+        return _load_embedder(spec, "MEMORY_EMBEDDER")
+    return None
+
+
 def _open_for(args: argparse.Namespace) -> MemoryStore:
+    embedder = args.embedder_made = _embedder_of(args)
+    if args.command == "reindex":
+        embedder = None  # the store's vectors are another's until reindex has run
     if args.opens == _READS:
-        return MemoryStore(args.path, read_only=True)
+        return MemoryStore(args.path, read_only=True, embedder=embedder)
     if args.opens == _CREATES:
         ranking = RECOMMENDED.copy()
         del ranking["matching"]
         try:  # a store that exists keeps its rule
-            return MemoryStore(args.path, create=False, **ranking)
+            return MemoryStore(args.path, create=False, embedder=embedder, **ranking)
         except StoreNotFound:
-            return MemoryStore(args.path, **_recommended_here())
-    return MemoryStore(args.path, create=False)
+            return MemoryStore(args.path, embedder=embedder, **_recommended_here())
+    return MemoryStore(args.path, create=False, embedder=embedder)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -3756,6 +4170,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log what the store does (ids, levels, counts) on stderr")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    embedding = ("the embedder for recall by meaning: FACTORY() of the importable module"
+                 " MODULE (default: $MEMORY_EMBEDDER)")
 
     def command(name: str, run: Callable[[MemoryStore, argparse.Namespace], int], opens: str,
                 summary: str, user: bool = False, task: bool = False
@@ -3767,6 +4183,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--user", required=True, type=_identifier, help="the user id")
         if task:
             sub.add_argument("--task", required=True, type=_identifier, help="the task id")
+        sub.add_argument("--embedder", metavar="MODULE:FACTORY", help=embedding)
         sub.set_defaults(run=run, opens=opens, load=None, usage=sub)
         return sub
 
@@ -3833,8 +4250,10 @@ def _parser() -> argparse.ArgumentParser:
     erase.add_argument("--yes", action="store_true", help="confirm the erasure")
     command("check", _run_check, _READS, "integrity check and schema version; exit 1 unless ok")
     reindex = command("reindex", _run_reindex, _WRITES,
-                      "rebuild the word index under another matching rule, in one transaction")
-    reindex.add_argument("--matching", required=True, type=_one_of(MATCHING),
+                      "rebuild the word index under another matching rule, in one"
+                      " transaction; with --embedder, first give every memory a vector from"
+                      " that embedder, which the store then records")
+    reindex.add_argument("--matching", type=_one_of(MATCHING),
                          metavar="{" + ",".join(MATCHING) + "}")
     command("compact", _run_compact, _WRITES,
             "rebuild the file so that no byte of anything deleted remains in it")
@@ -3860,6 +4279,7 @@ def _parser() -> argparse.ArgumentParser:
                        " signing keys, a JWKS file or URL")
     serve.add_argument("--user-claim", default="sub", metavar="CLAIM", help="with --issuer:"
                        " the claim that names the user (default sub)")
+    serve.add_argument("--embedder", metavar="MODULE:FACTORY", help=embedding)
     serve.add_argument("--print-config", action="store_true",
                        help="print the mcpServers entry that starts this server as these"
                        " settings say (this interpreter's memory command, the store's"

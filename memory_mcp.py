@@ -557,6 +557,9 @@ def _host_entry(args: argparse.Namespace) -> dict[str, Any]:
     env = {"MEMORY_STORE": args.path, "MEMORY_USER": args.scope.user}
     if args.scope.task != _MCP_DEFAULT_TASK:
         env["MEMORY_TASK"] = args.scope.task
+    embedder = args.embedder or os.environ.get("MEMORY_EMBEDDER")
+    if embedder:
+        env["MEMORY_EMBEDDER"] = embedder
     command = os.path.join(os.path.dirname(sys.executable), "memory")
     if os.access(command, os.X_OK):
         return {"command": command, "args": ["mcp"], "env": env}

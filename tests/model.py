@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 from hypothesis import strategies as st
 
-from memory import MATCHING, MAX_TEXT, RANKS, Matching, Scope
+from helpers import WORD_RANKS
+from memory import MATCHING, MAX_TEXT, Matching, Scope
 from pg_server import APP_ROLE
 
 # The matching rules this environment can run: `stems` needs the `stems` extra.
@@ -330,7 +331,7 @@ QUERIES = st.lists(FRAGMENTS, max_size=8).map(" ".join)
 SOURCES = st.sampled_from(["trip/turn-1", "trip/turn-2", "onboarding/turn-4",
                            "trip/day-2/turn-1", "notes", "/turn-1", "trip/"])
 LIMITS = st.integers(min_value=1, max_value=20)
-RANK = st.sampled_from(RANKS)
+RANK = st.sampled_from(WORD_RANKS)
 # Seconds to live: a step of the clock is 60 s, so some lapse at the next tick, some later.
 TTLS = st.sampled_from([None, None, None, 0.5, 30, 60, 90, 150, 600])
 

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, SetClock, cli
+from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, WORD_RANKS, SetClock, cli
 from memory import MemoryInputError, MemoryStore, Scope, StoreError
 from model import Memory, Model, utc
 
@@ -165,7 +165,7 @@ def test_recall_with_context_equals_scoring_every_visible_memory(
         for _ in range(40):
             query = " ".join(chance.choices(vocabulary, k=chance.randint(1, 4)))
             scope, limit = chance.choice(scopes), chance.choice([1, 3, 10])
-            for rank in memory.RANKS:
+            for rank in WORD_RANKS:
                 expected = model.recall(scope, query, limit, rank, context=True)
                 assert store.recall(scope, query, limit, rank=rank, context=True) == expected
 

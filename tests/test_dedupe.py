@@ -94,12 +94,13 @@ def test_an_upgraded_sqlite_file_keys_its_old_memories(tmp_path: pathlib.Path) -
     with MemoryStore(path) as store:
         old = store.remember(ALICE, "user", "Alice likes jazz.", "s")
     db = sqlite3.connect(path)  # back to version 4's layout, as its release wrote it
-    db.executescript("DROP INDEX memories_conversation; ALTER TABLE memories DROP COLUMN"
+    db.executescript("DROP TABLE memory_vectors;"
+                     " DROP INDEX memories_conversation; ALTER TABLE memories DROP COLUMN"
                      " conversation; DROP INDEX memories_text_key; ALTER TABLE memories DROP"
                      " COLUMN text_key; PRAGMA user_version = 4;")
     db.close()
     with MemoryStore(path) as store:
-        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 6
+        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 7
         assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
 
 
@@ -108,6 +109,7 @@ def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
         old = store.remember(ALICE, "user", "Alice likes jazz.", "s")
         store.remember(Scope("bob", "trip"), "user", "Bob likes jazz.", "s")
     with owner_connection(url) as db:  # back to version 1, as its release made it
+        db.execute("DROP TABLE memory_vectors")
         db.execute("DROP INDEX memories_conversation")
         db.execute("ALTER TABLE memories DROP COLUMN conversation")
         db.execute("DROP INDEX memories_text_key")
@@ -115,7 +117,7 @@ def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
         db.execute("UPDATE store_settings SET value = '1' WHERE name = 'schema_version'")
     with MemoryStore(url) as store:
         postgres = importlib.import_module("memory_postgres")
-        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 3
+        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 4
         assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
         assert store.count(BOB) == 1
     with owner_connection(url) as db:

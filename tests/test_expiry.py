@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, SetClock, cli, file_bytes, row_count
+from helpers import ALICE, ALICE_WORK, BOB, WORD_RANKS, SetClock, cli, file_bytes, row_count
 from memory import MemoryInputError, MemoryStore, fixed_clock
 from model import index_problems, index_problems_at, transactions_left
 
@@ -60,7 +60,7 @@ def test_recall_fills_its_limit_with_live_memories(store: MemoryStore, clock: Se
     live = store.remember_many([(ALICE, "user", f"hotel note {n}", "s") for n in range(5)])
     store.remember_many([(ALICE, "user", f"hotel note {n}", "s", 30) for n in range(5)])
     clock.at = "2026-10-20T09:00:30+00:00"
-    for rank in memory.RANKS:
+    for rank in WORD_RANKS:
         assert [r["id"] for r in store.recall(ALICE, "hotel", 5, rank=rank)] == live[::-1]
 
 

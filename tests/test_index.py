@@ -14,7 +14,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memory
-from helpers import ALICE, TOUCHES_MEMORY_DATA, SetClock, digest, stamp_version, write_version_1
+from helpers import (
+    ALICE,
+    TOUCHES_MEMORY_DATA,
+    WORD_RANKS,
+    SetClock,
+    digest,
+    stamp_version,
+    write_version_1,
+)
 from memory import MemoryInputError, MemoryStore, SchemaError, Scope, fixed_clock
 from model import (
     QUERIES,
@@ -256,7 +264,7 @@ def skewed_text(parts: list[str]) -> str:
     query=st.lists(SKEWED, min_size=1, max_size=5).map(skewed_text),
     limit=st.integers(min_value=1, max_value=memory.MAX_LIMIT),
     per_row=st.integers(min_value=1, max_value=6),
-    rank=st.sampled_from(memory.RANKS),
+    rank=st.sampled_from(WORD_RANKS),
     read_all_up_to=st.sampled_from([0, 0, 40, memory._READ_ALL_UP_TO]),
     skip_common=st.booleans(),
     index_from=st.sampled_from([1, 8, memory.INDEX_FROM]),
@@ -288,7 +296,7 @@ def test_top_k_reads_less_and_agrees_with_the_model(
                 model.recall(scope, query, limit, rank)
 
 
-@pytest.mark.parametrize("rank", memory.RANKS)
+@pytest.mark.parametrize("rank", WORD_RANKS)
 def test_top_k_probes_old_rare_matches_instead_of_reading_a_common_word(
         tmp_path: pathlib.Path, rank: memory.Rank) -> None:
     """Three old memories hold a rare word; 20,000 newer ones only a common word. Recall
@@ -315,7 +323,7 @@ def test_top_k_probes_old_rare_matches_instead_of_reading_a_common_word(
     assert sum(unpacked) < 20_000 / 3
 
 
-@pytest.mark.parametrize("rank", memory.RANKS)
+@pytest.mark.parametrize("rank", WORD_RANKS)
 def test_top_k_finds_an_old_memory_of_common_words_only(tmp_path: pathlib.Path,
                                                         rank: memory.Rank) -> None:
     """Once the limit-th best is known, the most common words stop being read, but only
@@ -385,7 +393,7 @@ def index_rows(target: str, task: str | None) -> int:
     return int(found[0])
 
 
-@pytest.mark.parametrize("rank", memory.RANKS)
+@pytest.mark.parametrize("rank", WORD_RANKS)
 def test_an_owner_is_indexed_from_index_from_memories_on(target: str,
                                                          rank: memory.Rank) -> None:
     """Below INDEX_FROM memories an owner (a user's level, or one task) has no index rows

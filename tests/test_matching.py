@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 
 import memory
-from helpers import ALICE, BOB, cli, digest, write_version_1
+from helpers import ALICE, BOB, WORD_RANKS, cli, digest, write_version_1
 from memory import MemoryInputError, MemoryStore, Scope, StoreError, stems, words
 from model import Memory, Model, index_problems, index_problems_at, is_cjk, model_stems
 
@@ -128,7 +128,7 @@ def test_another_users_memories_never_change_a_score(target: str) -> None:
         assert store.recall(ALICE, "alice likes jazz tea", limit=10, rank="idf") == before
 
 
-@pytest.mark.parametrize("rank", memory.RANKS)
+@pytest.mark.parametrize("rank", WORD_RANKS)
 @pytest.mark.stems
 def test_reindex_switches_the_rule_in_one_step(target: str, rank: memory.Rank) -> None:
     path = target
@@ -261,17 +261,17 @@ def test_a_file_indexed_by_the_first_stems_rule_is_reindexed_when_opened_to_writ
 
 @pytest.mark.stems
 def test_recommended_opens_a_store_of_every_lever_on_both_engines(target: str) -> None:
-    assert memory.RECOMMENDED == {"matching": "stems", "rank": "idf", "context": True}
+    assert memory.RECOMMENDED == {"matching": "stems", "rank": "hybrid", "context": True}
     with MemoryStore(target, **memory.RECOMMENDED) as store:
         kept, answer = store.remember_many([
             (ALICE, "user", "Alice never eats meat: she is vegetarian.", "chat/1"),
             (ALICE, "user", "Since last May.", "chat/2")])
         store.remember(ALICE, "user", "Alice likes the window seat.", "notes")
-        assert (store.matching, store.rank, store.context) == ("stems", "idf", True)
+        assert (store.matching, store.rank, store.context) == ("stems", "hybrid", True)
         assert [r["id"] for r in store.recall(ALICE, "vegetarians?")] == [kept, answer]
     with MemoryStore(target, **memory.RECOMMENDED) as store:  # reopened, as it is
         stats = store.stats()
-        assert (stats["matching"], stats["rank"], stats["context"]) == ("stems", "idf", True)
+        assert (stats["matching"], stats["rank"], stats["context"]) == ("stems", "hybrid", True)
 
 
 @pytest.mark.stems

@@ -315,7 +315,7 @@ def test_a_store_is_created_only_where_there_is_none(monkeypatch: pytest.MonkeyP
     serving_args = argparse.Namespace(opens=memory._CREATES, path="postgresql:///down")
     with pytest.raises(memory.StoreError, match="no connection"):
         memory._open_for(serving_args)
-    assert tries == [{"create": False, "rank": "idf", "context": True}]
+    assert tries == [{"create": False, "rank": "hybrid", "context": True}]
 
 
 def test_list_memories_shows_the_newest_hundred_oldest_first_with_the_total(
@@ -414,3 +414,22 @@ def test_print_config_gives_absolute_paths_and_opens_nothing(tmp_path: pathlib.P
         assert refused.returncode == 1
         assert refused.stderr == (f"memory: error: {named} names a file in a folder that does"
                                   " not exist\n")
+
+
+def test_an_assistant_host_gets_recall_by_meaning_from_an_embedder_named_at_launch(
+        tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.db")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+
+    async def session() -> None:
+        async with serving(tmp_path / "log", path, "--user", "alice", "--embedder",
+                           "embedders:concepts", env=env) as s:
+            kept = (await call(s, "remember", text="Alice is vegetarian."))["id"]
+            await call(s, "remember", text="Alice bought new places mats for the hallway.")
+            found = (await call(s, "recall", query="Any meat-free places for dinner?",
+                                limit=1))["memories"]
+            assert [m["id"] for m in found] == [kept]
+
+    run(session())
+    with MemoryStore(path, read_only=True) as store:
+        assert (store.stats()["embedder"], store.stats()["without_vectors"]) == ("concepts-1", 0)

@@ -33,9 +33,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, cli
+from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, WORD_RANKS, cli
 from machine import INDEX_FROMS, StoreMatchesModel
-from memory import RANKS, MemoryInputError, MemoryStore, SchemaError, Scope, StoreError, fixed_clock
+from memory import MemoryInputError, MemoryStore, SchemaError, Scope, StoreError, fixed_clock
 from model import RULES_HERE, Memory, Model, index_problems_at, transactions_left
 from pg_server import APP_ROLE, Server, database_of
 
@@ -158,12 +158,13 @@ def test_schema_keys_begin_with_user_id(url: str, server: Server) -> None:
     keys = server.admin(
         "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
         " WHERE contype IN ('p', 'u') AND conrelid::regclass::text LIKE 'memor%'", database)
-    assert len(keys) == 3
+    assert len(keys) == 4
     assert all(definition.startswith("PRIMARY KEY (user_id,") for _, definition in keys)
     forced = server.admin("SELECT relname, relrowsecurity, relforcerowsecurity FROM pg_class"
                           " WHERE relname LIKE 'memor%' AND relkind = 'r'", database)
     assert sorted(forced) == [(name, True, True)
-                              for name in ("memories", "memory_counts", "memory_words")]
+                              for name in ("memories", "memory_counts", "memory_vectors",
+                                           "memory_words")]
 
 
 def test_newer_schema_is_refused_and_the_version_is_read(url: str, server: Server) -> None:
@@ -356,7 +357,7 @@ def test_top_k_reads_newest_first_and_agrees_with_the_model(url: str) -> None:
             model.now = created()
         for _ in range(60):
             query = " ".join(rng.choices(words, k=rng.randint(1, 4)))
-            limit, rank, scope = rng.randint(1, 20), rng.choice(memory.RANKS), rng.choice(scopes)
+            limit, rank, scope = rng.randint(1, 20), rng.choice(WORD_RANKS), rng.choice(scopes)
             assert opened.recall(scope, query, limit, rank=rank) == \
                 model.recall(scope, query, limit, rank)
 
@@ -441,10 +442,10 @@ def test_a_recall_waits_on_the_server_four_times(
     for n in range(20):
         store.remember(ALICE, "user", f"Alice likes trains {n}.", "s", ttl=3600)
     found: dict[str, list[memory.Recalled]] = {}
-    for rank in RANKS:
+    for rank in WORD_RANKS:
         assert round_trips(store, lambda r=rank: found.update(
             {r: store.recall(ALICE, "likes trains", 3, rank=r)}), tmp_path) == 4
-    assert [ids(found[rank]) for rank in RANKS] == [[20, 19, 18]] * len(RANKS)
+    assert [ids(found[rank]) for rank in WORD_RANKS] == [[20, 19, 18]] * len(WORD_RANKS)
     assert transactions_left(store) == 0
 
 
@@ -554,7 +555,7 @@ def test_a_top_k_recall_waits_three_times_and_once_per_read_of_index_rows(
 
 # -- what the store trusts (hardening, round two) --------------------------------------
 
-STORE_TABLES = ("memories", "memory_words", "memory_counts")
+STORE_TABLES = ("memories", "memory_words", "memory_counts", "memory_vectors")
 
 
 def layout_of(server: Server, database: str) -> list[Any]:
@@ -572,6 +573,8 @@ def layout_of(server: Server, database: str) -> list[Any]:
     "ALTER TABLE memory_words DISABLE ROW LEVEL SECURITY",
     "CREATE POLICY everyone ON memory_counts USING (true)",
     "DROP POLICY memories_scope ON memories",
+    "ALTER TABLE memory_vectors NO FORCE ROW LEVEL SECURITY",
+    "DROP POLICY memory_vectors_scope ON memory_vectors",
 ])
 def test_tables_without_the_second_guard_are_refused(url: str, server: Server,
                                                      tamper: str) -> None:

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, SetClock, cli
-from memory import RANKS, MemoryInputError, MemoryStore, Rank
+from helpers import ALICE, ALICE_WORK, BOB, WORD_RANKS, SetClock, cli
+from memory import MemoryInputError, MemoryStore, Rank
 
 TEXTS = ["Alice likes green tea", "Alice books the Lisbon hotel", "green hotel by the river",
          "tea at the Lisbon river hotel", "Bob likes coffee", "the river is green"]
@@ -27,7 +27,7 @@ def fill(store: MemoryStore) -> list[int]:
     return ids
 
 
-@pytest.mark.parametrize("rank", RANKS)
+@pytest.mark.parametrize("rank", WORD_RANKS)
 @pytest.mark.parametrize("index_from", [1, memory.INDEX_FROM])
 def test_explain_adds_why_and_changes_nothing_else(target: str, rank: Rank,
                                                    index_from: int) -> None:

@@ -10,6 +10,7 @@ import sys
 import typing
 
 import pytest
+from embedders import ConceptEmbedder
 
 import memory
 from helpers import ALICE, ROOT
@@ -61,11 +62,12 @@ AsyncMemoryStore("memory.db", rnk="idf")
 
 
 def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Path) -> None:
-    with MemoryStore(tmp_path / "m.db") as store:
+    with MemoryStore(tmp_path / "m.db", embedder=ConceptEmbedder()) as store:
         memory_id = store.remember(ALICE, "task", "Book the hotel.", "s", ttl=60)
         (recalled,) = store.recall(ALICE, "hotel")
         (explained,) = store.recall(ALICE, "hotel", explain=True)
         (in_context,) = store.recall(ALICE, "hotel", explain=True, context=True)
+        (hybrid,) = store.recall(ALICE, "hotel", explain=True, context=True, rank="hybrid")
         shown = store.get(ALICE, memory_id)
         (record,) = store.export_user("alice")
     assert shown is not None
@@ -74,7 +76,8 @@ def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Pa
     why = list(typing.get_type_hints(memory.Why))
     assert list(explained) == fields and list(explained["why"]) == [
         key for key in why if key in memory.Why.__required_keys__]
-    assert list(in_context["why"]) == why
+    assert list(in_context["why"]) == why[:2]
+    assert list(hybrid["why"]) == why
     assert list(shown) == list(typing.get_type_hints(memory.Memory))
     assert list(record) == list(typing.get_type_hints(memory.Record)) == list(memory.RECORD_KEYS)
     assert memory.LEVELS == typing.get_args(memory.Level)
