@@ -449,3 +449,17 @@ def test_the_command_line_takes_an_embedder_by_import_path(tmp_path: pathlib.Pat
     assert (stats["embedder"], stats["without_vectors"]) == ("concepts-2", 0)
     stale = memory_command(*asked, MEMORY_EMBEDDER="embedders:concepts")
     assert stale.returncode == 1 and "another embedder" in stale.stderr
+
+
+def test_a_version_7_file_as_its_release_wrote_it_recalls_by_meaning(
+        tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "v7.db"
+    shutil.copy(FIXTURES / "version-7-d54e473.sqlite3", path)
+    recorded = json.loads((FIXTURES / "version-7-d54e473.json").read_text())
+    with MemoryStore(path, read_only=True, embedder=ConceptEmbedder()) as reader:
+        assert reader.stats()["embedder"] == recorded["embedder"]
+        assert reader.stats()["without_vectors"] == 0
+        for scoped, expected in recorded["meaning"].items():
+            found = reader.recall(Scope(*scoped.split("/")), recorded["query"],
+                                  recorded["limit"], rank="meaning")
+            assert ids(found) == expected
