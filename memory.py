@@ -216,10 +216,16 @@ PURGE_PER_WRITE = 100
 # Texts per call of the embedder's embed(): a model's batch, small enough that a bulk
 # write's memory and a call's time stay bounded.
 EMBED_BATCH = 64
-# Hybrid recall adds to a memory's cosine its word score over the question's own weight
-# (all its words' idf: how much of the question the memory covers), times this. Measured
-# against the scope's best match instead, one accidental word would count as a full one.
-_HYBRID_WORDS = 0.5
+# A store keeps the vectors of the scopes recall by meaning read last, in numpy, up to
+# this many bytes in all: reading a heavy user's 100,000 rows again costs far more than
+# scoring them. The oldest read goes first.
+VECTOR_CACHE_BYTES = 256 * 2**20
+# Hybrid recall adds to a memory's cosine its word evidence (_evidence: its idf score
+# beyond its heaviest word) over the question's own weight (all its words' idf: how much
+# of the question the memory covers), times this. Measured against the scope's best
+# match instead, one accidental word would count as a full one. Chosen on LoCoMo's dev
+# half and bench/paraphrases.json (docs/quality.md): from 2 to 4, within 0.004 of R@5.
+_HYBRID_WORDS = 3.0
 
 # -- statements ------------------------------------------------------------------------
 # A statement the store runs on every engine is an _Sql: its SQLite text, carrying its
@@ -701,7 +707,12 @@ _SQL_INSERT_VECTORS = _sql(
     "INSERT INTO memory_vectors (id, user_id, task_id, vector) VALUES (?, ?, ?, ?)",
     postgresql_many="INSERT INTO memory_vectors (id, user_id, task_id, vector) "
     + _from_arrays("bigint", "text", "text", "bytea"))
-_SQL_SCOPE_VECTORS = _sql(f"SELECT id, vector FROM memory_vectors {_IN_SCOPE}")
+_SQL_SCOPE_VECTORS = _sql(f"SELECT id, vector FROM memory_vectors {_IN_SCOPE} ORDER BY id")
+# How many vectors the scope holds and the newest id: ids are never given twice, so any
+# write or deletion under the scope changes one of the two (a store's kept copy of the
+# scope's vectors is good while neither has changed).
+_SQL_VECTORS_HELD = _sql(
+    f"SELECT count(*), coalesce(max(id), 0) FROM memory_vectors {_IN_SCOPE}")
 _SQL_FORGET_VECTORS = _sql(
     f"DELETE FROM memory_vectors NOT INDEXED {_IN_SCOPE}"
     " AND id IN (SELECT value FROM json_each(?))")
@@ -834,8 +845,9 @@ class Why(_Matched, total=False):
     embedder), `meaning` too: the cosine of the memory's vector with the query's (0 for
     a memory without one). Under "meaning" it is the score, and `matched` is what the
     words would add by the shared rank; under "hybrid", the score is `meaning` plus
-    _HYBRID_WORDS times the words' score (matched and lent) over `question`, the
-    weight of all the query's words."""
+    _HYBRID_WORDS times the words' evidence over `question`, the weight of all the
+    query's words: the evidence is the sum of `matched` less its largest, plus `lent`
+    (each neighbour's evidence times its weight)."""
 
     lent: dict[int, float]
     meaning: float
@@ -2322,26 +2334,60 @@ def _numpy() -> Any:
     return numpy
 
 
-def _cosines(query: bytes, rows: list[tuple[int, bytes]]) -> dict[int, float]:
-    """The cosine of each row's vector (id, little-endian float32) with the query's."""
-    if any(len(blob) != len(query) for _, blob in rows):
-        raise SchemaError("a stored vector's length is not the embedder's dimensions")
-    np = _numpy()
-    if np is not None:
+class _Vectors:
+    """A scope's vectors, by ascending id, and their cosines with a query's: in numpy
+    where installed, else in pure Python."""
+
+    def __init__(self, rows: list[tuple[int, bytes]], dimensions: int) -> None:
+        if any(len(blob) != 4 * dimensions for _, blob in rows):
+            raise SchemaError("a stored vector's length is not the embedder's dimensions")
+        np = _numpy()
+        self.size = 4 * dimensions * len(rows)
+        if np is None:
+            self.ids: Any = [memory_id for memory_id, _ in rows]
+            self.rows: Any = [_floats(blob) for _, blob in rows]
+            self.norms: Any = [math.sqrt(sum(x * x for x in row)) for row in self.rows]
+            return
+        self.ids = np.fromiter((memory_id for memory_id, _ in rows), dtype=np.int64,
+                               count=len(rows))
+        self.rows = np.frombuffer(b"".join(blob for _, blob in rows), dtype="<f4").reshape(
+            len(rows), dimensions)
+        self.norms = np.linalg.norm(self.rows, axis=1)
+
+    def cosines(self, query: bytes) -> tuple[Any, Any]:
+        """The ids and each one's cosine with the query's vector."""
+        if isinstance(self.rows, list):
+            asked = _floats(query)
+            length = math.sqrt(sum(x * x for x in asked))
+            return self.ids, [sum(map(operator.mul, row, asked)) / (norm * length)
+                              for row, norm in zip(self.rows, self.norms, strict=True)]
+        np = _numpy()
         asked = np.frombuffer(query, dtype="<f4")
-        matrix = np.frombuffer(b"".join(blob for _, blob in rows), dtype="<f4").reshape(
-            len(rows), len(asked))
-        norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(asked)
-        return dict(zip((memory_id for memory_id, _ in rows),
-                        ((matrix @ asked) / norms).tolist(), strict=True))
-    asked_floats = _floats(query)
-    length = math.sqrt(sum(x * x for x in asked_floats))
-    cosines = {}
-    for memory_id, blob in rows:
-        floats = _floats(blob)
-        cosines[memory_id] = sum(map(operator.mul, floats, asked_floats)) / (
-            math.sqrt(sum(x * x for x in floats)) * length)
-    return cosines
+        return self.ids, (self.rows @ asked) / (self.norms * np.linalg.norm(asked))
+
+    def all(self, query: bytes, expired: set[int]) -> dict[int, float]:
+        """Every live id's cosine."""
+        ids, scores = self.cosines(query)
+        if not isinstance(ids, list):
+            ids, scores = ids.tolist(), scores.tolist()
+        return {memory_id: float(score) for memory_id, score in zip(ids, scores, strict=True)
+                if memory_id not in expired}
+
+    def best(self, query: bytes, limit: int, expired: set[int]) -> list[tuple[float, int]]:
+        """The `limit` best (cosine, id) pairs of the live ids, ties to the newer."""
+        ids, scores = self.cosines(query)
+        np = _numpy()
+        wanted = limit + len(expired)
+        if isinstance(ids, list) or len(ids) <= wanted:
+            listed = zip(*((ids, scores) if isinstance(ids, list)
+                           else (ids.tolist(), scores.tolist())), strict=True)
+            return heapq.nlargest(limit, ((float(score), memory_id) for memory_id, score
+                                          in listed if memory_id not in expired))
+        # All that score as high as the wanted-th best, so a tie there is kept whole.
+        least = np.partition(scores, len(scores) - wanted)[len(scores) - wanted]
+        (near,) = np.nonzero(scores >= least)
+        return heapq.nlargest(limit, ((float(scores[at]), int(ids[at])) for at in near
+                                      if int(ids[at]) not in expired))
 
 
 def _floats(blob: bytes) -> array.array[float]:
@@ -2363,10 +2409,20 @@ def _pairs(scores: dict[int, float]) -> Iterator[tuple[float, int]]:
     return zip(scores.values(), scores.keys(), strict=True)
 
 
-def _fused(cosine: float, covered: float, most: float) -> float:
-    """A memory's hybrid score from its cosine, how much of the question its words cover
-    (its word score over the question's weight) and the most any memory's own cover."""
-    return cosine + _HYBRID_WORDS * covered
+def _evidence(postings: list[tuple[str, array.array[int]]],
+              recall: _Recall) -> dict[int, float]:
+    """Each live id's idf score less the weight of its heaviest word, where more is left:
+    one word shared with the question, however rare, is as likely an accident as a sign
+    (a fact of the same person that happens to use it), so words count from the second."""
+    scores = _own_scores(postings, recall)
+    heaviest: dict[int, float] = {}
+    for word, ids in postings:
+        weight = recall.weights[word]
+        for memory_id in ids:
+            if heaviest.get(memory_id, 0.0) < weight:
+                heaviest[memory_id] = weight
+    left = {memory_id: score - heaviest[memory_id] for memory_id, score in scores.items()}
+    return {memory_id: score for memory_id, score in left.items() if score > 0}
 
 
 class _Scoring(NamedTuple):
@@ -2745,6 +2801,9 @@ class MemoryStore:
         self._own = threading.local()
         self._pid = os.getpid()
         self._file: tuple[int, int] | None = None
+        # The scopes' vectors recall by meaning read last (_vectors_of).
+        self._kept_vectors: collections.OrderedDict[_ScopeKey, tuple[Any, _Vectors]] = \
+            collections.OrderedDict()
         self.matching: Matching = "exact"
         self._recorded = "exact"  # the rule as the file records it, with its version
         self._words: Callable[[str], set[str]] = words
@@ -3220,10 +3279,11 @@ class MemoryStore:
 
         rank="meaning" (which needs the store's embedder): a memory's score is the cosine
         of its vector with the query's, over every live memory the scope sees that has
-        one. rank="hybrid": with an embedder, the cosine plus _HYBRID_WORDS (0.5) times
-        the memory's idf score (with context, if asked) over the weight of all the
-        query's words, the idf of each, over every memory the scope sees; without one,
-        as rank="idf"."""
+        one. rank="hybrid": with an embedder, the cosine (0 without a vector) plus 3
+        times the memory's idf score less its heaviest word's weight (one shared word
+        counts nothing; with context, the neighbours' likewise) over the weight of all
+        the query's words, the idf of each; over every memory the scope sees. Without
+        an embedder, as rank="idf"."""
         scope = _check_scope(scope)
         _check_limit(limit)
         ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
@@ -3252,6 +3312,7 @@ class MemoryStore:
                            if db.reads_map_first else None)
                 counted = db.execute(_SQL_SCOPE_COUNTS, key)
                 expired_ids = self._ask_expired(db, key, now)
+                vectors_held = db.execute(_SQL_VECTORS_HELD, key) if meant else None
             expired = expired_ids()
             held = dict(counted.fetchall())
             # N and df count live memories only.
@@ -3265,11 +3326,10 @@ class MemoryStore:
                                  f" of schema version {_CONVERSATIONS_FROM}: open it"
                                  " once to write, which upgrades it")
             nearest = functools.partial(self._nearest, db, key, now)
-            if meant is not None:
-                cosines = _cosines(meant, [row for row in db.execute(_SQL_SCOPE_VECTORS, key)
-                                           if row[0] not in expired])
-                scoring = self._by_meaning(db, asked, ranked, in_context, cosines, apart,
-                                           nearest, len(wanted))
+            if meant is not None and vectors_held is not None:
+                vectors = self._vectors_of(db, key, tuple(vectors_held.fetchone()))
+                scoring = self._by_meaning(db, asked, ranked, in_context, (vectors, meant),
+                                           apart, nearest, len(wanted))
             elif in_context:
                 own = _own_scores(self._all_postings(db, asked, apart), asked)
                 scoring = _Scoring(*_scores_in_context(own, limit, nearest), own)
@@ -3303,15 +3363,38 @@ class MemoryStore:
         (meant,) = _embedded(self.embedder, [query])
         return meant
 
+    def _vectors_of(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]) -> _Vectors:
+        """The scope's vectors: the store's copy while the scope holds what it held when
+        read (_SQL_VECTORS_HELD), else read now and, with numpy, kept."""
+        assert self.embedder is not None
+        kept_as = (held, _embedder_record(self.embedder))
+        with self._lock:
+            kept = self._kept_vectors.get(key)
+            if kept is not None and kept[0] == kept_as:
+                self._kept_vectors.move_to_end(key)
+                return kept[1]
+        vectors = _Vectors(db.execute(_SQL_SCOPE_VECTORS, key).fetchall(),
+                           self.embedder.dimensions)
+        if _numpy() is not None and vectors.size <= VECTOR_CACHE_BYTES:
+            with self._lock:
+                self._kept_vectors[key] = (kept_as, vectors)
+                while sum(v.size for _, v in self._kept_vectors.values()) > VECTOR_CACHE_BYTES:
+                    self._kept_vectors.popitem(last=False)
+        return vectors
+
     def _by_meaning(self, db: _Session, recall: _Recall, rank: Rank, in_context: bool,
-                    cosines: dict[int, float], unindexed: dict[str, array.array[int]],
+                    asked: tuple[_Vectors, bytes], unindexed: dict[str, array.array[int]],
                     nearest: Callable[[list[int]], dict[int, _Nearest]],
                     words_asked: int) -> _Scoring:
-        """The ranks by meaning: the `cosines` alone, or (hybrid) with every memory's word
-        score, in context if asked, over the question's weight (an absent word's df 0)."""
+        """The ranks by meaning: the cosines alone, or (hybrid) with every memory's word
+        evidence (_evidence), in context if asked, over the question's weight (the idf
+        of each of its words, one that no memory holds at df 0)."""
+        vectors, query = asked
         if rank == "meaning":
-            return _Scoring(heapq.nlargest(recall.limit, _pairs(cosines)), cosines=cosines)
-        own = _own_scores(self._all_postings(db, recall, unindexed), recall)
+            best = vectors.best(query, recall.limit, recall.expired)
+            return _Scoring(best, cosines={memory_id: score for score, memory_id in best})
+        cosines = vectors.all(query, recall.expired)
+        own = _evidence(self._all_postings(db, recall, unindexed), recall)
         said, placed = own, cast(dict[int, _Placed], {})
         if in_context:
             everything = max(1, len(own)) * (1 + 2 * _CONTEXT_WINDOW)
@@ -3320,9 +3403,8 @@ class MemoryStore:
         absent = words_asked - len(recall.weights)
         question = sum(recall.weights.values()) + absent * _idf(recall.visible, 0)
         fused = dict(cosines)
-        most = max(own.values(), default=0.0) / question if question else 0.0
         for memory_id, score in said.items():
-            fused[memory_id] = _fused(fused.get(memory_id, 0.0), score / question, most)
+            fused[memory_id] = fused.get(memory_id, 0.0) + _HYBRID_WORDS * score / question
         return _Scoring(heapq.nlargest(recall.limit, _pairs(fused)), placed, own, cosines,
                         question)
 
@@ -4098,8 +4180,9 @@ def _run_reindex(store: MemoryStore, args: argparse.Namespace) -> int:
             last = time.monotonic()
 
     store.reindex(args.matching, progress, embedder=args.embedder_made)
-    done = [f"matching={args.matching}"] * (args.matching is not None) + [
-        f"embedder dimensions={store.embedder.dimensions}"] * (store.embedder is not None)
+    done = [] if args.matching is None else [f"matching={args.matching}"]
+    if args.embedder_made is not None:
+        done.append(f"embedder dimensions={args.embedder_made.dimensions}")
     print(f"reindexed with {', '.join(done)}")
     return 0
 

@@ -312,10 +312,12 @@ def test_a_store_is_created_only_where_there_is_none(monkeypatch: pytest.MonkeyP
         raise memory.StoreError("no connection to the PostgreSQL server")
 
     monkeypatch.setattr(memory, "MemoryStore", refusing)
-    serving_args = argparse.Namespace(opens=memory._CREATES, path="postgresql:///down")
+    serving_args = argparse.Namespace(opens=memory._CREATES, path="postgresql:///down",
+                                      command="mcp", embedder=None)
+    monkeypatch.delenv("MEMORY_EMBEDDER", raising=False)
     with pytest.raises(memory.StoreError, match="no connection"):
         memory._open_for(serving_args)
-    assert tries == [{"create": False, "rank": "hybrid", "context": True}]
+    assert tries == [{"create": False, "embedder": None, "rank": "hybrid", "context": True}]
 
 
 def test_list_memories_shows_the_newest_hundred_oldest_first_with_the_total(

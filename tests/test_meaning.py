@@ -108,9 +108,12 @@ def test_the_pure_python_scores_equal_numpy_s(store: MemoryStore,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     for text in ("vegetarian dinner", "jazz", "Lisbon in May", "vegan supper places"):
         store.remember(ALICE, "user", text, "s")
+    with monkeypatch.context() as bare:  # first, so that no copy of numpy's is kept yet
+        bare.setattr(memory, "_numpy", lambda: None)
+        without = store.recall(ALICE, "meat-free dinner", 10, rank="meaning")
+        hybrid_without = store.recall(ALICE, "meat-free dinner", 10, rank="hybrid")
     with_numpy = store.recall(ALICE, "meat-free dinner", 10, rank="meaning")
-    monkeypatch.setattr(memory, "_numpy", lambda: None)
-    without = store.recall(ALICE, "meat-free dinner", 10, rank="meaning")
+    assert ids(store.recall(ALICE, "meat-free dinner", 10, rank="hybrid")) == ids(hybrid_without)
     assert ids(without) == ids(with_numpy)
     assert [r["score"] for r in without] == pytest.approx([r["score"] for r in with_numpy])
 
@@ -369,9 +372,10 @@ def test_hybrid_scores_add_up_as_explained(store: MemoryStore) -> None:
         assert len(found) == 5
         for result in found:
             why = result["why"]
-            words = sum(why["matched"].values()) + sum(why.get("lent", {}).values())
+            held = why["matched"].values()
+            words = sum(held) - max(held, default=0.0) + sum(why.get("lent", {}).values())
             assert result["score"] == pytest.approx(
-                why["meaning"] + 0.5 * words / why["question"])
+                why["meaning"] + memory._HYBRID_WORDS * words / why["question"])
         assert any("lent" in r["why"] for r in found) == context
 
 

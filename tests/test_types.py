@@ -13,7 +13,7 @@ import pytest
 from embedders import ConceptEmbedder
 
 import memory
-from helpers import ALICE, ROOT
+from helpers import ALICE, BOB, ROOT
 from memory import MemoryStore
 
 # README's lines for a user's mypy configuration (pyproject.toml form in README; the same
@@ -67,7 +67,10 @@ def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Pa
         (recalled,) = store.recall(ALICE, "hotel")
         (explained,) = store.recall(ALICE, "hotel", explain=True)
         (in_context,) = store.recall(ALICE, "hotel", explain=True, context=True)
-        (hybrid,) = store.recall(ALICE, "hotel", explain=True, context=True, rank="hybrid")
+        store.remember_many([(BOB, "user", "Bob's hotel in Lisbon.", "chat/1"),
+                             (BOB, "user", "Bob's Lisbon hotel has a pool.", "chat/2")])
+        hybrid = store.recall(BOB, "lisbon hotel", explain=True, context=True,
+                              rank="hybrid")[0]
         shown = store.get(ALICE, memory_id)
         (record,) = store.export_user("alice")
     assert shown is not None
