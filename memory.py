@@ -708,11 +708,16 @@ _SQL_INSERT_VECTORS = _sql(
     postgresql_many="INSERT INTO memory_vectors (id, user_id, task_id, vector) "
     + _from_arrays("bigint", "text", "text", "bytea"))
 _SQL_SCOPE_VECTORS = _sql(f"SELECT id, vector FROM memory_vectors {_IN_SCOPE} ORDER BY id")
-# How many vectors the scope holds and the newest id: ids are never given twice, so any
-# write or deletion under the scope changes one of the two (a store's kept copy of the
-# scope's vectors is good while neither has changed).
-_SQL_VECTORS_HELD = _sql(
-    f"SELECT count(*), coalesce(max(id), 0) FROM memory_vectors {_IN_SCOPE}")
+# The scope's newest memory id, from two descents of the scope index: with the counts of
+# memory_counts, what tells whether the scope changed. Ids are never given twice, so any
+# write under the scope raises it and any deletion lowers a count (a store's kept copy of
+# the scope's vectors is good while neither has changed).
+_NEWEST_OF_OWNER = "(SELECT max(id) FROM memories WHERE user_id = ? AND task_id {task})"
+_SQL_NEWEST_IN_SCOPE = _sql(
+    "SELECT max(coalesce({}, 0), coalesce({}, 0))".format(
+        _NEWEST_OF_OWNER.format(task="IS NULL"), _NEWEST_OF_OWNER.format(task="= ?")),
+    postgresql="SELECT coalesce(greatest({}, {}), 0)".format(
+        *(_postgres_form(_NEWEST_OF_OWNER.format(task=task)) for task in ("IS NULL", "= ?"))))
 _SQL_FORGET_VECTORS = _sql(
     f"DELETE FROM memory_vectors NOT INDEXED {_IN_SCOPE}"
     " AND id IN (SELECT value FROM json_each(?))")
@@ -3312,7 +3317,8 @@ class MemoryStore:
                            if db.reads_map_first else None)
                 counted = db.execute(_SQL_SCOPE_COUNTS, key)
                 expired_ids = self._ask_expired(db, key, now)
-                vectors_held = db.execute(_SQL_VECTORS_HELD, key) if meant else None
+                newest = (db.execute(_SQL_NEWEST_IN_SCOPE, (key.user, *key)) if meant
+                          else None)
             expired = expired_ids()
             held = dict(counted.fetchall())
             # N and df count live memories only.
@@ -3326,8 +3332,9 @@ class MemoryStore:
                                  f" of schema version {_CONVERSATIONS_FROM}: open it"
                                  " once to write, which upgrades it")
             nearest = functools.partial(self._nearest, db, key, now)
-            if meant is not None and vectors_held is not None:
-                vectors = self._vectors_of(db, key, tuple(vectors_held.fetchone()))
+            if meant is not None and newest is not None:
+                scope_held = (*sorted(held.items()), *newest.fetchone())
+                vectors = self._vectors_of(db, key, scope_held)
                 scoring = self._by_meaning(db, asked, ranked, in_context, (vectors, meant),
                                            apart, nearest, len(wanted))
             elif in_context:
@@ -3364,8 +3371,9 @@ class MemoryStore:
         return meant
 
     def _vectors_of(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]) -> _Vectors:
-        """The scope's vectors: the store's copy while the scope holds what it held when
-        read (_SQL_VECTORS_HELD), else read now and, with numpy, kept."""
+        """The scope's vectors: the store's copy while the scope's counts and newest id
+        (`held`, _SQL_NEWEST_IN_SCOPE) are as when it was read, else read now and, with
+        numpy, kept."""
         assert self.embedder is not None
         kept_as = (held, _embedder_record(self.embedder))
         with self._lock:

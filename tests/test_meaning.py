@@ -74,9 +74,12 @@ def test_meaning_sees_only_the_scope_however_near_another_vector_is(
     # The same text as the question: the nearest vector there is, each out of scope.
     store.remember(BOB, "user", "vegetarian dinner", "s")
     store.remember(ALICE_WORK, "task", "vegetarian dinner", "s")
-    found = store.recall(ALICE, "vegetarian dinner", 20, rank="meaning")
-    assert ids(found) == [mine]
-    assert ids(store.recall(BOB, "vegetarian dinner", 20, rank="meaning"))[0] != mine
+    for rank in ("meaning", "hybrid"):
+        found = store.recall(ALICE, "vegetarian dinner", 20, rank=rank)
+        assert ids(found) == [mine]
+        # Nor does it take the place of one in scope: a top 1 is the scope's best.
+        assert ids(store.recall(ALICE, "vegetarian dinner", 1, rank=rank)) == [mine]
+        assert mine not in ids(store.recall(BOB, "vegetarian dinner", 20, rank=rank))
 
 
 def test_meaning_scores_every_visible_vector_exactly(
@@ -102,6 +105,14 @@ def test_meaning_scores_every_visible_vector_exactly(
         found = store.recall(ALICE, query, 20, rank="meaning")
         assert ids(found) == [memory_id for _, memory_id in expected]
         assert [r["score"] for r in found] == pytest.approx([s for s, _ in expected], abs=1e-6)
+
+
+def test_an_expired_memory_is_found_by_no_rank(store: MemoryStore, clock: SetClock) -> None:
+    kept = store.remember(ALICE, "user", "Alice plays in a band.", "s")
+    store.remember(ALICE, "user", "vegetarian dinner", "s", ttl=30)
+    clock.at = "2026-10-20T09:05:00+00:00"
+    for rank in ("meaning", "hybrid"):
+        assert ids(store.recall(ALICE, "vegetarian dinner", 5, rank=rank)) == [kept]
 
 
 def test_the_pure_python_scores_equal_numpy_s(store: MemoryStore,
@@ -467,3 +478,21 @@ def test_a_version_7_file_as_its_release_wrote_it_recalls_by_meaning(
             found = reader.recall(Scope(*scoped.split("/")), recorded["query"],
                                   recorded["limit"], rank="meaning")
             assert ids(found) == expected
+
+
+def test_a_kept_copy_of_the_vectors_follows_every_change_another_store_makes(
+        target: str) -> None:
+    with MemoryStore(target, embedder=ConceptEmbedder()) as reader, \
+            MemoryStore(target, embedder=ConceptEmbedder()) as writer:
+        first, second = writer.remember_many([(ALICE, "user", "jazz", "s"),
+                                              (ALICE, "user", "music", "s")])
+        assert ids(reader.recall(ALICE, "concert", 5, rank="meaning")) == [second, first]
+        writer.forget(ALICE, second)
+        assert ids(reader.recall(ALICE, "concert", 5, rank="meaning")) == [first]
+        revised = writer.revise(ALICE, first, "band", "s")  # one out, one in
+        assert ids(reader.recall(ALICE, "concert", 5, rank="meaning")) == [revised]
+        task = writer.remember(ALICE, "task", "jazz", "s")
+        assert ids(reader.recall(ALICE, "concert", 5, rank="meaning")) == [task, revised]
+        assert ids(reader.recall(ALICE_WORK, "concert", 5, rank="meaning")) == [revised]
+        writer.erase_user("alice")
+        assert reader.recall(ALICE, "concert", 5, rank="meaning") == []
