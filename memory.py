@@ -4226,12 +4226,13 @@ def _load_embedder(spec: str, named: str) -> Embedder:
 
 
 def _embedder_of(args: argparse.Namespace) -> Embedder | None:
-    """The command's embedder: --embedder, else $MEMORY_EMBEDDER, else none (reindex
-    takes --embedder alone, as the one to embed every memory with anew)."""
+    """The command's embedder, for the commands that embed: --embedder, else
+    $MEMORY_EMBEDDER, else none (reindex takes --embedder alone, as the one to embed
+    every memory with anew)."""
     if args.embedder is not None:
         return _load_embedder(args.embedder, "--embedder")
     spec = os.environ.get("MEMORY_EMBEDDER")
-    if spec and args.command != "reindex":
+    if spec and args.embeds and args.command != "reindex":
         return _load_embedder(spec, "MEMORY_EMBEDDER")
     return None
 
@@ -4265,7 +4266,7 @@ def _parser() -> argparse.ArgumentParser:
                  " MODULE (default: $MEMORY_EMBEDDER)")
 
     def command(name: str, run: Callable[[MemoryStore, argparse.Namespace], int], opens: str,
-                summary: str, user: bool = False, task: bool = False
+                summary: str, user: bool = False, task: bool = False, embeds: bool = False
                 ) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=summary, description=summary)
         sub.add_argument("path", metavar="PATH",
@@ -4274,8 +4275,10 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--user", required=True, type=_identifier, help="the user id")
         if task:
             sub.add_argument("--task", required=True, type=_identifier, help="the task id")
-        sub.add_argument("--embedder", metavar="MODULE:FACTORY", help=embedding)
-        sub.set_defaults(run=run, opens=opens, load=None, usage=sub)
+        if embeds:
+            sub.add_argument("--embedder", metavar="MODULE:FACTORY", help=embedding)
+        sub.set_defaults(run=run, opens=opens, load=None, usage=sub, embedder=None,
+                         embeds=embeds)
         return sub
 
     command("stats", _run_stats, _READS, "counts by level and users, schema version, file size")
@@ -4286,7 +4289,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="only those with ids above ID (the last of the page before)")
     listing.add_argument("--limit", type=_bounded_int(1, _MAX_ID), help="at most this many")
     recall = command("recall", _run_recall, _READS,
-                     "the memories that best match QUERY, as JSON Lines", user=True, task=True)
+                     "the memories that best match QUERY, as JSON Lines", user=True, task=True,
+                     embeds=True)
     recall.add_argument("query", metavar="QUERY")
     recall.add_argument("--limit", type=_bounded_int(1, MAX_LIMIT), default=3,
                         help=f"at most this many (1 to {MAX_LIMIT}, default 3)")
@@ -4304,7 +4308,8 @@ def _parser() -> argparse.ArgumentParser:
             user=True)
     remember = command("remember", _run_remember, _CREATES,
                        "keep TEXT for the user (or the task, with --level task) and print its"
-                       " id; creates the store if it does not exist", user=True, task=True)
+                       " id; creates the store if it does not exist", user=True, task=True,
+                       embeds=True)
     remember.add_argument("text", metavar="TEXT", help="the text, or - to read it from stdin")
     remember.add_argument("--level", type=_one_of(LEVELS), default="user",
                           metavar="{" + ",".join(LEVELS) + "}", help="user (default) or task")
@@ -4313,7 +4318,7 @@ def _parser() -> argparse.ArgumentParser:
     remember.set_defaults(load=_load_text)
     importing = command("import", _run_import, _CREATES,
                         "add JSON Lines records (as export writes them), all or none;"
-                        " creates the store if it does not exist")
+                        " creates the store if it does not exist", embeds=True)
     importing.add_argument("file", metavar="FILE", help="a JSON Lines file, or - for stdin")
     sources = ("records", _SERVER_MEMORY)
     importing.add_argument("--from", dest="format", type=_one_of(sources), default="records",
@@ -4330,7 +4335,7 @@ def _parser() -> argparse.ArgumentParser:
     forget.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
     revise = command("revise", _run_revise, _WRITES,
                      "correct one memory the scope sees: forget it and remember TEXT at its"
-                     " level and task, in one transaction", user=True, task=True)
+                     " level and task, in one transaction", user=True, task=True, embeds=True)
     revise.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
     revise.add_argument("text", metavar="TEXT")
     revise.add_argument("--source", required=True, help="where the correction came from")
@@ -4343,7 +4348,7 @@ def _parser() -> argparse.ArgumentParser:
     reindex = command("reindex", _run_reindex, _WRITES,
                       "rebuild the word index under another matching rule, in one"
                       " transaction; with --embedder, first give every memory a vector from"
-                      " that embedder, which the store then records")
+                      " that embedder, which the store then records", embeds=True)
     reindex.add_argument("--matching", type=_one_of(MATCHING),
                          metavar="{" + ",".join(MATCHING) + "}")
     command("compact", _run_compact, _WRITES,
@@ -4375,7 +4380,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="print the mcpServers entry that starts this server as these"
                        " settings say (this interpreter's memory command, the store's"
                        " absolute path), and exit without opening the store")
-    serve.set_defaults(run=_beside("memory_mcp", "run", "mcp"), opens=_CREATES,
+    serve.set_defaults(run=_beside("memory_mcp", "run", "mcp"), opens=_CREATES, embeds=True,
                        load=_beside("memory_mcp", "settings", "mcp"), usage=serve)
     return parser
 

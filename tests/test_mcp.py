@@ -313,7 +313,7 @@ def test_a_store_is_created_only_where_there_is_none(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(memory, "MemoryStore", refusing)
     serving_args = argparse.Namespace(opens=memory._CREATES, path="postgresql:///down",
-                                      command="mcp", embedder=None)
+                                      command="mcp", embedder=None, embeds=True)
     monkeypatch.delenv("MEMORY_EMBEDDER", raising=False)
     with pytest.raises(memory.StoreError, match="no connection"):
         memory._open_for(serving_args)

@@ -460,7 +460,7 @@ def test_the_command_line_takes_an_embedder_by_import_path(tmp_path: pathlib.Pat
                            MEMORY_EMBEDDER="embedders:concepts")
     assert moved.returncode == 0, moved.stderr
     assert moved.stdout == "reindexed with embedder dimensions=16\n"
-    stats = json.loads(memory_command("stats", path, "--embedder", "embedders:concepts_two").stdout)
+    stats = json.loads(memory_command("stats", path).stdout)
     assert (stats["embedder"], stats["without_vectors"]) == ("concepts-2", 0)
     stale = memory_command(*asked, MEMORY_EMBEDDER="embedders:concepts")
     assert stale.returncode == 1 and "another embedder" in stale.stderr
