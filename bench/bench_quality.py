@@ -28,7 +28,7 @@ stores (the model's cost is printed apart). The paraphrase set (bench/paraphrase
 is checked as it is read: each question shares no stem with its fact, and each of the
 fact's three lures shares a word with the question. Each person is one user holding
 their facts and lures; the table gives the share of questions whose fact comes first
-(R@1) and among the first three (R@3).
+(R@1), among the first three (R@3) and the first five (R@5).
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def paraphrases() -> list[dict[str, Any]]:
 def paraphrase_row(folder: Path, items: list[dict[str, Any]], rank: memory.Rank,
                    embedder: memory.Embedder | None) -> dict[str, float]:
     """R@1 and R@3 over the paraphrase set, each person one user of one store."""
-    hits: dict[int, list[float]] = {1: [], 3: []}
+    hits: dict[int, list[float]] = {1: [], 3: [], 5: []}
     with MemoryStore(folder / f"paraphrases-{rank}.db", embedder=embedder,
                      matching=memory.RECOMMENDED["matching"], rank=rank,
                      context=memory.RECOMMENDED["context"]) as store:
@@ -244,7 +244,7 @@ def paraphrase_row(folder: Path, items: list[dict[str, Any]], rank: memory.Rank,
                 [(scope, "user", text, "note") for text in [*item["lures"], item["memory"]]])
         for n, item in enumerate(items):
             found = [r["id"] for r in store.recall(Scope(item["person"], "facts"),
-                                                   item["question"], 3)]
+                                                   item["question"], 5)]
             for k in hits:
                 hits[k].append(float(wanted[n] in found[:k]))
     return {f"R@{k}": statistics.mean(v) for k, v in hits.items()}
