@@ -2370,29 +2370,46 @@ class _Vectors:
         asked = np.frombuffer(query, dtype="<f4")
         return self.ids, (self.rows @ asked) / (self.norms * np.linalg.norm(asked))
 
-    def all(self, query: bytes, expired: set[int]) -> dict[int, float]:
-        """Every live id's cosine."""
+    def best(self, query: bytes, limit: int, expired: set[int],
+             bonus: Mapping[int, float] | None = None
+             ) -> tuple[list[tuple[float, int]], dict[int, float]]:
+        """The `limit` best (score, id) pairs of the live ids, ties to the newer, where a
+        score is the cosine plus the id's `bonus` (an id without a vector scores its bonus
+        alone); and the cosine of each id returned (0 without a vector)."""
         ids, scores = self.cosines(query)
-        if not isinstance(ids, list):
-            ids, scores = ids.tolist(), scores.tolist()
-        return {memory_id: float(score) for memory_id, score in zip(ids, scores, strict=True)
-                if memory_id not in expired}
-
-    def best(self, query: bytes, limit: int, expired: set[int]) -> list[tuple[float, int]]:
-        """The `limit` best (cosine, id) pairs of the live ids, ties to the newer."""
-        ids, scores = self.cosines(query)
+        bonus = bonus or {}
+        if isinstance(ids, list):
+            cosines = dict(zip(ids, map(float, scores), strict=True))
+            fused = dict(cosines)
+            for memory_id, more in bonus.items():
+                fused[memory_id] = fused.get(memory_id, 0.0) + more
+            best = heapq.nlargest(limit, ((score, memory_id) for memory_id, score
+                                          in fused.items() if memory_id not in expired))
+            return best, {memory_id: cosines.get(memory_id, 0.0) for _, memory_id in best}
         np = _numpy()
-        wanted = limit + len(expired)
-        if isinstance(ids, list) or len(ids) <= wanted:
-            listed = zip(*((ids, scores) if isinstance(ids, list)
-                           else (ids.tolist(), scores.tolist())), strict=True)
-            return heapq.nlargest(limit, ((float(score), memory_id) for memory_id, score
-                                          in listed if memory_id not in expired))
-        # All that score as high as the wanted-th best, so a tie there is kept whole.
-        least = np.partition(scores, len(scores) - wanted)[len(scores) - wanted]
-        (near,) = np.nonzero(scores >= least)
-        return heapq.nlargest(limit, ((float(scores[at]), int(ids[at])) for at in near
-                                      if int(ids[at]) not in expired))
+        fused = scores.astype(np.float64)
+        apart: list[tuple[float, int]] = []  # the bonus of ids without a vector
+        if bonus and len(ids):
+            given = np.fromiter(bonus.keys(), dtype=np.int64, count=len(bonus))
+            more = np.fromiter(bonus.values(), dtype=np.float64, count=len(bonus))
+            at = np.minimum(np.searchsorted(ids, given), len(ids) - 1)
+            held = ids[at] == given
+            fused[at[held]] += more[held]  # ids are distinct: no place is added to twice
+            apart = list(zip(more[~held].tolist(), given[~held].tolist(), strict=True))
+        elif bonus:
+            apart = [(more, memory_id) for memory_id, more in bonus.items()]
+        if expired and len(ids):
+            fused[np.isin(ids, np.fromiter(expired, dtype=np.int64))] = -np.inf
+        near = np.arange(len(ids))
+        if len(ids) > limit:  # all that score as high as the limit-th best: ties kept whole
+            least = np.partition(fused, len(fused) - limit)[len(fused) - limit]
+            (near,) = np.nonzero(fused >= least)
+        found = [(score, memory_id) for score, memory_id
+                 in zip(fused[near].tolist(), ids[near].tolist(), strict=True)
+                 if score != -math.inf]
+        best = heapq.nlargest(limit, found + [pair for pair in apart if pair[1] not in expired])
+        places = dict(zip(ids[near].tolist(), scores[near].tolist(), strict=True))
+        return best, {memory_id: float(places.get(memory_id, 0.0)) for _, memory_id in best}
 
 
 def _floats(blob: bytes) -> array.array[float]:
@@ -2408,10 +2425,6 @@ def _lenders(placed: _Placed) -> list[tuple[int, float]]:
     before = line[max(0, place - _CONTEXT_WINDOW) : place]
     return [*((n, _CONTEXT_BEFORE) for n in before),
             *((n, _CONTEXT_AFTER) for n in line[place + 1 : place + 1 + _CONTEXT_WINDOW])]
-
-
-def _pairs(scores: dict[int, float]) -> Iterator[tuple[float, int]]:
-    return zip(scores.values(), scores.keys(), strict=True)
 
 
 def _evidence(postings: list[tuple[str, array.array[int]]],
@@ -3399,9 +3412,8 @@ class MemoryStore:
         of each of its words, one that no memory holds at df 0)."""
         vectors, query = asked
         if rank == "meaning":
-            best = vectors.best(query, recall.limit, recall.expired)
-            return _Scoring(best, cosines={memory_id: score for score, memory_id in best})
-        cosines = vectors.all(query, recall.expired)
+            best, cosines = vectors.best(query, recall.limit, recall.expired)
+            return _Scoring(best, cosines=cosines)
         own = _evidence(self._all_postings(db, recall, unindexed), recall)
         said, placed = own, cast(dict[int, _Placed], {})
         if in_context:
@@ -3410,11 +3422,9 @@ class MemoryStore:
             said = {memory_id: score for score, memory_id in scored}
         absent = words_asked - len(recall.weights)
         question = sum(recall.weights.values()) + absent * _idf(recall.visible, 0)
-        fused = dict(cosines)
-        for memory_id, score in said.items():
-            fused[memory_id] = fused.get(memory_id, 0.0) + _HYBRID_WORDS * score / question
-        return _Scoring(heapq.nlargest(recall.limit, _pairs(fused)), placed, own, cosines,
-                        question)
+        best, cosines = vectors.best(query, recall.limit, recall.expired, {
+            memory_id: _HYBRID_WORDS * score / question for memory_id, score in said.items()})
+        return _Scoring(best, placed, own, cosines, question)
 
     @staticmethod
     def _all_postings(db: _Session, recall: _Recall, unindexed: dict[str, array.array[int]]

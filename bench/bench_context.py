@@ -7,8 +7,9 @@ workloads: Zipf text (20,000 words, exponent 1.1, 5 to 15 words, queries of 2 to
 as bench_memory.py draws them), in conversations of 20 turns; and realistic text, the
 turns of a converted LoCoMo file (FILE, default ../shared/quality/locomo-dev.json, not
 shipped: CC BY-NC) repeated, each copy its own conversations, asked its questions. Each
-query runs top 5 on memory.py (stems + idf) without and with context, on SQLite FTS5
-(bm25, porter, any word of the query, the user a column filter) and, where the `tantivy`
+query runs top 5 on memory.py (stems + idf) without and with context, hybrid (random
+384-dimension vectors standing in for an embedder's) without and with context, on SQLite
+FTS5 (bm25, porter, any word of the query, the user a column filter) and, where the `tantivy`
 package is installed, on tantivy (the user a filter term, the words should-terms, BM25),
 all in one run on the same rows. Times are per query, in ms.
 """
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench_memory import Zipf  # noqa: E402
+from bench_vectors import Random  # noqa: E402
 
 import memory  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
@@ -139,6 +141,18 @@ def workload(name: str, rows: list[Row], queries: list[str], folder: Path
         plain = times(lambda q: store.recall(ME, q, LIMIT, context=False), queries)
         context = times(lambda q: store.recall(ME, q, LIMIT, context=True), queries)
     measured = [("memory.py stems+idf", plain), ("memory.py stems+idf+context", context)]
+    # Hybrid scores every memory the scope sees, by words and by meaning (random unit
+    # vectors of 384 dimensions stand in for a model's: the cost does not depend on them).
+    with MemoryStore(folder / "hybrid.db", embedder=Random(7), durable=False,
+                     **memory.RECOMMENDED) as store:
+        for start in range(0, len(rows), 5000):
+            store.remember_many((Scope(user, ME.task), "user", text, source)
+                                for user, text, source in rows[start : start + 5000])
+        measured += [
+            ("memory.py stems+hybrid", times(lambda q: store.recall(ME, q, LIMIT,
+                                                                    context=False), queries)),
+            ("memory.py stems+hybrid+context", times(lambda q: store.recall(ME, q, LIMIT),
+                                                     queries))]
     peers = [("SQLite FTS5 bm25 porter", fts5(folder, rows))]
     (folder / "tantivy").mkdir()
     tantivy = tantivy_ranker(folder / "tantivy", rows)
