@@ -135,6 +135,15 @@ def test_ties_go_to_the_newer_memory(store: MemoryStore) -> None:
     assert ids(store.recall(ALICE, "music", 2, rank="meaning")) == [second, first]
 
 
+def test_a_tie_at_the_limit_goes_to_the_newest_of_many(store: MemoryStore) -> None:
+    store.remember(ALICE, "user", "Lisbon", "s")
+    tied = [store.remember(ALICE, "user", "jazz", "s") for _ in range(3)]
+    store.remember(ALICE, "user", "Portugal", "s")
+    for rank in ("meaning", "hybrid"):
+        assert ids(store.recall(ALICE, "music", 1, rank=rank)) == [tied[-1]]
+        assert ids(store.recall(ALICE, "music", 2, rank=rank)) == tied[:0:-1]
+
+
 def vectors_of(target: str) -> int | None:
     """How many vector rows the SQLite file holds, behind the store's back."""
     if target.startswith("postgresql"):
