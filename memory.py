@@ -2882,15 +2882,16 @@ class MemoryStore:
         if self.embedder is None:
             return
         with self._snapshot(None) as db:
-            if self.read_only or self._recorded_embedder(db) is not None:
-                self._check_embedder_of(db)
-                return
-        with self._writing(None) as db:  # asked again under the write lock
-            if self._recorded_embedder(db) is not None:
-                self._check_embedder_of(db)
-                return
-            db.execute(_SQL_SET_EMBEDDER, (_embedder_record(self.embedder),))
-        _log.info("recorded the store's embedder (%d dimensions)", self.embedder.dimensions)
+            recorded = self._recorded_embedder(db)
+        if recorded is None and not self.read_only:
+            with self._writing(None) as db:
+                recorded = self._recorded_embedder(db)  # again, under the write lock
+                if recorded is None:
+                    db.execute(_SQL_SET_EMBEDDER, (_embedder_record(self.embedder),))
+                    _log.info("recorded the store's embedder (%d dimensions)",
+                              self.embedder.dimensions)
+                    return
+        self._refuse_unless_recorded(recorded)
 
     @staticmethod
     def _recorded_embedder(db: _Session) -> str | None:
@@ -2902,8 +2903,10 @@ class MemoryStore:
     def _check_embedder_of(self, db: _Session) -> None:
         """StoreError unless the file records the store's embedder (another process may
         have moved it to another by reindex)."""
+        self._refuse_unless_recorded(self._recorded_embedder(db))
+
+    def _refuse_unless_recorded(self, recorded: str | None) -> None:
         assert self.embedder is not None
-        recorded = self._recorded_embedder(db)
         if recorded != _embedder_record(self.embedder):
             raise StoreError(
                 "the store's vectors come from another embedder than this one (its name or"
