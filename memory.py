@@ -203,6 +203,9 @@ _READ_ALL_UP_TO = 4096
 _CONTEXT_WINDOW = 2
 _CONTEXT_BEFORE = 0.6
 _CONTEXT_AFTER = 0.4
+# Each neighbour's place from the memory and its weight, in ascending id order.
+_SHARES = tuple([(-shift, _CONTEXT_BEFORE) for shift in range(_CONTEXT_WINDOW, 0, -1)]
+                + [(shift, _CONTEXT_AFTER) for shift in range(1, _CONTEXT_WINDOW + 1)])
 # At most how many times the best own score among its neighbours a memory can score.
 _CONTEXT_REACH = 1 + _CONTEXT_WINDOW * (_CONTEXT_BEFORE + _CONTEXT_AFTER)
 # Reading the newest first gives up, and scores every posting at C speed instead, once it
@@ -216,10 +219,10 @@ PURGE_PER_WRITE = 100
 # Texts per call of the embedder's embed(): a model's batch, small enough that a bulk
 # write's memory and a call's time stay bounded.
 EMBED_BATCH = 64
-# A store keeps the vectors of the scopes recall by meaning read last, in numpy, up to
-# this many bytes in all: reading a heavy user's 100,000 rows again costs far more than
-# scoring them. The oldest read goes first.
-VECTOR_CACHE_BYTES = 256 * 2**20
+# With numpy, a store keeps what recall read of the scopes it served last (their vectors
+# and their conversations), up to this many bytes in all: reading a heavy user's 100,000
+# rows again costs far more than scoring them. The oldest read goes first.
+KEPT_BYTES = 256 * 2**20
 # Hybrid recall adds to a memory's cosine its word evidence (_evidence: its idf score
 # beyond its heaviest word) over the question's own weight (all its words' idf: how much
 # of the question the memory covers), times this. Measured against the scope's best
@@ -708,6 +711,10 @@ _SQL_INSERT_VECTORS = _sql(
     postgresql_many="INSERT INTO memory_vectors (id, user_id, task_id, vector) "
     + _from_arrays("bigint", "text", "text", "bytea"))
 _SQL_SCOPE_VECTORS = _sql(f"SELECT id, vector FROM memory_vectors {_IN_SCOPE} ORDER BY id")
+# The scope's memories by conversation, each one's in write order (the conversations'
+# index holds it all): what recall with context scores over at once, with numpy.
+_SQL_SCOPE_CONVERSATIONS = _sql(
+    f"SELECT id, conversation FROM memories {_IN_SCOPE} ORDER BY conversation, id")
 # The scope's newest memory id, from two descents of the scope index: with the counts of
 # memory_counts, what tells whether the scope changed. Ids are never given twice, so any
 # write under the scope raises it and any deletion lowers a count (a store's kept copy of
@@ -2289,8 +2296,7 @@ _Placed = tuple[list[int], int]
 
 
 def _scores_in_context(own: Mapping[int, float], limit: int,
-                       nearest: Callable[[list[int]], dict[int, _Nearest]]
-                       ) -> tuple[list[tuple[float, int]], dict[int, _Placed]]:
+                       nearest: _Nearby) -> tuple[list[tuple[float, int]], dict[int, _Placed]]:
     """The `limit` best (score, id) pairs, best first, where a memory's score is its
     `own` (0 if absent) plus, for each of its neighbours in ascending id order, the
     neighbour's own times its side's weight; and where each memory scored sits.
@@ -2316,7 +2322,7 @@ def _scores_in_context(own: Mapping[int, float], limit: int,
                 if scored in placed:
                     continue
                 placed[scored] = (line, place)
-                score = mine(scored, 0)
+                score = float(mine(scored, 0))
                 for neighbour in line[max(0, place - window) : place]:
                     score += _CONTEXT_BEFORE * mine(neighbour, 0)
                 for neighbour in line[place + 1 : place + 1 + window]:
@@ -2371,45 +2377,178 @@ class _Vectors:
         return self.ids, (self.rows @ asked) / (self.norms * np.linalg.norm(asked))
 
     def best(self, query: bytes, limit: int, expired: set[int],
-             bonus: Mapping[int, float] | None = None
+             bonus: tuple[Any, Any] = ((), ())
              ) -> tuple[list[tuple[float, int]], dict[int, float]]:
         """The `limit` best (score, id) pairs of the live ids, ties to the newer, where a
-        score is the cosine plus the id's `bonus` (an id without a vector scores its bonus
-        alone); and the cosine of each id returned (0 without a vector)."""
+        score is the cosine plus the id's `bonus` (ids and what each adds, each id once;
+        an id without a vector scores its bonus alone); and the cosine of each id
+        returned (0 without a vector)."""
         ids, scores = self.cosines(query)
-        bonus = bonus or {}
         if isinstance(ids, list):
             cosines = dict(zip(ids, map(float, scores), strict=True))
             fused = dict(cosines)
-            for memory_id, more in bonus.items():
+            for memory_id, more in zip(*bonus, strict=True):
                 fused[memory_id] = fused.get(memory_id, 0.0) + more
             best = heapq.nlargest(limit, ((score, memory_id) for memory_id, score
                                           in fused.items() if memory_id not in expired))
             return best, {memory_id: cosines.get(memory_id, 0.0) for _, memory_id in best}
         np = _numpy()
         fused = scores.astype(np.float64)
-        apart: list[tuple[float, int]] = []  # the bonus of ids without a vector
-        if bonus and len(ids):
-            given = np.fromiter(bonus.keys(), dtype=np.int64, count=len(bonus))
-            more = np.fromiter(bonus.values(), dtype=np.float64, count=len(bonus))
+        given = np.asarray(bonus[0], dtype=np.int64)
+        more = np.asarray(bonus[1], dtype=np.float64)
+        held = np.zeros(len(given), dtype=bool)  # the ids of the bonus that have a vector
+        if len(given) and len(ids):
             at = np.minimum(np.searchsorted(ids, given), len(ids) - 1)
             held = ids[at] == given
             fused[at[held]] += more[held]  # ids are distinct: no place is added to twice
-            apart = list(zip(more[~held].tolist(), given[~held].tolist(), strict=True))
-        elif bonus:
-            apart = [(more, memory_id) for memory_id, more in bonus.items()]
         if expired and len(ids):
             fused[np.isin(ids, np.fromiter(expired, dtype=np.int64))] = -np.inf
-        near = np.arange(len(ids))
-        if len(ids) > limit:  # all that score as high as the limit-th best: ties kept whole
-            least = np.partition(fused, len(fused) - limit)[len(fused) - limit]
-            (near,) = np.nonzero(fused >= least)
-        found = [(score, memory_id) for score, memory_id
-                 in zip(fused[near].tolist(), ids[near].tolist(), strict=True)
-                 if score != -math.inf]
-        best = heapq.nlargest(limit, found + [pair for pair in apart if pair[1] not in expired])
-        places = dict(zip(ids[near].tolist(), scores[near].tolist(), strict=True))
-        return best, {memory_id: float(places.get(memory_id, 0.0)) for _, memory_id in best}
+        apart = [(score, memory_id) for score, memory_id
+                 in zip(more[~held].tolist(), given[~held].tolist(), strict=True)
+                 if memory_id not in expired]
+        best = heapq.nlargest(limit, _top(ids, fused, limit) + apart)
+        return best, dict(zip((memory_id for _, memory_id in best),
+                              self.cosine_of([memory_id for _, memory_id in best], scores),
+                              strict=True))
+
+    def cosine_of(self, wanted: list[int], scores: Any) -> list[float]:
+        """Each wanted id's cosine, of the `scores` of all (0 for an id without a vector)."""
+        np = _numpy()
+        if not len(self.ids):
+            return [0.0] * len(wanted)
+        at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
+        return np.where(self.ids[at] == wanted, scores[at], 0.0).tolist()  # type: ignore[no-any-return]
+
+
+def _top(ids: Any, scores: Any, limit: int) -> list[tuple[float, int]]:
+    """The `limit` best (score, id) pairs of numpy arrays, best first, ties to the newer;
+    a score of -inf is left out. Only the ids that score as high as the limit-th best are
+    taken out of numpy: all of them, so a tie at the limit goes to the newest."""
+    np = _numpy()
+    near = np.arange(len(ids))
+    if len(ids) > limit:
+        least = np.partition(scores, len(scores) - limit)[len(scores) - limit]
+        (near,) = np.nonzero(scores >= least)
+    return heapq.nlargest(limit, ((score, memory_id) for score, memory_id
+                                  in zip(scores[near].tolist(), ids[near].tolist(), strict=True)
+                                  if score != -math.inf))
+
+
+class _Conversations:
+    """A scope's memories in conversation order (each conversation's in write order, one
+    after another; a memory of none alone) in numpy, expired ones too: recall with context
+    scores every one of them at once, as _own_scores and _scores_in_context add up, to the
+    bit (each word's weight in sorted word order, then the neighbours' shares in ascending
+    id order, all in float64)."""
+
+    def __init__(self, rows: list[tuple[int, str | None]]) -> None:
+        np = _numpy()
+        self.ids = np.fromiter((memory_id for memory_id, _ in rows), dtype=np.int64,
+                               count=len(rows))
+        # Neighbours share a number: each memory of no conversation starts one, as does
+        # the first of each conversation.
+        starts = np.fromiter((this is None or this != before for (_, before), (_, this)
+                              in itertools.pairwise([(0, None), *rows])),
+                             dtype=bool, count=len(rows))
+        self.conversation = np.cumsum(starts)
+        self.order = np.argsort(self.ids)  # where each id, ascending, sits
+        self.ascending = self.ids[self.order]
+        self.size = 4 * self.ids.nbytes
+
+    def own(self, postings: list[tuple[str, array.array[int]]], recall: _Recall,
+            evidence: bool = False) -> Any:
+        """Each memory's own score (with `evidence`, less its heaviest word's weight, as
+        _evidence), 0 for one that holds no word or has expired; weights noted as
+        _own_scores notes them."""
+        np = _numpy()
+        by_word: dict[str, list[array.array[int]]] = collections.defaultdict(list)
+        for word, ids in postings:
+            by_word[word].append(ids)
+        expired = np.fromiter(recall.expired, dtype=np.int64, count=len(recall.expired))
+        own = np.zeros(len(self.ids))
+        heaviest = np.zeros(len(self.ids)) if evidence else own
+        for word in sorted(by_word):
+            held = np.concatenate([np.frombuffer(ids, dtype=np.int64) for ids in by_word[word]])
+            if len(expired):
+                held = held[~np.isin(held, expired)]
+            weight = 1.0 if recall.rank == "shared" else _idf(recall.visible, len(held))
+            if recall.rank != "shared":
+                recall.weights[word] = weight
+            at = self.places(held)
+            own[at] += weight  # an id sits in one row per word: no place is added twice
+            if evidence:
+                heaviest[at] = np.maximum(heaviest[at], weight)
+        return own - heaviest if evidence else own
+
+    def places(self, ids: Any) -> Any:
+        """Where each of `ids` that the scope holds sits."""
+        np = _numpy()
+        if not len(self.ids):
+            return np.zeros(0, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ascending, ids), len(self.ids) - 1)
+        return self.order[at[self.ascending[at] == ids]]
+
+    def in_context(self, own: Any, expired: set[int]) -> _InContext:
+        """The live memories, each one's score its own plus its neighbours' shares."""
+        np = _numpy()
+        ids, conversation = self.ids, self.conversation
+        if expired:
+            live = ~np.isin(ids, np.fromiter(expired, dtype=np.int64, count=len(expired)))
+            ids, conversation, own = ids[live], conversation[live], own[live]
+        scores = own.copy()
+        for shift, weight in _SHARES:  # the neighbour at `shift`, in ascending id order
+            if abs(shift) < len(ids):
+                mine = slice(-shift, None) if shift < 0 else slice(None, -shift)
+                theirs = slice(None, shift) if shift < 0 else slice(shift, None)
+                # Adding 0.0 where there is no neighbour leaves a score as it was.
+                scores[mine] += np.where(conversation[mine] == conversation[theirs],
+                                         weight * own[theirs], 0.0)
+        return _InContext(ids, conversation, own, scores)
+
+
+class _InContext(NamedTuple):
+    """A recall's live memories in conversation order, with their own scores and their
+    scores in context."""
+
+    ids: Any
+    conversation: Any
+    own: Any
+    scores: Any
+
+    def best(self, limit: int) -> list[tuple[float, int]]:
+        """The `limit` best (score, id) pairs that score above 0, best first."""
+        np = _numpy()
+        return _top(self.ids, np.where(self.scores > 0, self.scores, -np.inf), limit)
+
+    def explained(self, best: list[tuple[float, int]]
+                  ) -> tuple[dict[int, _Placed], dict[int, float]]:
+        """Where each of the `best` sits, and the own scores of it and its neighbours,
+        as _Scoring explains them."""
+        np = _numpy()
+        placed: dict[int, _Placed] = {}
+        own: dict[int, float] = {}
+        (found,) = np.nonzero(np.isin(self.ids, [memory_id for _, memory_id in best]))
+        for at in found.tolist():
+            first = last = at
+            while first > max(0, at - _CONTEXT_WINDOW) \
+                    and self.conversation[first - 1] == self.conversation[at]:
+                first -= 1
+            while last < min(len(self.ids) - 1, at + _CONTEXT_WINDOW) \
+                    and self.conversation[last + 1] == self.conversation[at]:
+                last += 1
+            line = self.ids[first : last + 1].tolist()
+            placed[line[at - first]] = (line, at - first)
+            own.update((memory_id, score) for memory_id, score
+                       in zip(line, self.own[first : last + 1].tolist(), strict=True)
+                       if score > 0)
+        return placed, own
+
+
+_Kept = TypeVar("_Kept", _Vectors, _Conversations)
+# How recall with context finds neighbours: the scope's conversations at once, or the ids
+# nearest each of a batch of memories (_SQL_AROUND).
+_Nearby = Callable[[list[int]], dict[int, _Nearest]]
+_Around = _Conversations | _Nearby
 
 
 def _floats(blob: bytes) -> array.array[float]:
@@ -2443,6 +2582,25 @@ def _evidence(postings: list[tuple[str, array.array[int]]],
     return {memory_id: score for memory_id, score in left.items() if score > 0}
 
 
+def _question(recall: _Recall, words_asked: int) -> float:
+    """The question's own weight, once its words are scored: the idf of each of them,
+    one that no memory holds at df 0."""
+    absent = words_asked - len(recall.weights)
+    return sum(recall.weights.values()) + absent * _idf(recall.visible, 0)
+
+
+def _in_context(postings: list[tuple[str, array.array[int]]], recall: _Recall,
+                around: _Around) -> _Scoring:
+    """Recall with context's best: over all of the scope's conversations at once (numpy),
+    else the best own scores first, their neighbours looked up (_scores_in_context)."""
+    if isinstance(around, _Conversations):
+        scored = around.in_context(around.own(postings, recall), recall.expired)
+        best = scored.best(recall.limit)
+        return _Scoring(best, *scored.explained(best), in_context=True)
+    own = _own_scores(postings, recall)
+    return _Scoring(*_scores_in_context(own, recall.limit, around), own, in_context=True)
+
+
 class _Scoring(NamedTuple):
     """What one recall scored: the best (score, id) pairs, and what explain tells of
     them (where each sits in its conversation, the own word scores, the cosines and the
@@ -2453,12 +2611,14 @@ class _Scoring(NamedTuple):
     own: Mapping[int, float] = {}
     cosines: dict[int, float] | None = None
     question: float = 0.0
+    in_context: bool = False
 
     def why(self, memory_id: int, matched: dict[str, float]) -> Why:
         why = Why(matched=matched)
-        if memory_id in self.placed:
+        if self.in_context:
             why["lent"] = {n: weight * self.own[n] for n, weight
-                           in _lenders(self.placed[memory_id]) if n in self.own}
+                           in _lenders(self.placed[memory_id]) if n in self.own
+                           } if memory_id in self.placed else {}
         if self.cosines is not None:
             why["meaning"] = self.cosines.get(memory_id, 0.0)
         if self.question:
@@ -2819,8 +2979,9 @@ class MemoryStore:
         self._own = threading.local()
         self._pid = os.getpid()
         self._file: tuple[int, int] | None = None
-        # The scopes' vectors recall by meaning read last (_vectors_of).
-        self._kept_vectors: collections.OrderedDict[_ScopeKey, tuple[Any, _Vectors]] = \
+        # What recall read last of the scopes it served (_kept), by kind and scope.
+        self._kept_copies: collections.OrderedDict[
+            tuple[type, _ScopeKey], tuple[Any, _Vectors | _Conversations]] = \
             collections.OrderedDict()
         self.matching: Matching = "exact"
         self._recorded = "exact"  # the rule as the file records it, with its version
@@ -3333,8 +3494,9 @@ class MemoryStore:
                            if db.reads_map_first else None)
                 counted = db.execute(_SQL_SCOPE_COUNTS, key)
                 expired_ids = self._ask_expired(db, key, now)
-                newest = (db.execute(_SQL_NEWEST_IN_SCOPE, (key.user, *key)) if meant
-                          else None)
+                # What tells whether the store's copy of the scope is good (_kept).
+                kept = meant is not None or (in_context and _numpy() is not None)
+                newest = db.execute(_SQL_NEWEST_IN_SCOPE, (key.user, *key)) if kept else None
             expired = expired_ids()
             held = dict(counted.fetchall())
             # N and df count live memories only.
@@ -3343,19 +3505,15 @@ class MemoryStore:
                          if 0 < held.get(task or "", 0) < self._index_from]
             asked = _Recall(key, listed, by_words, limit, expired, visible, {})
             apart = self._read_unindexed(db, asked, unindexed) if wanted else {}
-            if in_context and ranked != "meaning" and not db.has_conversations:
-                raise StoreError("recall with context needs the file's conversations,"
-                                 f" of schema version {_CONVERSATIONS_FROM}: open it"
-                                 " once to write, which upgrades it")
-            nearest = functools.partial(self._nearest, db, key, now)
-            if meant is not None and newest is not None:
-                scope_held = (*sorted(held.items()), *newest.fetchone())
+            scope_held = (*sorted(held.items()), *newest.fetchone()) if newest else ()
+            around = (self._around(db, key, now, scope_held)
+                      if in_context and ranked != "meaning" else None)
+            if meant is not None:
                 vectors = self._vectors_of(db, key, scope_held)
-                scoring = self._by_meaning(db, asked, ranked, in_context, (vectors, meant),
-                                           apart, nearest, len(wanted))
-            elif in_context:
-                own = _own_scores(self._all_postings(db, asked, apart), asked)
-                scoring = _Scoring(*_scores_in_context(own, limit, nearest), own)
+                scoring = self._by_meaning(db, asked, ranked, (vectors, meant), apart, around,
+                                           len(wanted))
+            elif around is not None:
+                scoring = _in_context(self._all_postings(db, asked, apart), asked, around)
             else:
                 scoring = _Scoring(self._best(db, asked, row_map, apart))
             found = db.last_statement(
@@ -3387,47 +3545,60 @@ class MemoryStore:
         return meant
 
     def _vectors_of(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]) -> _Vectors:
-        """The scope's vectors: the store's copy while the scope's counts and newest id
-        (`held`, _SQL_NEWEST_IN_SCOPE) are as when it was read, else read now and, with
-        numpy, kept."""
+        """The scope's vectors, from the store's copy where it is good (_kept)."""
         assert self.embedder is not None
-        kept_as = (held, _embedder_record(self.embedder))
-        with self._lock:
-            kept = self._kept_vectors.get(key)
-            if kept is not None and kept[0] == kept_as:
-                self._kept_vectors.move_to_end(key)
-                return kept[1]
-        vectors = _Vectors(db.execute(_SQL_SCOPE_VECTORS, key).fetchall(),
-                           self.embedder.dimensions)
-        if _numpy() is not None and vectors.size <= VECTOR_CACHE_BYTES:
-            with self._lock:
-                self._kept_vectors[key] = (kept_as, vectors)
-                while sum(v.size for _, v in self._kept_vectors.values()) > VECTOR_CACHE_BYTES:
-                    self._kept_vectors.popitem(last=False)
-        return vectors
+        dimensions = self.embedder.dimensions
+        return self._kept(_Vectors, key, (held, _embedder_record(self.embedder)),
+                          lambda: _Vectors(db.execute(_SQL_SCOPE_VECTORS, key).fetchall(),
+                                           dimensions))
 
-    def _by_meaning(self, db: _Session, recall: _Recall, rank: Rank, in_context: bool,
+    def _kept(self, kind: type[_Kept], key: _ScopeKey, held: tuple[Any, ...],
+              read: Callable[[], _Kept]) -> _Kept:
+        """What `read` reads of the scope: the store's copy while the scope's counts and
+        newest id (`held`, _SQL_NEWEST_IN_SCOPE, and what else it was read by) are as when
+        it was read, else read now and, with numpy, kept."""
+        with self._lock:
+            kept = self._kept_copies.get((kind, key))
+            if kept is not None and kept[0] == held:
+                self._kept_copies.move_to_end((kind, key))
+                return cast(_Kept, kept[1])
+        copy = read()
+        if _numpy() is not None and copy.size <= KEPT_BYTES:
+            with self._lock:
+                self._kept_copies[kind, key] = (held, copy)
+                while sum(v.size for _, v in self._kept_copies.values()) > KEPT_BYTES:
+                    self._kept_copies.popitem(last=False)
+        return copy
+
+    def _by_meaning(self, db: _Session, recall: _Recall, rank: Rank,
                     asked: tuple[_Vectors, bytes], unindexed: dict[str, array.array[int]],
-                    nearest: Callable[[list[int]], dict[int, _Nearest]],
-                    words_asked: int) -> _Scoring:
+                    around: _Around | None, words_asked: int) -> _Scoring:
         """The ranks by meaning: the cosines alone, or (hybrid) with every memory's word
-        evidence (_evidence), in context if asked, over the question's weight (the idf
-        of each of its words, one that no memory holds at df 0)."""
+        evidence (_evidence), in context where `around` finds neighbours, over the
+        question's weight (_question)."""
         vectors, query = asked
         if rank == "meaning":
             best, cosines = vectors.best(query, recall.limit, recall.expired)
             return _Scoring(best, cosines=cosines)
-        own = _evidence(self._all_postings(db, recall, unindexed), recall)
+        postings = self._all_postings(db, recall, unindexed)
+        if isinstance(around, _Conversations):
+            scored = around.in_context(around.own(postings, recall, evidence=True),
+                                       recall.expired)
+            question = _question(recall, words_asked)
+            lending = scored.scores > 0
+            best, cosines = vectors.best(query, recall.limit, recall.expired, (
+                scored.ids[lending], _HYBRID_WORDS * scored.scores[lending] / question))
+            return _Scoring(best, *scored.explained(best), cosines, question, True)
+        own = _evidence(postings, recall)
         said, placed = own, cast(dict[int, _Placed], {})
-        if in_context:
+        if around is not None:
             everything = max(1, len(own)) * (1 + 2 * _CONTEXT_WINDOW)
-            scored, placed = _scores_in_context(own, everything, nearest)
-            said = {memory_id: score for score, memory_id in scored}
-        absent = words_asked - len(recall.weights)
-        question = sum(recall.weights.values()) + absent * _idf(recall.visible, 0)
-        best, cosines = vectors.best(query, recall.limit, recall.expired, {
-            memory_id: _HYBRID_WORDS * score / question for memory_id, score in said.items()})
-        return _Scoring(best, placed, own, cosines, question)
+            in_order, placed = _scores_in_context(own, everything, around)
+            said = {memory_id: score for score, memory_id in in_order}
+        question = _question(recall, words_asked)
+        best, cosines = vectors.best(query, recall.limit, recall.expired, (
+            list(said), [_HYBRID_WORDS * score / question for score in said.values()]))
+        return _Scoring(best, placed, own, cosines, question, around is not None)
 
     @staticmethod
     def _all_postings(db: _Session, recall: _Recall, unindexed: dict[str, array.array[int]]
@@ -3437,6 +3608,20 @@ class MemoryStore:
         postings += [(word, _unpack(blob))
                      for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed)]
         return postings
+
+    def _around(self, db: _Session, key: _ScopeKey, now: str | None,
+                held: tuple[Any, ...]) -> _Around:
+        """Where recall with context finds the scope's neighbours: its conversations,
+        read at once (_kept, with numpy and the scope's counts and newest id, `held`),
+        else the ids nearest each memory asked about."""
+        if not db.has_conversations:
+            raise StoreError("recall with context needs the file's conversations,"
+                             f" of schema version {_CONVERSATIONS_FROM}: open it"
+                             " once to write, which upgrades it")
+        if not held or _numpy() is None:
+            return functools.partial(self._nearest, db, key, now)
+        return self._kept(_Conversations, key, held, lambda: _Conversations(
+            db.execute(_SQL_SCOPE_CONVERSATIONS, key).fetchall()))
 
     @staticmethod
     def _nearest(db: _Session, key: _ScopeKey, now: str | None,

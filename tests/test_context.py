@@ -12,6 +12,7 @@ import shutil
 from datetime import timedelta
 
 import pytest
+from embedders import ConceptEmbedder
 
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, WORD_RANKS, SetClock, cli
@@ -130,12 +131,16 @@ def test_recall_with_context_is_off_unless_the_store_or_the_call_turns_it_on(
         MemoryStore(target, context="yes")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("scoring", ["numpy", "pure Python"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_recall_with_context_equals_scoring_every_visible_memory(
-        target: str, seed: int) -> None:
+        target: str, seed: int, scoring: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hundreds of memories in a few conversations, some of each scope, some expiring
-    and some forgotten, so that the search takes its batches and stops early: every
-    result equals the model's, score for score."""
+    and some forgotten: every result equals the model's, score for score, whether numpy
+    scores all of the scope's conversations at once or, without it, the search takes its
+    batches of the best own scores and stops early."""
+    if scoring == "pure Python":
+        monkeypatch.setattr(memory, "_numpy", lambda: None)
     chance = random.Random(seed)
     vocabulary = [f"w{n}" for n in range(40)]
     scopes = [ALICE, ALICE_WORK, BOB]
@@ -168,6 +173,56 @@ def test_recall_with_context_equals_scoring_every_visible_memory(
             for rank in WORD_RANKS:
                 expected = model.recall(scope, query, limit, rank, context=True)
                 assert store.recall(scope, query, limit, rank=rank, context=True) == expected
+
+
+def test_explain_and_hybrid_in_context_are_the_same_with_numpy_and_without(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with MemoryStore(target, embedder=ConceptEmbedder(), **memory.RECOMMENDED) as store:
+        talk(store, ALICE, "dinner", "Sam: where shall we eat tonight?", "Alice: anywhere",
+             "Alice: I am vegetarian", "Sam: pottery class tonight?", "Alice: no, jazz")
+        talk(store, ALICE_WORK, "dinner", "Sam: the band plays tonight", level="task")
+        ranks: list[memory.Rank] = ["idf", "hybrid"]
+        asked = [(scope, query, rank) for scope in (ALICE, ALICE_WORK)
+                 for query in ("eat tonight", "meat-free dinner", "pottery tonight")
+                 for rank in ranks]
+        with_numpy = [store.recall(scope, query, 5, rank=rank, explain=True)
+                      for scope, query, rank in asked]
+    with monkeypatch.context() as bare:
+        bare.setattr(memory, "_numpy", lambda: None)
+        with MemoryStore(target, embedder=ConceptEmbedder(), **memory.RECOMMENDED) as store:
+            without = [store.recall(scope, query, 5, rank=rank, explain=True)
+                       for scope, query, rank in asked]
+    assert any(result["why"].get("lent") for found in with_numpy for result in found)
+    for found, expected in zip(with_numpy, without, strict=True):
+        assert ids(found) == ids(expected)
+        for result, other in zip(found, expected, strict=True):
+            # The cosines alone differ: float32 in numpy, float64 without.
+            assert result["score"] == pytest.approx(other["score"])
+            assert result["why"]["matched"] == other["why"]["matched"]
+            assert result["why"].get("lent") == other["why"].get("lent")
+
+
+def test_a_kept_copy_of_the_conversations_follows_every_change_another_store_makes(
+        target: str) -> None:
+    clock = SetClock()
+    with MemoryStore(target, clock=clock, context=True) as reader, \
+            MemoryStore(target, clock=clock) as writer:
+        asked, answer = talk(writer, ALICE, "talk", ASKED, ANSWER)
+
+        def found(scope: Scope) -> set[int]:
+            return set(ids(reader.recall(scope, QUESTION, 5)))
+        assert found(ALICE) == {asked, answer}
+        later = writer.remember(ALICE, "user", "Sam: pottery again", "talk/turn-9", ttl=60)
+        assert found(ALICE) == {asked, answer, later}
+        clock.at = LATER  # the later turn expires, no write between
+        assert found(ALICE) == {asked, answer}
+        writer.forget(ALICE, asked)
+        assert found(ALICE) == {answer}
+        task = writer.remember(ALICE_WORK, "task", "Sam: that pottery class?", "talk/turn-7")
+        assert found(ALICE_WORK) == {task, answer}
+        assert found(ALICE) == {answer}
+        writer.erase_user("alice")
+        assert found(ALICE_WORK) == set()
 
 
 def test_a_file_read_as_it_is_refuses_context_until_it_is_upgraded(
