@@ -515,16 +515,15 @@ _SQL_EXPIRED_COUNT = _sql(f"SELECT count(*) FROM memories {_IN_SCOPE} AND expire
 _SQL_ANY_EXPIRING = _sql(
     f"SELECT 1 FROM memories {_IN_SCOPE} AND expires_at IS NOT NULL LIMIT 1")
 _SQL_EXPIRED_ROWS = _sql(
-    f"SELECT id, task_id, text FROM memories {_IN_SCOPE} AND expires_at <= ?"
+    f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND expires_at <= ?"
     " ORDER BY expires_at, id LIMIT ?",
     postgresql_each=_each_row(
         "user_id text, task_key text, due text, most bigint",
-        "SELECT id, task_id, text FROM memories WHERE user_id = wanted.user_id AND (task_id IS"
-        " NULL OR task_id = wanted.task_key) AND expires_at <= wanted.due"
+        f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = wanted.user_id AND (task_id"
+        " IS NULL OR task_id = wanted.task_key) AND expires_at <= wanted.due"
         " ORDER BY expires_at, id LIMIT wanted.most"))
 _SQL_EXPIRED_OF_USER = _sql(
-    "SELECT id, task_id, text FROM memories WHERE user_id = ? AND expires_at <= ?"
-)
+    f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND expires_at <= ?")
 _SQL_DELETE_OF_USER = _sql(
     "DELETE FROM memories NOT INDEXED WHERE user_id = ? AND id IN (SELECT value FROM json_each(?))"
 )
@@ -691,15 +690,17 @@ _SQL_VISIBLE_SOURCE = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND source = ?")
 # One owner's memories, under the scope of the owner's task (user level: '', no task's).
 _SQL_OWNER_TEXTS = _sql(
-    f"SELECT id, text FROM memories {_IN_SCOPE} AND task_id IS ? ORDER BY id",
+    f"SELECT id, text, created_at FROM memories {_IN_SCOPE} AND task_id IS ? ORDER BY id",
     postgresql_each=_each_row(
         "user_id text, task_key text, task_id text",
-        "SELECT id, text FROM memories WHERE user_id = wanted.user_id AND (task_id IS NULL OR"
-        " task_id = wanted.task_key) AND task_id IS NOT DISTINCT FROM wanted.task_id"
+        "SELECT id, text, created_at FROM memories WHERE user_id = wanted.user_id AND"
+        " (task_id IS NULL OR task_id = wanted.task_key) AND task_id IS NOT DISTINCT FROM"
+        " wanted.task_id"
         " ORDER BY id"))
 _SQL_OWNED = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? ORDER BY id")
 _SQL_OWNED_TEXTS = _sql(
-    "SELECT id, user_id, task_id, text FROM memories WHERE user_id = ? ORDER BY id")
+    "SELECT id, user_id, task_id, text, created_at FROM memories WHERE user_id = ?"
+    " ORDER BY id")
 _SQL_FORGET = _sql(
     f"DELETE FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))"
 )
@@ -1352,18 +1353,45 @@ def _stems_by(text: str, stopwords: frozenset[str]) -> set[str]:
     return found
 
 
+# A memory's date as the dated rules index it: the English month names (not the locale's).
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
+           "september", "october", "november", "december")
+
+
+def _date_words(created_at: str) -> str:
+    """The date of a created_at as words: its day of the month, month name and year, as
+    written (in its own UTC offset), such as "8 may 2023"."""
+    day = datetime.fromisoformat(created_at)
+    return f"{day.day} {_MONTHS[day.month - 1]} {day.year}"
+
+
+class _Rule(NamedTuple):
+    """A matching rule at one version: which rule, the words of a text (a query's), and
+    whether a memory's words hold its date's too."""
+
+    matching: Matching
+    words: Callable[[str], set[str]]
+    dated: bool = False
+
+    def of_memory(self, text: str, created_at: str) -> set[str]:
+        """The words a memory is indexed by: its text's, and its date's if dated."""
+        found = self.words(text)
+        return found | self.words(_date_words(created_at)) if self.dated else found
+
+
 # The matching rules as a file records them: the rule, with the version of it the file's
 # word index was built by ("stems" alone is the first version). A rule's newest version
 # is what a new or reindexed file records. A file keeps the version it records, so its
 # results do not change under it, until `reindex`; but the first stems version split
 # words wrongly, so a file of it is reindexed when first opened to write (_SUPERSEDED).
-_RULES: dict[str, tuple[Matching, Callable[[str], set[str]]]] = {
-    "exact": ("exact", words),
-    "stems": ("stems", _stems_first),
-    "stems-2": ("stems", _stems_second),
-    "stems-3": ("stems", stems),
+_RULES: dict[str, _Rule] = {
+    "exact": _Rule("exact", words),
+    "stems": _Rule("stems", _stems_first),
+    "stems-2": _Rule("stems", _stems_second),
+    "stems-3": _Rule("stems", stems),
+    "stems-4": _Rule("stems", stems, dated=True),
 }
-_RECORDED: dict[Matching, str] = {"exact": "exact", "stems": "stems-3"}
+_RECORDED: dict[Matching, str] = {"exact": "exact", "stems": "stems-4"}
 _SUPERSEDED = frozenset({"stems"})
 # After the rule, since this code: from how many memories an owner's words are indexed
 # (see INDEX_FROM). A file that records none indexes every owner's, as it always did.
@@ -1387,13 +1415,13 @@ def _recorded_rule(recorded: str) -> tuple[str, int]:
     return rule, INDEX_FROM if mark else 0
 
 
-def _words_of(recorded: str) -> Callable[[str], set[str]]:
-    """The word function of a rule as a file records it; StoreError now if it cannot run
+def _rule_of(recorded: str) -> _Rule:
+    """The rule a file records, by its recorded name; StoreError now if it cannot run
     here."""
-    name, words_of = _RULES[recorded]
-    if name == "stems":
+    rule = _RULES[recorded]
+    if rule.matching == "stems":
         _stemmer()
-    return words_of
+    return rule
 
 
 # -- the word index --------------------------------------------------------------------
@@ -1419,16 +1447,16 @@ _Owner = tuple[str, str | None]  # (user_id, task_id): whose postings a row of t
 _Newest = dict[str, tuple[int, int]]  # word: (first_id, bytes of ids) of its newest row
 
 
-def _postings_of(rows: Iterable[tuple[int, str, str | None, str]],
-                 words_of: Callable[[str], set[str]]) -> dict[_Owner, dict[str, list[int]]]:
-    """The postings of (id, user_id, task_id, text) rows, ids ascending: each owner's
-    words, each with the ids of the rows that hold it."""
+def _postings_of(rows: Iterable[tuple[int, str, str | None, str, str]],
+                 rule: _Rule) -> dict[_Owner, dict[str, list[int]]]:
+    """The postings of (id, user_id, task_id, text, created_at) rows, ids ascending: each
+    owner's words, each with the ids of the rows that hold it."""
     owners: dict[_Owner, dict[str, list[int]]] = {}
-    for memory_id, user_id, task_id, text in rows:
+    for memory_id, user_id, task_id, text, created_at in rows:
         by_word = owners.get((user_id, task_id))
         if by_word is None:
             by_word = owners[user_id, task_id] = collections.defaultdict(list)
-        for word in words_of(text):
+        for word in rule.of_memory(text, created_at):
             by_word[word].append(memory_id)
     return owners
 
@@ -1508,20 +1536,21 @@ def _add_postings(db: _Session, owners: dict[_Owner, dict[str, list[int]]],
     db.executemany(_SQL_INSERT_POSTINGS, new_rows)
 
 
-def _index_words(db: _Session, rows: Iterable[tuple[int, str, str | None, str]],
-                 words_of: Callable[[str], set[str]], index_from: int) -> None:
-    """Index (id, user_id, task_id, text) rows, ids ascending, whose owners have no
-    postings yet and hold no other memories: those of owners of `index_from` or more."""
+def _index_words(db: _Session, rows: Iterable[tuple[int, str, str | None, str, str]],
+                 rule: _Rule, index_from: int) -> None:
+    """Index (id, user_id, task_id, text, created_at) rows, ids ascending, whose owners
+    have no postings yet and hold no other memories: those of owners of `index_from` or
+    more."""
     rows = list(rows)
-    held = collections.Counter((user_id, task_id) for _, user_id, task_id, _ in rows)
+    held = collections.Counter((user_id, task_id) for _, user_id, task_id, *_ in rows)
     _add_postings(db, _postings_of(
-        (row for row in rows if held[row[1], row[2]] >= index_from), words_of), {})
+        (row for row in rows if held[row[1], row[2]] >= index_from), rule), {})
 
 
-def _unindex(db: _Session, user_id: str, rows: list[tuple[Any, ...]],
-             words_of: Callable[[str], set[str]], index_from: int) -> None:
-    """Remove the postings and counts of the user's memories `rows` (id, task_id, text,
-    ...): an owner left with fewer than `index_from` memories loses all its postings."""
+def _unindex(db: _Session, user_id: str, rows: list[tuple[Any, ...]], rule: _Rule,
+             index_from: int) -> None:
+    """Remove the postings and counts of the user's memories `rows` (_MEMORY_COLUMNS): an
+    owner left with fewer than `index_from` memories loses all its postings."""
     removed = collections.Counter(task_id for _, task_id, *_ in rows)
     indexed = set()
     for task_id, n in removed.items():
@@ -1534,8 +1563,8 @@ def _unindex(db: _Session, user_id: str, rows: list[tuple[Any, ...]],
                                          for task, n in removed.items()])
     db.executemany(_SQL_COUNT_DROP_EMPTY, [(user_id, task or "") for task in removed])
     groups: dict[tuple[str | None, str], set[int]] = collections.defaultdict(set)
-    for memory_id, task_id, text, *_ in rows:
-        for word in words_of(text) if task_id in indexed else ():
+    for memory_id, task_id, text, _, created_at, *_ in rows:
+        for word in rule.of_memory(text, created_at) if task_id in indexed else ():
             groups[task_id, word].add(memory_id)
     for (task_id, word), gone in groups.items():
         lo, hi = min(gone), max(gone)
@@ -1751,8 +1780,8 @@ def _upgrade_to_2(db: _SqliteEngine) -> None:
     db.execute("DROP TABLE memories_v1")
     db.execute(create_scope_index)
     db.execute(create_words)
-    rows = db.execute("SELECT id, user_id, task_id, text FROM memories ORDER BY id")
-    _index_words(db, rows, words, 0)
+    rows = db.execute("SELECT id, user_id, task_id, text, created_at FROM memories ORDER BY id")
+    _index_words(db, rows, _RULES["exact"], 0)
 
 
 def _upgrade_to_3(db: _SqliteEngine) -> None:
@@ -2985,7 +3014,7 @@ class MemoryStore:
             collections.OrderedDict()
         self.matching: Matching = "exact"
         self._recorded = "exact"  # the rule as the file records it, with its version
-        self._words: Callable[[str], set[str]] = words
+        self._rule = _RULES["exact"]
         self._index_from = 0  # the file's: from how many memories an owner is indexed
         self._db: _Engine | None = self._connect(engine, matching, bool(create), given)
         _OPEN_STORES.add(self)
@@ -3034,7 +3063,8 @@ class MemoryStore:
             raise SchemaError("the file records no matching rule")
         if recorded != self._recorded:
             rule, self._index_from = _recorded_rule(recorded)
-            self._words, self.matching = _words_of(rule), _RULES[rule][0]
+            self._rule = _rule_of(rule)
+            self.matching = self._rule.matching
             self._recorded = recorded
 
     def _take_embedder(self) -> None:
@@ -3251,6 +3281,7 @@ class MemoryStore:
         PostgreSQL one round trip asks what every group's write needs to know, and one
         more writes them all."""
         now = self._read_instant()
+        rows = self._dated(rows)  # before the words are asked for: a rule may read the date
         positions: dict[str, list[int]] = collections.defaultdict(list)
         for position, row in enumerate(rows):
             positions[row.user_id].append(position)
@@ -3290,7 +3321,8 @@ class MemoryStore:
         # a user's scopes overlap.
         firsts = sorted({key.user: key for key in reversed(scopes)}.values())
         # Postings by position until the ids come back.
-        words = _postings_of(((p, *rows[p][:3]) for p in mine), self._words)
+        words = _postings_of(((p, *rows[p][:3], cast(str, rows[p].created_at)) for p in mine),
+                             self._rule)
         held = _ask_held(db, words, self._index_from)
         asked = firsts if now is not None else []
         if asked and not db.asks_ahead:  # a scope that holds nothing has nothing expired
@@ -3338,8 +3370,9 @@ class MemoryStore:
             for (user, task), held_rows in zip(owners, next(found)() if owners else [],
                                                 strict=True):
                 # Its memories held already are older than the written ones.
-                merged = _postings_of(((memory_id, user, task, text)
-                                       for memory_id, text in held_rows), self._words)
+                merged = _postings_of(((memory_id, user, task, text, created_at)
+                                       for memory_id, text, created_at in held_rows),
+                                      self._rule)
                 by_word = merged.get((user, task), collections.defaultdict(list))
                 for word, ids in postings[user, task].items():
                     by_word[word] += ids
@@ -3365,17 +3398,24 @@ class MemoryStore:
                  if owner[0] in purged}
         return {**held, **(_ask_held(db, again, self._index_from)() if again else {})}
 
+    def _dated(self, rows: list[_NewMemory]) -> list[_NewMemory]:
+        """The rows, each that has no created_at given the clock's reading."""
+        dated, reading = [], None
+        for row in rows:
+            if row.created_at is None:
+                row = row._replace(created_at=(reading := self._write_reading(reading)))
+            dated.append(row)
+        return dated
+
     def _values(self, ids: list[int], rows: list[_NewMemory], noun: str | None,
                 places: list[int] | None) -> list[tuple[Any, ...]]:
-        """The rows as _SQL_INSERT takes them: each with its id, its created_at (the
-        clock's reading for a row that has none), its expires_at and its text's key. An
-        error names the row's position in the call (`places`, or its own)."""
-        values, reading = [], None
+        """The dated rows as _SQL_INSERT takes them: each with its id, its expires_at and
+        its text's key. An error names the row's position in the call (`places`, or its
+        own)."""
+        values = []
         for index, (memory_id, row) in enumerate(zip(ids, rows, strict=True)):
             position = index if places is None else places[index]
-            created_at = row.created_at
-            if created_at is None:
-                created_at = reading = self._write_reading(reading)
+            created_at = cast(str, row.created_at)
             expires_at = row.expires_at
             if row.ttl is not None:
                 try:
@@ -3394,7 +3434,7 @@ class MemoryStore:
         and counts; how many."""
         if not rows:
             return 0
-        _unindex(db, key[0], rows, self._words, self._index_from)
+        _unindex(db, key[0], rows, self._rule, self._index_from)
         ids = json.dumps([row[0] for row in rows])
         db.execute(_SQL_FORGET_VECTORS, (*key, ids))
         return int(db.execute(_SQL_FORGET, (*key, ids)).rowcount)
@@ -3480,7 +3520,7 @@ class MemoryStore:
         meant = self._query_vector(ranked, query)
         by_words: Rank = "idf" if ranked == "hybrid" else ranked
         with self._snapshot({scope.user}) as db:
-            wanted = self._words(query)
+            wanted = self._rule.words(query)
             if not wanted and meant is None:
                 return []
             if meant is not None:
@@ -3528,7 +3568,7 @@ class MemoryStore:
             left -= len(row.text)
             result = row.recalled(score)
             if explain:
-                holds = sorted(wanted & self._words(row.text))
+                holds = sorted(wanted & self._rule.of_memory(row.text, row.created_at))
                 result["why"] = scoring.why(memory_id, {word: asked.weights.get(word, 1)
                                                         for word in holds})
             results.append(result)
@@ -3642,8 +3682,8 @@ class MemoryStore:
         found = db.ask_each(_SQL_OWNER_TEXTS, [(*recall.key, task) for task in tasks])()
         postings: dict[str, array.array[int]] = collections.defaultdict(
             functools.partial(array.array, "q"))
-        for memory_id, text in sorted(itertools.chain.from_iterable(found)):
-            for word in self._words(text) & wanted:
+        for memory_id, text, created_at in sorted(itertools.chain.from_iterable(found)):
+            for word in self._rule.of_memory(text, created_at) & wanted:
                 postings[word].append(memory_id)
         return postings
 
@@ -3756,7 +3796,7 @@ class MemoryStore:
                 db.execute(_SQL_ERASE_VECTORS, (user,))
                 db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
                                                       vectors[memory_id])
-                                                     for memory_id, _, task_id, _ in owned])
+                                                     for memory_id, _, task_id, *_ in owned])
             db.execute(_SQL_SET_EMBEDDER, (_embedder_record(embedder),))
         self.embedder = embedder
         _log.info("embedded %d memories anew (%d dimensions)", len(vectors),
@@ -3765,16 +3805,16 @@ class MemoryStore:
     def _reindex_words(self, matching: Matching,
                        progress: Callable[[int, int], None] | None) -> None:
         recorded = _recording(_check_choice("matching", matching, MATCHING))
-        words_of = _words_of(_RECORDED[matching])
+        rule = _rule_of(_RECORDED[matching])
         with self._writing(None) as db:
             users = [user for (user,) in db.execute(_SQL_USERS)]
             for done, user in enumerate(users, start=1):
                 db.execute(_SQL_ERASE_POSTINGS, (user,))
-                _index_words(db, db.execute(_SQL_OWNED_TEXTS, (user,)), words_of, INDEX_FROM)
+                _index_words(db, db.execute(_SQL_OWNED_TEXTS, (user,)), rule, INDEX_FROM)
                 if progress is not None:
                     progress(done, len(users))
             db.execute(_SQL_SET_MATCHING, (recorded,))
-            self._words, self.matching, self._recorded = words_of, matching, recorded
+            self._rule, self.matching, self._recorded = rule, matching, recorded
             self._index_from = INDEX_FROM
         _log.info("reindexed %d users with matching=%s", len(users), matching)
 
@@ -3876,7 +3916,7 @@ class MemoryStore:
         with self._writing(None) as db:
             for (user,) in db.execute(_SQL_EXPIRED_USERS, (now,)).fetchall():
                 rows = db.execute(_SQL_EXPIRED_OF_USER, (user, now)).fetchall()
-                _unindex(db, user, rows, self._words, self._index_from)
+                _unindex(db, user, rows, self._rule, self._index_from)
                 ids = json.dumps([row[0] for row in rows])
                 db.execute(_SQL_DELETE_VECTORS_OF_USER, (user, ids))
                 purged += db.execute(_SQL_DELETE_OF_USER, (user, ids)).rowcount

@@ -108,18 +108,18 @@ class TurnClock:
 # Each rule as a file records it, the earlier stems version too: a file keeps the version
 # it was built by until reindexed, so both are what users' files rank by.
 RULE_VERSIONS: list[tuple[memory.Matching, str]] = [
-    ("exact", "exact"), ("stems", "stems-2"), ("stems", "stems-3")]
+    ("exact", "exact"), ("stems", "stems-2"), ("stems", "stems-3"), ("stems", "stems-4")]
 # Each (rule version, rank, context) measured: every rule and word rank alone, then
 # context on the newest rules; then, with an embedder, meaning and hybrid.
 WORD_RANKS: tuple[memory.Rank, ...] = ("shared", "idf")
 METHODS: list[tuple[memory.Matching, str, memory.Rank, bool]] = [
     *((matching, version, rank, False) for matching, version in RULE_VERSIONS
       for rank in WORD_RANKS),
-    ("exact", "exact", "idf", True), ("stems", "stems-3", "shared", True),
-    ("stems", "stems-3", "idf", True)]
+    ("exact", "exact", "idf", True), ("stems", "stems-3", "idf", True),
+    ("stems", "stems-4", "shared", True), ("stems", "stems-4", "idf", True)]
 BY_MEANING: list[tuple[memory.Matching, str, memory.Rank, bool]] = [
-    ("stems", "stems-3", "meaning", False), ("stems", "stems-3", "hybrid", False),
-    ("stems", "stems-3", "hybrid", True)]
+    ("stems", "stems-4", "meaning", False), ("stems", "stems-4", "hybrid", False),
+    ("stems", "stems-4", "hybrid", True)]
 
 
 class Remembered:

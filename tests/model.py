@@ -120,8 +120,23 @@ def model_stems(text: str, stopwords: frozenset[str] = MODEL_STEMS_STOPWORDS) ->
 
 # By the rule's name, and by the name a file records (with the stems rule's version).
 MODEL_RULES: dict[str, Callable[[str], set[str]]] = {
-    "exact": model_words, "stems": model_stems, "stems-3": model_stems,
+    "exact": model_words, "stems": model_stems, "stems-3": model_stems, "stems-4": model_stems,
     "stems-2": functools.partial(model_stems, stopwords=MODEL_STOPWORDS)}
+# The rules under which a memory also holds the words of its date: the stems rule's
+# newest version, by its name and as a file records it.
+MODEL_DATED = frozenset({"stems", "stems-4"})
+MONTHS = "January February March April May June July August September October November" \
+    " December"
+
+
+def memory_terms(rule: str, text: str, created_at: str) -> set[str]:
+    """A memory's words under `rule`: its text's, and under a dated rule those of its
+    created_at's day, month name and year too, as written."""
+    terms = MODEL_RULES[rule]
+    if rule not in MODEL_DATED:
+        return terms(text)
+    when = datetime.fromisoformat(created_at)
+    return terms(text) | terms(f"{when.day} {MONTHS.split()[when.month - 1]} {when.year}")
 
 
 def utc(reading: str) -> datetime:
@@ -196,7 +211,7 @@ class Model:
         terms = MODEL_RULES[self.matching]
         wanted = terms(query)
         visible = sorted(self.visible(scope), key=lambda m: m.id)
-        held = {m.id: terms(m.text) for m in visible}
+        held = {m.id: memory_terms(self.matching, m.text, m.created_at) for m in visible}
 
         def idf(word: str) -> float:
             df = sum(word in words for words in held.values())
@@ -249,7 +264,6 @@ def index_problems(db: Statements) -> list[str]:
     (recorded,) = db.execute("SELECT value FROM store_settings WHERE name = 'matching'"
                              ).fetchone()
     matching, _, index_from = recorded.partition(";index-from=")
-    terms = MODEL_RULES[matching]
     counted = dict(((u, t), n) for u, t, n in db.execute(
         "SELECT user_id, task_key, memories FROM memory_counts"))
     actual = collections.Counter((u, t or "") for u, t in db.execute(
@@ -258,10 +272,10 @@ def index_problems(db: Statements) -> list[str]:
         return [f"counts {counted} where the memories give {dict(actual)}"]
     least = int(index_from or 0)
     expected = {(user, word, task, memory_id)
-                for memory_id, user, task, text in db.execute(
-                    "SELECT id, user_id, task_id, text FROM memories")
+                for memory_id, user, task, text, created_at in db.execute(
+                    "SELECT id, user_id, task_id, text, created_at FROM memories")
                 if actual[user, task or ""] >= least
-                for word in terms(text)}
+                for word in memory_terms(matching, text, created_at)}
     found: list[tuple[str, str, str | None, int]] = []
     for user, word, task, first_id, blob in db.execute(
             "SELECT user_id, word, task_id, first_id, ids FROM memory_words"):

@@ -228,7 +228,8 @@ def write_version_3(path: pathlib.Path) -> None:
                " VALUES ('alice', NULL, 'Alice likes tea.', 's', '2026-10-20T09:00:00+00:00')")
     db.execute("INSERT INTO memory_counts VALUES ('alice', '', 1)")
     memory._index_words(memory._SqliteEngine(db, str(path)),
-                        [(1, "alice", None, "Alice likes tea.")], memory.words, 0)
+                        [(1, "alice", None, "Alice likes tea.", "2026-10-20T09:00:00+00:00")],
+                        memory._RULES["exact"], 0)
     db.execute("PRAGMA user_version = 3")
     db.commit()
     db.close()

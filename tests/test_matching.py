@@ -310,7 +310,7 @@ def test_a_file_of_the_second_stems_rule_keeps_its_results_until_reindexed(
         assert store.stats()["matching_outdated"] is True
         store.reindex("stems")
         assert (store.stats()["matching_version"], store.stats()["matching_outdated"]) == (
-            "stems-3", False)
+            "stems-4", False)
         assert store.recall(ALICE, "she before") == []
         assert [r["id"] for r in store.recall(ALICE, "she booked dinner")] == [old]
     with MemoryStore(target, read_only=True) as reader:
@@ -319,7 +319,58 @@ def test_a_file_of_the_second_stems_rule_keeps_its_results_until_reindexed(
 
 
 @pytest.mark.stems
-@pytest.mark.parametrize("newest", ["stems-2", "stems-3"])
+def test_the_stems_rule_finds_a_memory_by_the_words_of_its_date(target: str) -> None:
+    """Its fourth version indexes a memory's day, month name and year (of its created_at
+    as written, in its own offset) with its words; a query's words are its own alone."""
+    with MemoryStore(target, matching="stems", rank="idf",
+                     clock=lambda: "2023-05-08T13:56:00+00:00") as store:
+        may = store.remember(ALICE, "user", "Alice said the pottery class starts.", "c/1")
+        store.clock = lambda: "2023-06-01T04:30:00+00:00"
+        june = store.remember(ALICE, "user", "Alice said she loves the pottery.", "c/2")
+        (late,) = store.import_memories([{
+            "id": 1, "user": "alice", "task": None, "level": "user", "text": "Alice said yes.",
+            "source": "c/3", "created_at": "2023-05-31T23:30:00-05:00", "expires_at": None}])
+        assert store.stats()["matching_version"] == "stems-4"
+        assert [r["id"] for r in store.recall(ALICE, "What did Alice say in May 2023?")] \
+            == [late, may, june]  # june holds "2023" and the words, not "may"
+        assert [(r["id"], sorted(r["why"]["matched"])) for r in store.recall(
+            ALICE, "on 8 May", explain=True)] == [(may, ["8", "may"]), (late, ["may"])]
+        assert [r["id"] for r in store.recall(ALICE, "june 1")] == [june]
+        assert [r["id"] for r in store.recall(ALICE, "31 may")] == [late, may]
+        assert store.recall(ALICE, "2022") == []
+        store.forget(ALICE, may)
+        assert [r["id"] for r in store.recall(ALICE, "8 may")] == [late]
+    assert index_problems_at(target) == []
+
+
+@pytest.mark.stems
+def test_a_file_of_the_third_stems_rule_keeps_its_results_until_reindexed(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file the third version built holds no date's words, written to and reopened,
+    until `reindex` moves it to the fourth."""
+    clock = lambda: "2023-05-08T13:56:00+00:00"  # noqa: E731
+    with monkeypatch.context() as third_release:
+        third_release.setitem(memory._RECORDED, "stems", "stems-3")
+        with MemoryStore(target, matching="stems", clock=clock) as store:
+            old = store.remember(ALICE, "user", "Alice started the pottery class.", "c/1")
+    for _ in range(2):
+        with MemoryStore(target, clock=clock) as store:
+            assert store.recall(ALICE, "may 2023") == []
+            newer = store.remember(ALICE, "user", "Alice liked it.", "c/2")
+            assert store.recall(ALICE, "may 2023") == []
+            store.forget(ALICE, newer)
+        assert index_problems_at(target) == []
+    with MemoryStore(target, clock=clock) as store:
+        assert (store.stats()["matching_version"], store.stats()["matching_outdated"]) == (
+            "stems-3", True)
+        store.reindex("stems")
+        assert store.stats()["matching_version"] == "stems-4"
+        assert [r["id"] for r in store.recall(ALICE, "may 2023")] == [old]
+    assert index_problems_at(target) == []
+
+
+@pytest.mark.stems
+@pytest.mark.parametrize("newest", ["stems-2", "stems-3", "stems-4"])
 def test_code_that_knows_only_earlier_stems_rules_refuses_a_file_of_a_later_one(
         target: str, monkeypatch: pytest.MonkeyPatch, newest: str) -> None:
     """As an earlier release would: a recorded rule it does not know is a SchemaError,
