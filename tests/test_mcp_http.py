@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -27,9 +28,11 @@ import pytest
 
 mcp = pytest.importorskip("mcp", reason="the MCP server needs the `mcp` extra")
 import httpx2  # noqa: E402
+import jwt  # noqa: E402
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
+import memory_mcp  # noqa: E402
 from helpers import ROOT  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
 from tokens import AUDIENCE, ISSUER, Issuer, hmac_signed, unsigned  # noqa: E402
@@ -312,12 +315,13 @@ def test_http_settings_are_checked_before_anything_is_opened(
     assert not path.exists()
 
 
-def test_a_jwks_url_is_fetched_and_fetched_again_for_a_rotated_key(
-        tmp_path: pathlib.Path) -> None:
-    """The issuer's keys from a URL (a server of the test's own on loopback): fetched once
-    for tokens of its first key, and after the issuer rotates to a second key, fetched
-    again for the key id it had not seen: at most once in 30 s (PyJWT's guard against a
-    flood of made-up key ids), which the test waits out."""
+def test_a_jwks_url_is_fetched_once_and_again_for_a_rotated_key_after_30_s(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issuer's keys from a URL (a server of the test's own on loopback): the server
+    fetches them once for tokens of the first key. After the issuer rotates to a second
+    key, they are fetched again for the key id not seen before, but not within 30 s of
+    the last fetch (PyJWT's guard against a flood of made-up key ids): the server's keys
+    in process, on PyJWT's clock, which the test moves on rather than waiting 30 s."""
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()
     second.mkdir()
@@ -351,10 +355,19 @@ def test_a_jwks_url_is_fetched_and_fetched_again_for_a_rotated_key(
             for _ in range(2):
                 assert run(recall(server.url, old))["total"] == 0
             assert len(fetches) == 1  # kept
-            published["jwks"] = new.jwks.read_bytes()  # the issuer rotates its key
-            time.sleep(31)
-            assert run(recall(server.url, new))["total"] == 0
-            assert len(fetches) == 2
+        seconds = [1000.0]
+        monkeypatch.setattr(jwt.jwks_client, "time",
+                            types.SimpleNamespace(monotonic=lambda: seconds[0]))
+        verifier = memory_mcp._Keys(jwks_url)
+        assert verifier.key_for(old.token("alice")).key_id == "key-1"
+        published["jwks"] = new.jwks.read_bytes()  # the issuer rotates its key
+        seconds[0] += 29
+        with pytest.raises(jwt.PyJWKClientError):
+            verifier.key_for(new.token("alice"))
+        assert len(fetches) == 2
+        seconds[0] += 2
+        assert verifier.key_for(new.token("alice")).key_id == "key-2"
+        assert len(fetches) == 3
     finally:
         keys.shutdown()
         keys.server_close()
