@@ -1433,11 +1433,16 @@ def _pack(ids: Iterable[int]) -> bytes:
     return packed.tobytes()
 
 
-def _unpack(blob: object) -> array.array[int]:
+def _checked(blob: object) -> bytes:
+    """A postings row's ids as stored; SchemaError unless they are a run of whole ids."""
     if type(blob) is not bytes or len(blob) % 8:
         raise SchemaError("the word index is damaged: a postings row is not a run of ids")
+    return blob
+
+
+def _unpack(blob: object) -> array.array[int]:
     ids = array.array("q")
-    ids.frombytes(blob)
+    ids.frombytes(_checked(blob))
     if sys.byteorder == "big":
         ids.byteswap()
     return ids
@@ -2454,13 +2459,52 @@ def _top(ids: Any, scores: Any, limit: int) -> list[tuple[float, int]]:
     a score of -inf is left out. Only the ids that score as high as the limit-th best are
     taken out of numpy: all of them, so a tie at the limit goes to the newest."""
     np = _numpy()
-    near = np.arange(len(ids))
     if len(ids) > limit:
         least = np.partition(scores, len(scores) - limit)[len(scores) - limit]
         (near,) = np.nonzero(scores >= least)
+    else:
+        near = np.arange(len(ids))
     return heapq.nlargest(limit, ((score, memory_id) for score, memory_id
                                   in zip(scores[near].tolist(), ids[near].tolist(), strict=True)
                                   if score != -math.inf))
+
+
+def _scored_at(postings: list[tuple[str, array.array[int]]], recall: _Recall,
+               places: Callable[[Any], Any], size: int, evidence: bool = False) -> Any:
+    """Each of `size` memories' own score (with `evidence`, less its heaviest word's
+    weight, as _evidence), 0 for one that holds no word or has expired, the memories
+    where `places` puts their ids; weights noted as _own_scores notes them, and added in
+    its order, to the bit."""
+    np = _numpy()
+    by_word: dict[str, list[array.array[int]]] = collections.defaultdict(list)
+    for word, ids in postings:
+        by_word[word].append(ids)
+    expired = np.fromiter(recall.expired, dtype=np.int64, count=len(recall.expired))
+    own = np.zeros(size)
+    heaviest = np.zeros(size) if evidence else own
+    for word in sorted(by_word):
+        held = np.concatenate([np.frombuffer(ids, dtype=np.int64) for ids in by_word[word]])
+        if len(expired):
+            held = held[~np.isin(held, expired)]
+        weight = 1.0 if recall.rank == "shared" else _idf(recall.visible, len(held))
+        if recall.rank != "shared":
+            recall.weights[word] = weight
+        at = places(held)
+        own[at] += weight  # an id sits in one row per word: no place is added twice
+        if evidence:
+            heaviest[at] = np.maximum(heaviest[at], weight)
+    return own - heaviest if evidence else own
+
+
+def _evidence_at_once(postings: list[tuple[str, array.array[int]]],
+                      recall: _Recall) -> tuple[Any, Any]:
+    """_evidence in numpy, to the bit: the ids (ascending) it keeps, and their evidence."""
+    np = _numpy()
+    held = [np.frombuffer(ids, dtype=np.int64) for _, ids in postings]
+    everyone = np.unique(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
+    left = _scored_at(postings, recall, functools.partial(np.searchsorted, everyone),
+                      len(everyone), evidence=True)
+    return everyone[left > 0], left[left > 0]
 
 
 class _Conversations:
@@ -2482,32 +2526,13 @@ class _Conversations:
         self.conversation = np.cumsum(starts)
         self.order = np.argsort(self.ids)  # where each id, ascending, sits
         self.ascending = self.ids[self.order]
-        self.size = 4 * self.ids.nbytes
+        self.shares = _shares_of(self.conversation)  # while nothing in the scope has expired
+        self.size = (4 + len(self.shares)) * self.ids.nbytes
 
     def own(self, postings: list[tuple[str, array.array[int]]], recall: _Recall,
             evidence: bool = False) -> Any:
-        """Each memory's own score (with `evidence`, less its heaviest word's weight, as
-        _evidence), 0 for one that holds no word or has expired; weights noted as
-        _own_scores notes them."""
-        np = _numpy()
-        by_word: dict[str, list[array.array[int]]] = collections.defaultdict(list)
-        for word, ids in postings:
-            by_word[word].append(ids)
-        expired = np.fromiter(recall.expired, dtype=np.int64, count=len(recall.expired))
-        own = np.zeros(len(self.ids))
-        heaviest = np.zeros(len(self.ids)) if evidence else own
-        for word in sorted(by_word):
-            held = np.concatenate([np.frombuffer(ids, dtype=np.int64) for ids in by_word[word]])
-            if len(expired):
-                held = held[~np.isin(held, expired)]
-            weight = 1.0 if recall.rank == "shared" else _idf(recall.visible, len(held))
-            if recall.rank != "shared":
-                recall.weights[word] = weight
-            at = self.places(held)
-            own[at] += weight  # an id sits in one row per word: no place is added twice
-            if evidence:
-                heaviest[at] = np.maximum(heaviest[at], weight)
-        return own - heaviest if evidence else own
+        """Each memory's own score, in conversation order (_scored_at)."""
+        return _scored_at(postings, recall, self.places, len(self.ids), evidence)
 
     def places(self, ids: Any) -> Any:
         """Where each of `ids` that the scope holds sits."""
@@ -2520,19 +2545,32 @@ class _Conversations:
     def in_context(self, own: Any, expired: set[int]) -> _InContext:
         """The live memories, each one's score its own plus its neighbours' shares."""
         np = _numpy()
-        ids, conversation = self.ids, self.conversation
+        ids, conversation, shares = self.ids, self.conversation, self.shares
         if expired:
             live = ~np.isin(ids, np.fromiter(expired, dtype=np.int64, count=len(expired)))
             ids, conversation, own = ids[live], conversation[live], own[live]
+            shares = _shares_of(conversation)
         scores = own.copy()
-        for shift, weight in _SHARES:  # the neighbour at `shift`, in ascending id order
-            if abs(shift) < len(ids):
-                mine = slice(-shift, None) if shift < 0 else slice(None, -shift)
-                theirs = slice(None, shift) if shift < 0 else slice(shift, None)
-                # Adding 0.0 where there is no neighbour leaves a score as it was.
-                scores[mine] += np.where(conversation[mine] == conversation[theirs],
-                                         weight * own[theirs], 0.0)
+        for mine, theirs, share in shares:  # in _SHARES' order: ascending id order
+            # A share of 0.0 (no neighbour there) adds 0.0, which leaves a score as it was.
+            scores[mine] += share * own[theirs]
         return _InContext(ids, conversation, own, scores)
+
+
+def _shares_of(conversation: Any) -> list[tuple[slice, slice, Any]]:
+    """For each of _SHARES' neighbours (at `shift`, lending `weight`), the memories that
+    have one there (`mine`), the neighbours (`theirs`), and each one's weight, 0.0 where
+    the neighbour is of another conversation: memories in conversation order, each
+    numbered by its `conversation`."""
+    np = _numpy()
+    shares = []
+    for shift, weight in _SHARES:
+        if abs(shift) < len(conversation):
+            mine = slice(-shift, None) if shift < 0 else slice(None, -shift)
+            theirs = slice(None, shift) if shift < 0 else slice(shift, None)
+            shares.append((mine, theirs,
+                           np.where(conversation[mine] == conversation[theirs], weight, 0.0)))
+    return shares
 
 
 class _InContext(NamedTuple):
@@ -3629,6 +3667,12 @@ class MemoryStore:
             best, cosines = vectors.best(query, recall.limit, recall.expired, (
                 scored.ids[lending], _HYBRID_WORDS * scored.scores[lending] / question))
             return _Scoring(best, *scored.explained(best), cosines, question, True)
+        if around is None and _numpy() is not None:
+            ids, evidence = _evidence_at_once(postings, recall)
+            question = _question(recall, words_asked)
+            best, cosines = vectors.best(query, recall.limit, recall.expired,
+                                         (ids, _HYBRID_WORDS * evidence / question))
+            return _Scoring(best, cosines=cosines, question=question)
         own = _evidence(postings, recall)
         said, placed = own, cast(dict[int, _Placed], {})
         if around is not None:
@@ -3643,11 +3687,13 @@ class MemoryStore:
     @staticmethod
     def _all_postings(db: _Session, recall: _Recall, unindexed: dict[str, array.array[int]]
                       ) -> list[tuple[str, array.array[int]]]:
-        """All of the query words' postings: the `unindexed` ones and every index row's."""
-        postings = list(unindexed.items())
-        postings += [(word, _unpack(blob))
-                     for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed)]
-        return postings
+        """All of the query words' postings: the `unindexed` ones and, one run a word,
+        every index row's (joined once each is checked: a run of whole ids)."""
+        rows: dict[str, list[bytes]] = collections.defaultdict(list)
+        for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed):
+            rows[word].append(_checked(blob))
+        return [*unindexed.items(), *((word, _unpack(b"".join(blobs)))
+                                      for word, blobs in rows.items())]
 
     def _around(self, db: _Session, key: _ScopeKey, now: str | None,
                 held: tuple[Any, ...]) -> _Around:

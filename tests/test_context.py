@@ -175,23 +175,24 @@ def test_recall_with_context_equals_scoring_every_visible_memory(
                 assert store.recall(scope, query, limit, rank=rank, context=True) == expected
 
 
-def test_explain_and_hybrid_in_context_are_the_same_with_numpy_and_without(
+def test_explain_and_hybrid_are_the_same_with_numpy_and_without(
         target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With context and without: numpy scores every memory at once, pure Python in turn."""
     with MemoryStore(target, embedder=ConceptEmbedder(), **memory.RECOMMENDED) as store:
         talk(store, ALICE, "dinner", "Sam: where shall we eat tonight?", "Alice: anywhere",
              "Alice: I am vegetarian", "Sam: pottery class tonight?", "Alice: no, jazz")
         talk(store, ALICE_WORK, "dinner", "Sam: the band plays tonight", level="task")
         ranks: list[memory.Rank] = ["idf", "hybrid"]
-        asked = [(scope, query, rank) for scope in (ALICE, ALICE_WORK)
+        asked = [(scope, query, rank, context) for scope in (ALICE, ALICE_WORK)
                  for query in ("eat tonight", "meat-free dinner", "pottery tonight")
-                 for rank in ranks]
-        with_numpy = [store.recall(scope, query, 5, rank=rank, explain=True)
-                      for scope, query, rank in asked]
+                 for rank in ranks for context in (True, False)]
+        with_numpy = [store.recall(scope, query, 5, rank=rank, explain=True, context=context)
+                      for scope, query, rank, context in asked]
     with monkeypatch.context() as bare:
         bare.setattr(memory, "_numpy", lambda: None)
         with MemoryStore(target, embedder=ConceptEmbedder(), **memory.RECOMMENDED) as store:
-            without = [store.recall(scope, query, 5, rank=rank, explain=True)
-                       for scope, query, rank in asked]
+            without = [store.recall(scope, query, 5, rank=rank, explain=True, context=context)
+                       for scope, query, rank, context in asked]
     assert any(result["why"].get("lent") for found in with_numpy for result in found)
     for found, expected in zip(with_numpy, without, strict=True):
         assert ids(found) == ids(expected)

@@ -558,16 +558,20 @@ def test_every_call_checks_the_scope_itself(tmp_path: pathlib.Path, make: Any) -
 
 # -- damage is SchemaError, a full id space StoreError, the file unchanged ------------------
 
+@pytest.mark.parametrize("damaged", ["substr(ids, 1, 7)", "'not a run of ids'"])
 def test_a_damaged_index_row_is_a_schema_error(tmp_path: pathlib.Path,
                                               capsys: pytest.CaptureFixture[str],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              damaged: str) -> None:
     monkeypatch.setattr(memory, "INDEX_FROM", 1)  # its three memories indexed
     path = filled(tmp_path / "memory.db", 3)
-    plant(path, "UPDATE memory_words SET ids = substr(ids, 1, 7) WHERE word = 'hotel'")
+    plant(path, f"UPDATE memory_words SET ids = {damaged} WHERE word = 'hotel'")
     before = digest(path)
     with MemoryStore(path) as store:
         with pytest.raises(SchemaError, match="damaged"):
             store.recall(ALICE, "hotel")
+        with pytest.raises(SchemaError, match="damaged"):  # every posting read at once
+            store.recall(ALICE, "hotel", rank="idf", context=True)
         with pytest.raises(SchemaError, match="damaged"):
             store.forget(ALICE, 1)
         assert not store.db.in_transaction
