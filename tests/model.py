@@ -177,13 +177,14 @@ def conversation(m: Memory) -> str:
     return m.source[:m.source.rfind("/")] if "/" in m.source else ""
 
 
-def neighbours(m: Memory, visible: list[Memory]) -> list[tuple[Memory, float]]:
+def neighbours(m: Memory, talks: dict[str, list[Memory]]) -> list[tuple[Memory, float]]:
     """The memories that lend `m` a share of their score under context, in id order,
-    with their weights: of the `visible` (live, in id order) in m's conversation, the
-    two just before it (0.6 each) and the two just after it (0.4 each)."""
+    with their weights: of the visible ones in m's conversation (`talks`, each
+    conversation's live memories in id order), the two just before it (0.6 each) and the
+    two just after it (0.4 each)."""
     if not conversation(m):
         return []
-    talk = [n for n in visible if conversation(n) == conversation(m)]
+    talk = talks[conversation(m)]
     at = talk.index(m)
     return [(n, 0.6) for n in talk[max(0, at - 2):at]] + [(n, 0.4) for n in talk[at + 1:at + 3]]
 
@@ -213,6 +214,7 @@ class Model:
         visible = sorted(self.visible(scope), key=lambda m: m.id)
         held = {m.id: memory_terms(self.matching, m.text, m.created_at) for m in visible}
 
+        @functools.cache
         def idf(word: str) -> float:
             df = sum(word in words for words in held.values())
             return math.log(1 + (len(visible) - df + 0.5) / (df + 0.5))
@@ -226,9 +228,12 @@ class Model:
         scored = [(own[m.id], m) for m in visible if m.id in own]
         if context and wanted:
             scored = []
+            talks: dict[str, list[Memory]] = collections.defaultdict(list)
+            for m in visible:
+                talks[conversation(m)].append(m)
             for m in visible:
                 score = own.get(m.id, 0)
-                for neighbour, weight in neighbours(m, visible):
+                for neighbour, weight in neighbours(m, talks):
                     score += weight * own.get(neighbour.id, 0)
                 if score > 0:
                     scored.append((score, m))
