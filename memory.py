@@ -3050,7 +3050,6 @@ class MemoryStore:
         self._kept_copies: collections.OrderedDict[
             tuple[type, _ScopeKey], tuple[Any, _Vectors | _Conversations]] = \
             collections.OrderedDict()
-        self.matching: Matching = "exact"
         self._recorded = "exact"  # the rule as the file records it, with its version
         self._rule = _RULES["exact"]
         self._index_from = 0  # the file's: from how many memories an owner is indexed
@@ -3101,9 +3100,7 @@ class MemoryStore:
             raise SchemaError("the file records no matching rule")
         if recorded != self._recorded:
             rule, self._index_from = _recorded_rule(recorded)
-            self._rule = _rule_of(rule)
-            self.matching = self._rule.matching
-            self._recorded = recorded
+            self._rule, self._recorded = _rule_of(rule), recorded
 
     def _take_embedder(self) -> None:
         """Record the store's embedder in a file that records none; StoreError, the file
@@ -3143,6 +3140,11 @@ class MemoryStore:
                 " embedder and was opened read-only: open it once to write with one")
 
     # -- the object ----------------------------------------------------------------
+
+    @property
+    def matching(self) -> Matching:
+        """The matching rule the file's word index serves (its version aside)."""
+        return self._rule.matching
 
     @property
     def db(self) -> Any:
@@ -3860,7 +3862,7 @@ class MemoryStore:
                 if progress is not None:
                     progress(done, len(users))
             db.execute(_SQL_SET_MATCHING, (recorded,))
-            self._rule, self.matching, self._recorded = rule, matching, recorded
+            self._rule, self._recorded = rule, recorded
             self._index_from = INDEX_FROM
         _log.info("reindexed %d users with matching=%s", len(users), matching)
 
