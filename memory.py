@@ -2507,6 +2507,22 @@ def _evidence_at_once(postings: list[tuple[str, array.array[int]]],
     return everyone[left > 0], left[left > 0]
 
 
+def _shares_of(conversation: Any) -> list[tuple[slice, slice, Any]]:
+    """For each of _SHARES' neighbours (at `shift`, lending `weight`), the memories that
+    have one there (`mine`), the neighbours (`theirs`), and each one's weight, 0.0 where
+    the neighbour is of another conversation: memories in conversation order, each
+    numbered by its `conversation`."""
+    np = _numpy()
+    shares = []
+    for shift, weight in _SHARES:
+        if abs(shift) < len(conversation):
+            mine = slice(-shift, None) if shift < 0 else slice(None, -shift)
+            theirs = slice(None, shift) if shift < 0 else slice(shift, None)
+            shares.append((mine, theirs,
+                           np.where(conversation[mine] == conversation[theirs], weight, 0.0)))
+    return shares
+
+
 class _Conversations:
     """A scope's memories in conversation order (each conversation's in write order, one
     after another; a memory of none alone) in numpy, expired ones too: recall with context
@@ -2555,22 +2571,6 @@ class _Conversations:
             # A share of 0.0 (no neighbour there) adds 0.0, which leaves a score as it was.
             scores[mine] += share * own[theirs]
         return _InContext(ids, conversation, own, scores)
-
-
-def _shares_of(conversation: Any) -> list[tuple[slice, slice, Any]]:
-    """For each of _SHARES' neighbours (at `shift`, lending `weight`), the memories that
-    have one there (`mine`), the neighbours (`theirs`), and each one's weight, 0.0 where
-    the neighbour is of another conversation: memories in conversation order, each
-    numbered by its `conversation`."""
-    np = _numpy()
-    shares = []
-    for shift, weight in _SHARES:
-        if abs(shift) < len(conversation):
-            mine = slice(-shift, None) if shift < 0 else slice(None, -shift)
-            theirs = slice(None, shift) if shift < 0 else slice(shift, None)
-            shares.append((mine, theirs,
-                           np.where(conversation[mine] == conversation[theirs], weight, 0.0)))
-    return shares
 
 
 class _InContext(NamedTuple):
