@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import typing
 from collections.abc import Callable
@@ -474,8 +475,13 @@ def _http_app(store: AsyncMemoryStore, args: argparse.Namespace) -> Starlette:
 async def _serve_http(store: AsyncMemoryStore, args: argparse.Namespace) -> None:
     """Serve until SIGTERM or SIGINT; then the calls in flight end (uvicorn stops taking
     requests and waits for those it has), and the store closes after them."""
-    config = uvicorn.Config(_http_app(store, args), host=args.host, port=args.port,
-                            log_level="warning", access_log=False,
+    # The socket is bound here, before the app is built, so that port 0 (one the system
+    # picks, free for certain, where a port probed free beforehand may be taken meanwhile)
+    # is known to the protected-resource metadata and to the log.
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    listening = socket.create_server((args.host, args.port), family=family)
+    args.port = listening.getsockname()[1]
+    config = uvicorn.Config(_http_app(store, args), log_level="warning", access_log=False,
                             timeout_graceful_shutdown=_GRACE_SECONDS)
     # uvicorn stops on SIGTERM or SIGINT, then raises the signal again for the handler it
     # found: this one does nothing, so that the store closes after uvicorn and the process
@@ -484,7 +490,8 @@ async def _serve_http(store: AsyncMemoryStore, args: argparse.Namespace) -> None
         signal.signal(stopping, lambda number, frame: None)
     _log.info("mcp: serving on %s port %d, %s", args.host, args.port,
               f"tokens of issuer {args.issuer}" if args.issuer else f"user {args.scope.user}")
-    await uvicorn.Server(config).serve()
+    with listening:
+        await uvicorn.Server(config).serve(sockets=[listening])
     _log.info("mcp: stopped; closing the store")
 
 
@@ -529,8 +536,9 @@ def _http_settings(args: argparse.Namespace) -> None:
             raise MemoryInputError(f"{given[0]} is for a server over HTTP (--http)")
         return
     host, _, port = args.http.rpartition(":")
-    if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
-        raise MemoryInputError("--http must be HOST:PORT, a port from 1 to 65535")
+    if not host or not port.isascii() or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise MemoryInputError("--http must be HOST:PORT, a port from 0 (any free one) to"
+                               " 65535")
     args.host, args.port = host.strip("[]"), int(port)
     if args.issuer is None:
         if not _is_loopback(args.host):

@@ -14,6 +14,7 @@ import http.server
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -41,18 +42,16 @@ START_SECONDS = 60
 SECRET_TEXT = "Alice's diagnosis is private-zq7"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Running:
-    """A `memory -v mcp --http` subprocess: its URL, its log, and how to stop it."""
+    """A `memory -v mcp --http` subprocess: its URL once its log names its port, its log,
+    and how to stop it."""
 
-    def __init__(self, process: subprocess.Popen[bytes], port: int, log: pathlib.Path) -> None:
-        self.process, self.port, self.log = process, port, log
-        self.url = f"http://127.0.0.1:{port}/mcp"
+    def __init__(self, process: subprocess.Popen[bytes], log: pathlib.Path) -> None:
+        self.process, self.log, self.port = process, log, 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.process.poll() is None:
@@ -65,24 +64,33 @@ class Running:
                 self.process.wait(10)
 
 
+SERVING = re.compile(rb"mcp: serving on 127\.0\.0\.1 port (\d+),")
+
+
 @contextlib.contextmanager
 def serving(target: str, log: pathlib.Path, *args: str) -> Iterator[Running]:
-    port = free_port()
+    """The server on port 0, the one the system picks: a port probed free here could be
+    taken by another test's server before this one binds it. Its log names the port."""
+    start = log.stat().st_size if log.exists() else 0
     with log.open("ab") as errors:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "memory", "-v", "mcp", target, "--http", f"127.0.0.1:{port}",
+        running = Running(subprocess.Popen(
+            [sys.executable, "-m", "memory", "-v", "mcp", target, "--http", "127.0.0.1:0",
              *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=errors)
-    running = Running(process, port, log)
+            stderr=errors), log)
     try:
         deadline = time.monotonic() + START_SECONDS
+        while (bound := SERVING.search(log.read_bytes()[start:])) is None:
+            assert running.process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        running.port = int(bound[1])
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), 0.5).close()
+                socket.create_connection(("127.0.0.1", running.port), 0.5).close()
                 break
             except OSError:
-                assert process.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, "the server did not start"
+                assert running.process.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "the server did not answer"
                 time.sleep(0.05)
         yield running
     finally:
