@@ -208,6 +208,9 @@ _SHARES = tuple([(-shift, _CONTEXT_BEFORE) for shift in range(_CONTEXT_WINDOW, 0
                 + [(shift, _CONTEXT_AFTER) for shift in range(1, _CONTEXT_WINDOW + 1)])
 # At most how many times the best own score among its neighbours a memory can score.
 _CONTEXT_REACH = 1 + _CONTEXT_WINDOW * (_CONTEXT_BEFORE + _CONTEXT_AFTER)
+# A scope's kept conversations find each id by a table over its ids' span (8 bytes an id
+# of the span) where the span is at most this many times the scope, else by binary search.
+_DENSE_SPAN = 4
 # Reading the newest first gives up, and scores every posting at C speed instead, once it
 # has read more than this fraction (1/_TOP_K_BUDGET) of them in Python: on queries of many
 # words of like frequency it would read most of them anyway.
@@ -2462,11 +2465,12 @@ def _top(ids: Any, scores: Any, limit: int) -> list[tuple[float, int]]:
     if len(ids) > limit:
         least = np.partition(scores, len(scores) - limit)[len(scores) - limit]
         (near,) = np.nonzero(scores >= least)
-    else:
-        near = np.arange(len(ids))
-    return heapq.nlargest(limit, ((score, memory_id) for score, memory_id
-                                  in zip(scores[near].tolist(), ids[near].tolist(), strict=True)
-                                  if score != -math.inf))
+        ids, scores = ids[near], scores[near]
+    # By score, then by id, both descending: as (score, id) pairs compare.
+    best = np.lexsort((ids, scores))[::-1][:limit]
+    return [(score, memory_id) for score, memory_id
+            in zip(scores[best].tolist(), ids[best].tolist(), strict=True)
+            if score != -math.inf]
 
 
 def _scored_at(postings: list[tuple[str, array.array[int]]], recall: _Recall,
@@ -2540,10 +2544,23 @@ class _Conversations:
                               in itertools.pairwise([(0, None), *rows])),
                              dtype=bool, count=len(rows))
         self.conversation = np.cumsum(starts)
-        self.order = np.argsort(self.ids)  # where each id, ascending, sits
-        self.ascending = self.ids[self.order]
         self.shares = _shares_of(self.conversation)  # while nothing in the scope has expired
-        self.size = (4 + len(self.shares)) * self.ids.nbytes
+        # Where each id sits: a table of every id from the scope's least to its greatest
+        # where that span is no more than _DENSE_SPAN times the scope (one user's file,
+        # or one whose writes came in long runs), for one lookup an id; else the ids in
+        # ascending order, searched.
+        self.least = int(self.ids.min()) if len(self.ids) else 0
+        span = int(self.ids.max()) - self.least + 1 if len(self.ids) else 0
+        if span <= _DENSE_SPAN * len(self.ids):
+            self.table = np.full(span, -1, dtype=np.int64)
+            self.table[self.ids - self.least] = np.arange(len(self.ids))
+            self.order = self.ascending = self.table[:0]
+        else:
+            self.table = self.ids[:0]
+            self.order = np.argsort(self.ids)
+            self.ascending = self.ids[self.order]
+        self.size = ((2 + len(self.shares)) * self.ids.nbytes + self.table.nbytes
+                     + self.order.nbytes + self.ascending.nbytes)
 
     def own(self, postings: list[tuple[str, array.array[int]]], recall: _Recall,
             evidence: bool = False) -> Any:
@@ -2553,6 +2570,10 @@ class _Conversations:
     def places(self, ids: Any) -> Any:
         """Where each of `ids` that the scope holds sits."""
         np = _numpy()
+        if len(self.table):
+            offsets = ids - self.least
+            at = self.table[offsets[(offsets >= 0) & (offsets < len(self.table))]]
+            return at[at >= 0]
         if not len(self.ids):
             return np.zeros(0, dtype=np.int64)
         at = np.minimum(np.searchsorted(self.ascending, ids), len(self.ids) - 1)
@@ -2562,15 +2583,22 @@ class _Conversations:
         """The live memories, each one's score its own plus its neighbours' shares."""
         np = _numpy()
         ids, conversation, shares = self.ids, self.conversation, self.shares
+        places: Callable[[Any], Any] = self.places
         if expired:
             live = ~np.isin(ids, np.fromiter(expired, dtype=np.int64, count=len(expired)))
             ids, conversation, own = ids[live], conversation[live], own[live]
             shares = _shares_of(conversation)
+            renumbered = np.cumsum(live) - 1
+
+            def places_of_live(wanted: Any) -> Any:
+                at = self.places(wanted)
+                return renumbered[at[live[at]]]
+            places = places_of_live
         scores = own.copy()
         for mine, theirs, share in shares:  # in _SHARES' order: ascending id order
             # A share of 0.0 (no neighbour there) adds 0.0, which leaves a score as it was.
             scores[mine] += share * own[theirs]
-        return _InContext(ids, conversation, own, scores)
+        return _InContext(ids, conversation, own, scores, places)
 
 
 class _InContext(NamedTuple):
@@ -2581,11 +2609,13 @@ class _InContext(NamedTuple):
     conversation: Any
     own: Any
     scores: Any
+    places: Callable[[Any], Any]  # where each of the ids given sits in these
 
     def best(self, limit: int) -> list[tuple[float, int]]:
         """The `limit` best (score, id) pairs that score above 0, best first."""
         np = _numpy()
-        return _top(self.ids, np.where(self.scores > 0, self.scores, -np.inf), limit)
+        (scored,) = np.nonzero(self.scores > 0)
+        return _top(self.ids[scored], self.scores[scored], limit)
 
     def explained(self, best: list[tuple[float, int]]
                   ) -> tuple[dict[int, _Placed], dict[int, float]]:
@@ -2594,8 +2624,9 @@ class _InContext(NamedTuple):
         np = _numpy()
         placed: dict[int, _Placed] = {}
         own: dict[int, float] = {}
-        (found,) = np.nonzero(np.isin(self.ids, [memory_id for _, memory_id in best]))
-        for at in found.tolist():
+        wanted = np.fromiter((memory_id for _, memory_id in best), dtype=np.int64,
+                             count=len(best))
+        for at in sorted(self.places(wanted).tolist()):
             first = last = at
             while first > max(0, at - _CONTEXT_WINDOW) \
                     and self.conversation[first - 1] == self.conversation[at]:

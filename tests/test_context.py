@@ -138,7 +138,8 @@ def test_recall_with_context_equals_scoring_every_visible_memory(
     """Hundreds of memories in a few conversations, some of each scope, some expiring
     and some forgotten: every result equals the model's, score for score, whether numpy
     scores all of the scope's conversations at once or, without it, the search takes its
-    batches of the best own scores and stops early."""
+    batches of the best own scores and stops early. Most are alice's, so that numpy
+    finds her ids by a table over their span and bob's, far apart, by binary search."""
     if scoring == "pure Python":
         monkeypatch.setattr(memory, "_numpy", lambda: None)
     chance = random.Random(seed)
@@ -149,7 +150,7 @@ def test_recall_with_context_equals_scoring_every_visible_memory(
     with MemoryStore(target, clock=clock) as store:
         rows = []
         for _ in range(600):
-            scope = chance.choice(scopes)
+            (scope,) = chance.choices(scopes, weights=[6, 2, 1])
             level = chance.choice(["user", "user", "task"])
             # Zipf-like: a few words in most memories, most words in few.
             text = " ".join(chance.choices(vocabulary, weights=[1 / (1 + n) for n in range(40)],
@@ -173,6 +174,26 @@ def test_recall_with_context_equals_scoring_every_visible_memory(
             for rank in WORD_RANKS:
                 expected = model.recall(scope, query, limit, rank, context=True)
                 assert store.recall(scope, query, limit, rank=rank, context=True) == expected
+
+
+@pytest.mark.parametrize("written", [range(100, 120, 2), range(100, 1000, 90)],
+                         ids=["ids close together", "ids far apart"])
+def test_the_kept_conversations_place_the_ids_they_hold_and_no_other(
+        written: range) -> None:
+    """Where the scope's ids lie close (a table over their span) and far apart (binary
+    search): each id it holds is found where the conversations put it, and an id it does
+    not hold (below, between, above its ids) is in no place."""
+    np = pytest.importorskip("numpy")
+    rows = [(memory_id, f"talk-{n % 3}") for n, memory_id in enumerate(written)]
+    rows.sort(key=lambda row: (row[1], row[0]))
+    kept = memory._Conversations(rows)
+    assert bool(len(kept.table)) == (written.step < 4)  # the table, or binary search
+    wanted = [memory_id for memory_id, _ in rows]
+    assert kept.places(np.array(wanted)).tolist() == list(range(len(rows)))
+    strangers = np.array([1, 99, written[0] + 1, written[-1] + 1, 2**40])
+    assert kept.places(strangers).tolist() == []
+    mixed = np.array([written[3], 99, written[0], written[-1] + 1])
+    assert kept.places(mixed).tolist() == [wanted.index(written[3]), wanted.index(written[0])]
 
 
 def test_explain_and_hybrid_are_the_same_with_numpy_and_without(
