@@ -2505,7 +2505,10 @@ def _evidence_at_once(postings: list[tuple[str, array.array[int]]],
     """_evidence in numpy, to the bit: the ids (ascending) it keeps, and their evidence."""
     np = _numpy()
     held = [np.frombuffer(ids, dtype=np.int64) for _, ids in postings]
-    everyone = np.unique(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
+    # Sorted, not np.unique, which hashes them first, 30 times slower here: an id held
+    # by several words is then placed at its first copy, and the others, scoring 0, are
+    # left out with the rest that do.
+    everyone = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
     left = _scored_at(postings, recall, functools.partial(np.searchsorted, everyone),
                       len(everyone), evidence=True)
     return everyone[left > 0], left[left > 0]
