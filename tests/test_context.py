@@ -184,8 +184,9 @@ def test_the_kept_conversations_place_the_ids_they_hold_and_no_other(
     search): each id it holds is found where the conversations put it, and an id it does
     not hold (below, between, above its ids) is in no place."""
     np = pytest.importorskip("numpy")
-    rows = [(memory_id, f"talk-{n % 3}") for n, memory_id in enumerate(written)]
-    rows.sort(key=lambda row: (row[1], row[0]))
+    rows: list[tuple[int, str | None]] = [(memory_id, f"talk-{n % 3}")
+                                          for n, memory_id in enumerate(written)]
+    rows.sort(key=lambda row: (str(row[1]), row[0]))
     kept = memory._Conversations(rows)
     assert bool(len(kept.table)) == (written.step < 4)  # the table, or binary search
     wanted = [memory_id for memory_id, _ in rows]
