@@ -479,18 +479,18 @@ async def _serve_http(store: AsyncMemoryStore, args: argparse.Namespace) -> None
     # picks, free for certain, where a port probed free beforehand may be taken meanwhile)
     # is known to the protected-resource metadata and to the log.
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    listening = socket.create_server((args.host, args.port), family=family)
-    args.port = listening.getsockname()[1]
-    config = uvicorn.Config(_http_app(store, args), log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=_GRACE_SECONDS)
-    # uvicorn stops on SIGTERM or SIGINT, then raises the signal again for the handler it
-    # found: this one does nothing, so that the store closes after uvicorn and the process
-    # exits 0, rather than being ended by the default handler.
-    for stopping in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(stopping, lambda number, frame: None)
-    _log.info("mcp: serving on %s port %d, %s", args.host, args.port,
-              f"tokens of issuer {args.issuer}" if args.issuer else f"user {args.scope.user}")
-    with listening:
+    with socket.create_server((args.host, args.port), family=family) as listening:
+        args.port = listening.getsockname()[1]
+        config = uvicorn.Config(_http_app(store, args), log_level="warning",
+                                access_log=False, timeout_graceful_shutdown=_GRACE_SECONDS)
+        # uvicorn stops on SIGTERM or SIGINT, then raises the signal again for the handler
+        # it found: this one does nothing, so that the store closes after uvicorn and the
+        # process exits 0, rather than being ended by the default handler.
+        for stopping in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stopping, lambda number, frame: None)
+        _log.info("mcp: serving on %s port %d, %s", args.host, args.port,
+                  f"tokens of issuer {args.issuer}" if args.issuer
+                  else f"user {args.scope.user}")
         await uvicorn.Server(config).serve(sockets=[listening])
     _log.info("mcp: stopped; closing the store")
 
