@@ -603,6 +603,19 @@ _SQL_POSTINGS = _sql(
     f"{_WANTED_WORDS} SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
     " AND word IN wanted",
     postgresql=f"SELECT word, first_id, ids {_SCOPED_WORD_ROWS_PG}")
+# One query word's postings rows under the scope, each its ids, or NULL where a row is
+# not a run of whole ids (so that joining them fails): a statement a word, each row one
+# column, reads a common word's thousand rows in half the time of all words' full rows.
+_SQL_WORD_POSTINGS = _sql(
+    "SELECT CASE WHEN typeof(ids) = 'blob' AND length(ids) % 8 = 0 THEN ids END"
+    f" FROM memory_words {_IN_SCOPE} AND word = ?",
+    postgresql="SELECT CASE WHEN length(ids) %% 8 = 0 THEN ids END FROM memory_words"
+    " WHERE user_id = %s AND (task_id IS NULL OR task_id = %s) AND word = %s",
+    postgresql_each=_each_row(
+        "user_id text, task_key text, word text",
+        "SELECT CASE WHEN length(ids) %% 8 = 0 THEN ids END FROM memory_words"
+        " WHERE user_id = wanted.user_id AND (task_id IS NULL OR task_id = wanted.task_key)"
+        " AND word = wanted.word"))
 # The rows recall needs, by key: one statement a round, its (word, first id) pairs a
 # JSON list walked first, each pair one look-up of the primary key (on PostgreSQL a
 # lateral subquery, as above, or the plan may scan the user's whole index for them).
@@ -2574,9 +2587,12 @@ class _Conversations:
         """Where each of `ids` that the scope holds sits."""
         np = _numpy()
         if len(self.table):
+            # Masks only where needed: picking by a mask costs six times taking by index.
             offsets = ids - self.least
-            at = self.table[offsets[(offsets >= 0) & (offsets < len(self.table))]]
-            return at[at >= 0]
+            if len(offsets) and (offsets.min() < 0 or offsets.max() >= len(self.table)):
+                offsets = offsets[(offsets >= 0) & (offsets < len(self.table))]
+            at = self.table[offsets]
+            return at if not len(at) or at.min() >= 0 else at[at >= 0]
         if not len(self.ids):
             return np.zeros(0, dtype=np.int64)
         at = np.minimum(np.searchsorted(self.ascending, ids), len(self.ids) - 1)
@@ -3725,11 +3741,18 @@ class MemoryStore:
                       ) -> list[tuple[str, array.array[int]]]:
         """All of the query words' postings: the `unindexed` ones and, one run a word,
         every index row's (joined once each is checked: a run of whole ids)."""
-        rows: dict[str, list[bytes]] = collections.defaultdict(list)
-        for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed):
-            rows[word].append(_checked(blob))
-        return [*unindexed.items(), *((word, _unpack(b"".join(blobs)))
-                                      for word, blobs in rows.items())]
+        words = json.loads(recall.listed[0])
+        found = db.ask_each(_SQL_WORD_POSTINGS, [(*recall.key, word) for word in words])()
+        postings = list(unindexed.items())
+        for word, rows in zip(words, found, strict=True):
+            try:
+                joined = b"".join(map(operator.itemgetter(0), rows))
+            except TypeError:  # a NULL: a row that is not a run of whole ids
+                raise SchemaError("the word index is damaged: a postings row is not a run"
+                                  " of ids") from None
+            if joined:
+                postings.append((word, _unpack(joined)))
+        return postings
 
     def _around(self, db: _Session, key: _ScopeKey, now: str | None,
                 held: tuple[Any, ...]) -> _Around:

@@ -581,6 +581,24 @@ def test_a_damaged_index_row_is_a_schema_error(tmp_path: pathlib.Path,
     assert status == 1 and printed.startswith("memory: error:") and printed.count("\n") == 1
 
 
+def test_damaged_index_rows_whose_lengths_add_up_to_whole_ids_are_a_schema_error(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "INDEX_FROM", 1)
+    path = filled(tmp_path / "memory.db", 2 * memory.POSTINGS_PER_ROW + 1)  # three rows
+    # One row a byte short, the next a byte long: joined, they are a whole number of ids.
+    plant(path, "UPDATE memory_words SET ids = CASE WHEN first_id = (SELECT min(first_id)"
+                " FROM memory_words WHERE word = 'hotel') THEN substr(ids, 1, length(ids) - 1)"
+                " ELSE ids || x'00' END WHERE word = 'hotel' AND first_id < (SELECT max(first_id)"
+                " FROM memory_words WHERE word = 'hotel')")
+    assert scalar(path, "SELECT sum(length(ids)) % 8 FROM memory_words WHERE word = 'hotel'") == 0
+    before = digest(path)
+    with MemoryStore(path) as store:
+        for context in (False, True):
+            with pytest.raises(SchemaError, match="damaged"):
+                store.recall(ALICE, "hotel", rank="idf", context=context)
+    assert digest(path) == before
+
+
 def test_a_full_id_space_is_a_store_error(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "v1.db"
     write_version_1(path, [Memory(2**63 - 1, "alice", None, "the last id", "s",
