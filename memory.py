@@ -2613,10 +2613,10 @@ class _Conversations:
                 at = self.places(wanted)
                 return renumbered[at[live[at]]]
             places = places_of_live
-        scores = own.copy()
+        scores, lent = own.copy(), np.empty_like(own)  # one buffer for every share
         for mine, theirs, share in shares:  # in _SHARES' order: ascending id order
             # A share of 0.0 (no neighbour there) adds 0.0, which leaves a score as it was.
-            scores[mine] += share * own[theirs]
+            scores[mine] += np.multiply(share, own[theirs], out=lent[mine])
         return _InContext(ids, conversation, own, scores, places)
 
 
@@ -2633,8 +2633,15 @@ class _InContext(NamedTuple):
     def best(self, limit: int) -> list[tuple[float, int]]:
         """The `limit` best (score, id) pairs that score above 0, best first."""
         np = _numpy()
-        (scored,) = np.nonzero(self.scores > 0)
-        return _top(self.ids[scored], self.scores[scored], limit)
+        scores = self.scores
+        # Where the limit-th best scores, only those as high are taken out of the scope;
+        # else those that score at all.
+        if len(scores) > limit \
+                and (least := np.partition(scores, len(scores) - limit)[-limit]) > 0:
+            (scored,) = np.nonzero(scores >= least)
+        else:
+            (scored,) = np.nonzero(scores > 0)
+        return _top(self.ids[scored], scores[scored], limit)
 
     def explained(self, best: list[tuple[float, int]]
                   ) -> tuple[dict[int, _Placed], dict[int, float]]:
