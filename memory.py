@@ -196,6 +196,10 @@ _CACHE_KIB = 64 * 1024
 # Recall scores all the query words' postings at once when they are this few: reading
 # the newest first saves less than its extra statements cost.
 _READ_ALL_UP_TO = 4096
+# Recall that reads every posting of the query's words reads each word's in a statement
+# of its own up to this many words (each row then one column), and all in one beyond:
+# a statement costs about as much as 10 rows, and a query may hold thousands of words.
+_STATEMENT_A_WORD_UP_TO = 64
 # Recall with context: a memory's neighbours are the live memories of its conversation
 # the scope sees, the _CONTEXT_WINDOW nearest written before it and as many after; each
 # lends its own score times its side's weight. Chosen on LoCoMo's dev half, where
@@ -598,24 +602,25 @@ _SQL_POSTINGS_MAP = _sql(
     " coalesce(json_agg(first_id) FILTER (WHERE task_id IS NOT NULL), '[]')::text,"
     " (sum(length(ids)) / 8)::bigint, bool_and(length(ids) %% 8 = 0)::int"
     f" {_SCOPED_WORD_ROWS_PG} GROUP BY word")
-# All rows of the query words, when they are few.
+# A postings row's ids, or NULL where they are not a run of whole ids (so that joining
+# a word's rows fails as reading one does).
+_SOUND_IDS = "CASE WHEN typeof(ids) = 'blob' AND length(ids) % 8 = 0 THEN ids END"
+_SOUND_IDS_PG = "CASE WHEN length(ids) %% 8 = 0 THEN ids END"
+# All rows of the query words.
 _SQL_POSTINGS = _sql(
-    f"{_WANTED_WORDS} SELECT word, first_id, ids FROM memory_words {_IN_SCOPE}"
+    f"{_WANTED_WORDS} SELECT word, first_id, {_SOUND_IDS} FROM memory_words {_IN_SCOPE}"
     " AND word IN wanted",
-    postgresql=f"SELECT word, first_id, ids {_SCOPED_WORD_ROWS_PG}")
-# One query word's postings rows under the scope, each its ids, or NULL where a row is
-# not a run of whole ids (so that joining them fails): a statement a word, each row one
-# column, reads a common word's thousand rows in half the time of all words' full rows.
+    postgresql=f"SELECT word, first_id, {_SOUND_IDS_PG} {_SCOPED_WORD_ROWS_PG}")
+# One query word's rows, each one column: for a common word's thousand rows, half the
+# time of the three columns of the query's rows in one statement.
 _SQL_WORD_POSTINGS = _sql(
-    "SELECT CASE WHEN typeof(ids) = 'blob' AND length(ids) % 8 = 0 THEN ids END"
-    f" FROM memory_words {_IN_SCOPE} AND word = ?",
-    postgresql="SELECT CASE WHEN length(ids) %% 8 = 0 THEN ids END FROM memory_words"
-    " WHERE user_id = %s AND (task_id IS NULL OR task_id = %s) AND word = %s",
+    f"SELECT {_SOUND_IDS} FROM memory_words {_IN_SCOPE} AND word = ?",
+    postgresql=f"SELECT {_SOUND_IDS_PG} FROM memory_words WHERE user_id = %s"
+    " AND (task_id IS NULL OR task_id = %s) AND word = %s",
     postgresql_each=_each_row(
         "user_id text, task_key text, word text",
-        "SELECT CASE WHEN length(ids) %% 8 = 0 THEN ids END FROM memory_words"
-        " WHERE user_id = wanted.user_id AND (task_id IS NULL OR task_id = wanted.task_key)"
-        " AND word = wanted.word"))
+        f"SELECT {_SOUND_IDS_PG} FROM memory_words WHERE user_id = wanted.user_id"
+        " AND (task_id IS NULL OR task_id = wanted.task_key) AND word = wanted.word"))
 # The rows recall needs, by key: one statement a round, its (word, first id) pairs a
 # JSON list walked first, each pair one look-up of the primary key (on PostgreSQL a
 # lateral subquery, as above, or the plan may scan the user's whole index for them).
@@ -3749,11 +3754,20 @@ class MemoryStore:
         """All of the query words' postings: the `unindexed` ones and, one run a word,
         every index row's (joined once each is checked: a run of whole ids)."""
         words = json.loads(recall.listed[0])
-        found = db.ask_each(_SQL_WORD_POSTINGS, [(*recall.key, word) for word in words])()
+        by_word: Iterable[tuple[str, Iterable[bytes | None]]]
+        if len(words) <= _STATEMENT_A_WORD_UP_TO:
+            found = db.ask_each(_SQL_WORD_POSTINGS, [(*recall.key, word) for word in words])()
+            by_word = [(word, map(operator.itemgetter(0), rows))
+                       for word, rows in zip(words, found, strict=True)]
+        else:
+            grouped: dict[str, list[bytes | None]] = collections.defaultdict(list)
+            for word, _, blob in db.execute(_SQL_POSTINGS, recall.listed):
+                grouped[word].append(blob)
+            by_word = grouped.items()
         postings = list(unindexed.items())
-        for word, rows in zip(words, found, strict=True):
+        for word, blobs in by_word:
             try:
-                joined = b"".join(map(operator.itemgetter(0), rows))
+                joined = b"".join(blobs)  # type: ignore[arg-type]
             except TypeError:  # a NULL: a row that is not a run of whole ids
                 raise SchemaError("the word index is damaged: a postings row is not a run"
                                   " of ids") from None

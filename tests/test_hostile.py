@@ -581,8 +581,11 @@ def test_a_damaged_index_row_is_a_schema_error(tmp_path: pathlib.Path,
     assert status == 1 and printed.startswith("memory: error:") and printed.count("\n") == 1
 
 
+@pytest.mark.parametrize("query", [
+    "hotel", " ".join(["hotel", *(f"absent{n}" for n in range(memory._STATEMENT_A_WORD_UP_TO))])],
+    ids=["a statement a word", "one statement for all"])
 def test_damaged_index_rows_whose_lengths_add_up_to_whole_ids_are_a_schema_error(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, query: str) -> None:
     monkeypatch.setattr(memory, "INDEX_FROM", 1)
     path = filled(tmp_path / "memory.db", 2 * memory.POSTINGS_PER_ROW + 1)  # three rows
     # One row a byte short, the next a byte long: joined, they are a whole number of ids.
@@ -595,7 +598,7 @@ def test_damaged_index_rows_whose_lengths_add_up_to_whole_ids_are_a_schema_error
     with MemoryStore(path) as store:
         for context in (False, True):
             with pytest.raises(SchemaError, match="damaged"):
-                store.recall(ALICE, "hotel", rank="idf", context=context)
+                store.recall(ALICE, query, rank="idf", context=context)
     assert digest(path) == before
 
 
