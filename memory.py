@@ -1454,10 +1454,13 @@ def _pack(ids: Iterable[int]) -> bytes:
     return packed.tobytes()
 
 
+_DAMAGED_POSTINGS = "the word index is damaged: a postings row is not a run of ids"
+
+
 def _checked(blob: object) -> bytes:
     """A postings row's ids as stored; SchemaError unless they are a run of whole ids."""
     if type(blob) is not bytes or len(blob) % 8:
-        raise SchemaError("the word index is damaged: a postings row is not a run of ids")
+        raise SchemaError(_DAMAGED_POSTINGS)
     return blob
 
 
@@ -2284,7 +2287,7 @@ def _postings_map(rows: Iterable[tuple[str, str, str, int, int]]
     groups: list[_WordRows] = []
     for word, *by_task, size, sound in rows:
         if not sound:
-            raise SchemaError("the word index is damaged: a postings row is not a run of ids")
+            raise SchemaError(_DAMAGED_POSTINGS)
         held[word] = size
         groups += [_WordRows(word, firsts) for firsts in map(json.loads, by_task) if firsts]
     return held, groups
@@ -3769,8 +3772,7 @@ class MemoryStore:
             try:
                 joined = b"".join(blobs)  # type: ignore[arg-type]
             except TypeError:  # a NULL: a row that is not a run of whole ids
-                raise SchemaError("the word index is damaged: a postings row is not a run"
-                                  " of ids") from None
+                raise SchemaError(_DAMAGED_POSTINGS) from None
             if joined:
                 postings.append((word, _unpack(joined)))
         return postings
