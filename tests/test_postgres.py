@@ -1134,3 +1134,24 @@ def test_each_kind_of_connection_failure_is_named_without_the_url(server: Server
     finally:
         hba.write_text(kept)
         server.admin("SELECT pg_reload_conf()")
+
+
+@pytest.mark.parametrize("words", [1, memory._STATEMENT_A_WORD_UP_TO + 1],
+                         ids=["a statement a word", "one statement for all"])
+def test_damaged_index_rows_whose_lengths_add_up_to_whole_ids_are_a_schema_error(
+        url: str, server: Server, words: int) -> None:
+    with MemoryStore(url) as store:
+        store.remember_many([(ALICE, "user", f"hotel note {n}", "s")
+                             for n in range(2 * memory.POSTINGS_PER_ROW + 1)])  # three rows
+        # One row a byte short, the next a byte long: joined, a whole number of ids.
+        server.admin("UPDATE memory_words SET ids = CASE WHEN first_id = (SELECT min(first_id)"
+                     " FROM memory_words WHERE word = 'hotel') THEN substring(ids FROM 1 FOR"
+                     " length(ids) - 1) ELSE ids || '\\x00'::bytea END WHERE word = 'hotel' AND"
+                     " first_id < (SELECT max(first_id) FROM memory_words WHERE word = 'hotel')",
+                     database_of(url))
+        assert server.admin("SELECT sum(length(ids)) % 8, count(*) FROM memory_words WHERE"
+                            " word = 'hotel'", database_of(url)) == [(0, 3)]
+        query = " ".join(["hotel", *(f"absent{n}" for n in range(words - 1))])
+        for context in (False, True):
+            with pytest.raises(SchemaError, match="damaged"):
+                store.recall(ALICE, query, rank="idf", context=context)
