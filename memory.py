@@ -215,6 +215,9 @@ _CONTEXT_REACH = 1 + _CONTEXT_WINDOW * (_CONTEXT_BEFORE + _CONTEXT_AFTER)
 # A scope's kept conversations find each id by a table over its ids' span (8 bytes an id
 # of the span) where the span is at most this many times the scope, else by binary search.
 _DENSE_SPAN = 4
+# The best few of many scores are sought among those that reach the best maxima of blocks
+# of this many (_limit_th_best).
+_BLOCK = 512
 # Reading the newest first gives up, and scores every posting at C speed instead, once it
 # has read more than this fraction (1/_TOP_K_BUDGET) of them in Python: on queries of many
 # words of like frequency it would read most of them anyway.
@@ -2478,14 +2481,29 @@ class _Vectors:
         return np.where(self.ids[at] == wanted, scores[at], 0.0).tolist()  # type: ignore[no-any-return]
 
 
+def _limit_th_best(scores: Any, limit: int) -> float:
+    """The `limit`-th highest of more than `limit` scores (numpy), by the maxima of blocks
+    of them: at least `limit` scores reach the `limit`-th highest maximum, so none below it
+    can be among the best. np.partition alone is slow where most scores are equal and few
+    above them, as where most of a scope scores 0: 13 ms against 0.1 ms on 100,000 here."""
+    np = _numpy()
+    while len(scores) > _BLOCK * limit:
+        maxima = scores[: len(scores) // _BLOCK * _BLOCK].reshape(-1, _BLOCK).max(axis=1)
+        least = np.partition(maxima, len(maxima) - limit)[len(maxima) - limit]
+        above = scores[scores > least]
+        if len(above) < limit:
+            return float(least)
+        scores = above
+    return float(np.partition(scores, len(scores) - limit)[len(scores) - limit])
+
+
 def _top(ids: Any, scores: Any, limit: int) -> list[tuple[float, int]]:
     """The `limit` best (score, id) pairs of numpy arrays, best first, ties to the newer;
     a score of -inf is left out. Only the ids that score as high as the limit-th best are
     taken out of numpy: all of them, so a tie at the limit goes to the newest."""
     np = _numpy()
     if len(ids) > limit:
-        least = np.partition(scores, len(scores) - limit)[len(scores) - limit]
-        (near,) = np.nonzero(scores >= least)
+        (near,) = np.nonzero(scores >= _limit_th_best(scores, limit))
         ids, scores = ids[near], scores[near]
     # By score, then by id, both descending: as (score, id) pairs compare.
     best = np.lexsort((ids, scores))[::-1][:limit]
@@ -2644,8 +2662,7 @@ class _InContext(NamedTuple):
         scores = self.scores
         # Where the limit-th best scores, only those as high are taken out of the scope;
         # else those that score at all.
-        if len(scores) > limit \
-                and (least := np.partition(scores, len(scores) - limit)[-limit]) > 0:
+        if len(scores) > limit and (least := _limit_th_best(scores, limit)) > 0:
             (scored,) = np.nonzero(scores >= least)
         else:
             (scored,) = np.nonzero(scores > 0)

@@ -6,6 +6,7 @@ the same, to the bit, as the model's scoring of every visible memory, on both en
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import random
 import shutil
@@ -131,7 +132,7 @@ def test_recall_with_context_is_off_unless_the_store_or_the_call_turns_it_on(
         MemoryStore(target, context="yes")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("scoring", ["numpy", "pure Python"])
+@pytest.mark.parametrize("scoring", ["numpy", "numpy, blocks of 2", "pure Python"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_recall_with_context_equals_scoring_every_visible_memory(
         target: str, seed: int, scoring: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,9 +140,13 @@ def test_recall_with_context_equals_scoring_every_visible_memory(
     and some forgotten: every result equals the model's, score for score, whether numpy
     scores all of the scope's conversations at once or, without it, the search takes its
     batches of the best own scores and stops early. Most are alice's, so that numpy
-    finds her ids by a table over their span and bob's, far apart, by binary search."""
+    finds her ids by a table over their span and bob's, far apart, by binary search.
+    In blocks of 2, numpy seeks the best among the best maxima of blocks, as it does
+    in a scope of thousands."""
     if scoring == "pure Python":
         monkeypatch.setattr(memory, "_numpy", lambda: None)
+    if scoring == "numpy, blocks of 2":
+        monkeypatch.setattr(memory, "_BLOCK", 2)
     chance = random.Random(seed)
     vocabulary = [f"w{n}" for n in range(40)]
     scopes = [ALICE, ALICE_WORK, BOB]
@@ -195,6 +200,25 @@ def test_the_kept_conversations_place_the_ids_they_hold_and_no_other(
     assert kept.places(strangers).tolist() == []
     mixed = np.array([written[3], 99, written[0], written[-1] + 1])
     assert kept.places(mixed).tolist() == [wanted.index(written[3]), wanted.index(written[0])]
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 512])
+def test_the_limit_th_best_score_is_found_however_many_are_equal(
+        block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit-th highest of many scores, as recall with context and by meaning seek
+    it among the maxima of blocks: the same as sorting finds, where most scores are equal
+    (a scope scoring 0 but for a few), where the best lie together, or tie."""
+    np = pytest.importorskip("numpy")
+    monkeypatch.setattr(memory, "_BLOCK", block)
+    chance = random.Random(block)
+    for _ in range(3000):
+        pool = [chance.choice([0.0, 0.3, 1.5, -math.inf, chance.random()])
+                for _ in range(chance.randint(1, 8))]
+        limit = chance.randint(1, 12)
+        scores = np.array(chance.choices(pool, k=chance.randint(limit + 1, 40 * limit)))
+        if chance.random() < 0.3:
+            scores.sort()  # the best together at the end
+        assert memory._limit_th_best(scores, limit) == sorted(scores.tolist())[-limit]
 
 
 def test_explain_and_hybrid_are_the_same_with_numpy_and_without(

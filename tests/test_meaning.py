@@ -135,7 +135,10 @@ def test_ties_go_to_the_newer_memory(store: MemoryStore) -> None:
     assert ids(store.recall(ALICE, "music", 2, rank="meaning")) == [second, first]
 
 
-def test_a_tie_at_the_limit_goes_to_the_newest_of_many(store: MemoryStore) -> None:
+@pytest.mark.parametrize("block", [512, 1], ids=["one partition", "blocks of 1"])
+def test_a_tie_at_the_limit_goes_to_the_newest_of_many(
+        store: MemoryStore, block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "_BLOCK", block)
     store.remember(ALICE, "user", "Lisbon", "s")
     tied = [store.remember(ALICE, "user", "jazz", "s") for _ in range(3)]
     store.remember(ALICE, "user", "Portugal", "s")
