@@ -215,6 +215,10 @@ _CONTEXT_REACH = 1 + _CONTEXT_WINDOW * (_CONTEXT_BEFORE + _CONTEXT_AFTER)
 # A scope's kept conversations find each id by a table over its ids' span (8 bytes an id
 # of the span) where the span is at most this many times the scope, else by binary search.
 _DENSE_SPAN = 4
+# A vector's length (Euclidean) must lie between these for numpy to compare it in float32:
+# its squares and its products with another's neither underflow to 0 nor overflow.
+_SHORTEST_VECTOR = 1e-15
+_LONGEST_VECTOR = 1e18
 # The best few of many scores are sought among those that reach the best maxima of blocks
 # of this many (_limit_th_best).
 _BLOCK = 512
@@ -1144,6 +1148,9 @@ def _vector_blob(vector: object, dimensions: int, position: int) -> bytes:
         raise StoreError(f"{where} holds a number that is not finite in float32")
     if not any(packed):
         raise StoreError(f"{where} is all zeros: it has no direction to compare")
+    if not _SHORTEST_VECTOR <= math.sqrt(math.fsum(x * x for x in packed)) <= _LONGEST_VECTOR:
+        raise StoreError(f"{where} is too short or too long to compare in float32: its"
+                         " length must be from 1e-15 to 1e18")
     if sys.byteorder == "big":
         packed.byteswap()
     return packed.tobytes()

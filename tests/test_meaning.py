@@ -311,6 +311,8 @@ def test_a_reindex_killed_midway_leaves_the_old_vectors_working(
     (lambda texts: [[1e39] * 16 for _ in texts], "not finite"),
     (lambda texts: [["one"] * 16 for _ in texts], "not a number"),
     (lambda texts: [[0.0] * 16 for _ in texts], "all zeros"),
+    (lambda texts: [[1e-16] * 16 for _ in texts], "too short or too long to compare"),
+    (lambda texts: [[1e20] + [1.0] * 15 for _ in texts], "too short or too long to compare"),
     (lambda texts: ["secret" for _ in texts], "not a sequence of numbers but str"),
     (lambda texts: 7, "the embedder raised TypeError"),
 ])
