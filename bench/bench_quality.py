@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sqlite3
 import statistics
@@ -200,7 +201,9 @@ def fts5_ranker(conversations: list[dict[str, Any]], tokenizer: str) -> Ranker:
     return ranked
 
 
-def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]) -> dict[str, float]:
+def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]
+             ) -> tuple[dict[str, float], list[float]]:
+    """The table's row for `ranker`, and each question's evidence recall at 5."""
     shares: dict[int, list[float]] = {k: [] for k in CUTOFFS}
     by_category: dict[Any, list[float]] = {}
     latencies, firsts = [], []
@@ -219,7 +222,18 @@ def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]) -> dict[str, f
                 for c, v in sorted(by_category.items())})
     row["recall@1"] = statistics.mean(firsts)
     row["query ms"] = 1000 * statistics.mean(latencies)
-    return row
+    return row, shares[5]
+
+
+def question_by_question(better: list[float], than: list[float]) -> str:
+    """How many questions each of two methods finds more of the evidence of at 5, and a
+    two-sided sign test's p over those that differ."""
+    wins = sum(a > b for a, b in zip(better, than, strict=True))
+    losses = sum(a < b for a, b in zip(better, than, strict=True))
+    tail = sum(math.comb(wins + losses, k) for k in range(min(wins, losses) + 1))
+    p = min(1.0, 2 * tail / 2 ** (wins + losses))
+    return (f"more on {wins} questions, less on {losses}, the same on"
+            f" {len(better) - wins - losses} (sign test p = {p:.2f})")
 
 
 def paraphrases() -> list[dict[str, Any]]:
@@ -287,7 +301,7 @@ def main() -> None:
         said.append(f"{model.name}: {1000 * model.seconds / len(model.vectors):.1f} ms a"
                     f" text, {len(model.vectors)} texts (numpy on this machine's CPU)")
     with tempfile.TemporaryDirectory() as name:
-        stores = []
+        stores, at_5 = [], {}
         methods = [(m, None) for m in METHODS] + [(m, model) for m in BY_MEANING if model]
         for (matching, version, rank, context), embedder in methods:
             began = time.perf_counter()
@@ -295,15 +309,19 @@ def main() -> None:
                                          context, embedder)
             written = time.perf_counter() - began
             stores.append(store)
+            row, at_5[version, rank, context] = evaluate(ranker, conversations)
             rows.append({"method": f"memory.py {version}+{rank}{'+context' * context}",
-                         **evaluate(ranker, conversations),
-                         "write ms": 1000 * written / turns})
+                         **row, "write ms": 1000 * written / turns})
         for store in stores:
             store.close()
         for tokenizer in ("unicode61", "porter"):
             rows.append({"method": f"FTS5 bm25 {tokenizer}",
-                         **evaluate(fts5_ranker(conversations, tokenizer), conversations)})
+                         **evaluate(fts5_ranker(conversations, tokenizer), conversations)[0]})
         print(format_table(rows, cell=lambda value: f"{value:.3f}"))
+        if model is not None:
+            print("stems-4+hybrid+context against stems-4+idf+context, evidence at 5: "
+                  + question_by_question(at_5["stems-4", "hybrid", True],
+                                         at_5["stems-4", "idf", True]))
         items = paraphrases()
         if model is not None:
             model.prepare([text for item in items
