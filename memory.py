@@ -216,7 +216,8 @@ _CONTEXT_REACH = 1 + _CONTEXT_WINDOW * (_CONTEXT_BEFORE + _CONTEXT_AFTER)
 # of the span) where the span is at most this many times the scope, else by binary search.
 _DENSE_SPAN = 4
 # A vector's length (Euclidean) must lie between these for numpy to compare it in float32:
-# its squares and its products with another's neither underflow to 0 nor overflow.
+# then its squares do not all underflow to 0, and neither they nor its products with
+# another such vector's overflow.
 _SHORTEST_VECTOR = 1e-15
 _LONGEST_VECTOR = 1e18
 # The best few of many scores are sought among those that reach the best maxima of blocks
