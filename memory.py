@@ -745,6 +745,14 @@ _SQL_SCOPE_VECTORS = _sql(f"SELECT id, vector FROM memory_vectors {_IN_SCOPE} OR
 # index holds it all): what recall with context scores over at once, with numpy.
 _SQL_SCOPE_CONVERSATIONS = _sql(
     f"SELECT id, conversation FROM memories {_IN_SCOPE} ORDER BY conversation, id")
+# The scope's memories written after a kept copy was read (ids above its newest), in
+# write order: what a kept copy of the conversations gains where nothing else changed.
+# Each owner's apart, so that each is a range of the scope index.
+_OWNER_CONVERSATIONS_AFTER = ("SELECT id, conversation FROM memories"
+                              " WHERE user_id = ? AND task_id {task} AND id > ?")
+_SQL_SCOPE_CONVERSATIONS_AFTER = _sql(
+    f"{_OWNER_CONVERSATIONS_AFTER.format(task='IS NULL')} UNION ALL"
+    f" {_OWNER_CONVERSATIONS_AFTER.format(task='= ?')} ORDER BY id")
 # The scope's newest memory id, from two descents of the scope index: with the counts of
 # memory_counts, what tells whether the scope changed. Ids are never given twice, so any
 # write under the scope raises it and any deletion lowers a count (a store's kept copy of
@@ -2584,16 +2592,14 @@ class _Conversations:
     bit (each word's weight in sorted word order, then the neighbours' shares in ascending
     id order, all in float64)."""
 
-    def __init__(self, rows: list[tuple[int, str | None]]) -> None:
+    def __init__(self, ids: Any, conversation: Any, numbers: dict[str, int],
+                 named_bytes: int) -> None:
+        """`ids` in conversation order, each one's `conversation` number (the same within
+        a conversation, ascending from one conversation to the next), and the number of
+        each named conversation (`numbers`, whose names take `named_bytes`)."""
         np = _numpy()
-        self.ids = np.fromiter((memory_id for memory_id, _ in rows), dtype=np.int64,
-                               count=len(rows))
-        # Neighbours share a number: each memory of no conversation starts one, as does
-        # the first of each conversation.
-        starts = np.fromiter((this is None or this != before for (_, before), (_, this)
-                              in itertools.pairwise([(0, None), *rows])),
-                             dtype=bool, count=len(rows))
-        self.conversation = np.cumsum(starts)
+        self.ids, self.conversation, self.numbers = ids, conversation, numbers
+        self.named_bytes = named_bytes
         self.shares = _shares_of(self.conversation)  # while nothing in the scope has expired
         # Where each id sits: a table of every id from the scope's least to its greatest
         # where that span is no more than _DENSE_SPAN times the scope (one user's file,
@@ -2610,7 +2616,50 @@ class _Conversations:
             self.order = np.argsort(self.ids)
             self.ascending = self.ids[self.order]
         self.size = ((2 + len(self.shares)) * self.ids.nbytes + self.table.nbytes
-                     + self.order.nbytes + self.ascending.nbytes)
+                     + self.order.nbytes + self.ascending.nbytes
+                     + sys.getsizeof(numbers) + named_bytes)
+
+    @classmethod
+    def read(cls, rows: list[tuple[int, str | None]]) -> _Conversations:
+        """The conversations of the scope's (id, conversation) rows, in conversation order
+        (_SQL_SCOPE_CONVERSATIONS)."""
+        np = _numpy()
+        ids = np.fromiter((memory_id for memory_id, _ in rows), dtype=np.int64,
+                          count=len(rows))
+        # Neighbours share a number: each memory of no conversation starts one, as does
+        # the first of each conversation.
+        starts = np.fromiter((this is None or this != before for (_, before), (_, this)
+                              in itertools.pairwise([(0, None), *rows])),
+                             dtype=bool, count=len(rows))
+        conversation = np.cumsum(starts)
+        numbers = {name: number for (_, name), number in zip(rows, conversation.tolist(),
+                                                             strict=True) if name is not None}
+        return cls(ids, conversation, numbers, sum(map(sys.getsizeof, numbers)))
+
+    def extended(self, rows: list[tuple[int, str | None]]) -> _Conversations:
+        """These conversations and the memories of `rows` (id, conversation), written after
+        all of them, in write order: each at the end of its conversation, or of all of them
+        for a new one (the conversations' own order is no part of recall). A new copy:
+        another recall may be reading this one."""
+        np = _numpy()
+        numbers, named_bytes = dict(self.numbers), self.named_bytes
+        after = int(self.conversation[-1]) if len(self.ids) else 0
+        places, conversations = [], []
+        for _, name in rows:
+            number = numbers.get(name) if name is not None else None
+            if number is None:
+                after += 1
+                number = after
+                if name is not None:
+                    numbers[name] = number
+                    named_bytes += sys.getsizeof(name)
+            conversations.append(number)
+            places.append(int(np.searchsorted(self.conversation, number, side="right")))
+        ids = np.fromiter((memory_id for memory_id, _ in rows), dtype=np.int64,
+                          count=len(rows))
+        return _Conversations(np.insert(self.ids, places, ids),
+                              np.insert(self.conversation, places, conversations), numbers,
+                              named_bytes)
 
     def own(self, postings: list[tuple[str, array.array[int]]], recall: _Recall,
             evidence: bool = False) -> Any:
@@ -3723,16 +3772,21 @@ class MemoryStore:
                                            dimensions))
 
     def _kept(self, kind: type[_Kept], key: _ScopeKey, held: tuple[Any, ...],
-              read: Callable[[], _Kept]) -> _Kept:
+              read: Callable[[], _Kept],
+              extend: Callable[[tuple[Any, ...], _Kept], _Kept | None] | None = None
+              ) -> _Kept:
         """What `read` reads of the scope: the store's copy while the scope's counts and
         newest id (`held`, _SQL_NEWEST_IN_SCOPE, and what else it was read by) are as when
-        it was read, else read now and, with numpy, kept."""
+        it was read, else what `extend` makes of the copy (given what held then; None
+        where it cannot), else read now; with numpy, kept."""
         with self._lock:
             kept = self._kept_copies.get((kind, key))
             if kept is not None and kept[0] == held:
                 self._kept_copies.move_to_end((kind, key))
                 return cast(_Kept, kept[1])
-        copy = read()
+        extended = None if kept is None or extend is None else extend(kept[0],
+                                                                    cast(_Kept, kept[1]))
+        copy = read() if extended is None else extended
         if _numpy() is not None and copy.size <= KEPT_BYTES:
             with self._lock:
                 self._kept_copies[kind, key] = (held, copy)
@@ -3813,8 +3867,18 @@ class MemoryStore:
                              " once to write, which upgrades it")
         if not held or _numpy() is None:
             return functools.partial(self._nearest, db, key, now)
-        return self._kept(_Conversations, key, held, lambda: _Conversations(
-            db.execute(_SQL_SCOPE_CONVERSATIONS, key).fetchall()))
+
+        def extended(kept_held: tuple[Any, ...], kept: _Conversations) -> _Conversations | None:
+            # Where the scope gained exactly the memories written after the copy's newest,
+            # none left it: they are all that changed (ids are never given twice).
+            rows = db.execute(_SQL_SCOPE_CONVERSATIONS_AFTER,
+                              (key.user, kept_held[-1], *key, kept_held[-1])).fetchall()
+            gained = sum(count for _, count in held[:-1]) - sum(
+                count for _, count in kept_held[:-1])
+            return kept.extended(rows) if gained == len(rows) else None
+
+        return self._kept(_Conversations, key, held, lambda: _Conversations.read(
+            db.execute(_SQL_SCOPE_CONVERSATIONS, key).fetchall()), extended)
 
     @staticmethod
     def _nearest(db: _Session, key: _ScopeKey, now: str | None,

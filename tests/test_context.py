@@ -10,6 +10,7 @@ import math
 import pathlib
 import random
 import shutil
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -192,7 +193,7 @@ def test_the_kept_conversations_place_the_ids_they_hold_and_no_other(
     rows: list[tuple[int, str | None]] = [(memory_id, f"talk-{n % 3}")
                                           for n, memory_id in enumerate(written)]
     rows.sort(key=lambda row: (str(row[1]), row[0]))
-    kept = memory._Conversations(rows)
+    kept = memory._Conversations.read(rows)
     assert bool(len(kept.table)) == (written.step < 4)  # the table, or binary search
     wanted = [memory_id for memory_id, _ in rows]
     assert kept.places(np.array(wanted)).tolist() == list(range(len(rows)))
@@ -270,6 +271,63 @@ def test_a_kept_copy_of_the_conversations_follows_every_change_another_store_mak
         assert found(ALICE) == {answer}
         writer.erase_user("alice")
         assert found(ALICE_WORK) == set()
+
+
+def test_a_kept_copy_of_the_conversations_grows_with_later_writes(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After writes alone (to a conversation the copy holds, to a new one, of no
+    conversation, at the task level, a batch), recall with context reads only what was
+    written since and scores as a store reading the scope afresh; after a deletion, even
+    with a write that keeps the count, it reads the whole scope again."""
+    pytest.importorskip("numpy")
+    calls = {"read": 0, "extended": 0}
+    read, extended = memory._Conversations.read, memory._Conversations.extended
+
+    def counted_read(rows: list[tuple[int, str | None]]) -> memory._Conversations:
+        calls["read"] += 1
+        return read(rows)
+
+    def counted_extended(self: memory._Conversations, rows: list[tuple[int, str | None]]
+                         ) -> memory._Conversations:
+        calls["extended"] += 1
+        return extended(self, rows)
+    monkeypatch.setattr(memory._Conversations, "read", staticmethod(counted_read))
+    monkeypatch.setattr(memory._Conversations, "extended", counted_extended)
+    queries = ["pottery class", "jazz tonight", "dinner pottery"]
+
+    def recalled(store: MemoryStore, scope: Scope) -> list[list[memory.Recalled]]:
+        return [store.recall(scope, query, 5, explain=True) for query in queries]
+
+    def afresh(scope: Scope) -> list[list[memory.Recalled]]:
+        with MemoryStore(target, rank="idf", context=True) as fresh:
+            return recalled(fresh, scope)
+
+    with MemoryStore(target, rank="idf", context=True) as store:
+        first = talk(store, ALICE, "chat-1", "Sam: pottery class?", "Dana: maybe",
+                     "Dana: or not", "Sam: jazz tonight?")
+        talk(store, ALICE, "chat-2", "Sam: dinner?", "Dana: pottery dinner")
+        recalled(store, ALICE)
+        recalled(store, ALICE_WORK)
+        writes: list[Callable[[], object]] = [
+            lambda: store.remember(ALICE, "user", "Dana: pottery again", "chat-1/turn-9"),
+            lambda: store.remember(ALICE, "user", "Sam: jazz dinner", "chat-3/turn-0"),
+            lambda: store.remember(ALICE, "user", "pottery class note", "note"),
+            lambda: store.remember(ALICE_WORK, "task", "Sam: jazz for work", "chat-2/turn-5"),
+            lambda: store.remember_many([(ALICE, "user", "Dana: jazz class", "chat-2/turn-6"),
+                                         (ALICE, "user", "Sam: pottery?", "chat-3/turn-1")])]
+        for write in writes:
+            write()
+            for scope in (ALICE, ALICE_WORK):
+                before = dict(calls)
+                assert recalled(store, scope) == afresh(scope)
+                assert calls["read"] - before["read"] == 1  # afresh's alone
+        assert calls["extended"] >= len(writes)
+        # A forgotten turn brings the turns around it together; a write keeps the count.
+        store.forget(ALICE, first[1])
+        store.remember(ALICE, "user", "Dana: jazz maybe", "chat-2/turn-7")
+        before = dict(calls)
+        assert recalled(store, ALICE) == afresh(ALICE)
+        assert (calls["read"] - before["read"], calls["extended"]) == (2, before["extended"])
 
 
 def test_a_file_read_as_it_is_refuses_context_until_it_is_upgraded(
