@@ -747,12 +747,24 @@ _SQL_SCOPE_CONVERSATIONS = _sql(
     f"SELECT id, conversation FROM memories {_IN_SCOPE} ORDER BY conversation, id")
 # The scope's memories written after a kept copy was read (ids above its newest), in
 # write order: what a kept copy of the conversations gains where nothing else changed.
-# Each owner's apart, so that each is a range of the scope index.
+# Each owner's apart, so that each is a range of its scope index (as are the next two).
 _OWNER_CONVERSATIONS_AFTER = ("SELECT id, conversation FROM memories"
                               " WHERE user_id = ? AND task_id {task} AND id > ?")
 _SQL_SCOPE_CONVERSATIONS_AFTER = _sql(
     f"{_OWNER_CONVERSATIONS_AFTER.format(task='IS NULL')} UNION ALL"
     f" {_OWNER_CONVERSATIONS_AFTER.format(task='= ?')} ORDER BY id")
+# How many of the scope's memories were written after a kept copy's newest id, and their
+# vectors: where the scope's counts grew by exactly as many, nothing else changed.
+_OWNER_WRITTEN_AFTER = ("(SELECT count(*) FROM memories"
+                        " WHERE user_id = ? AND task_id {task} AND id > ?)")
+_SQL_SCOPE_WRITTEN_AFTER = _sql(
+    f"SELECT {_OWNER_WRITTEN_AFTER.format(task='IS NULL')}"
+    f" + {_OWNER_WRITTEN_AFTER.format(task='= ?')}")
+_OWNER_VECTORS_AFTER = ("SELECT id, vector FROM memory_vectors"
+                        " WHERE user_id = ? AND task_id {task} AND id > ?")
+_SQL_SCOPE_VECTORS_AFTER = _sql(
+    f"{_OWNER_VECTORS_AFTER.format(task='IS NULL')} UNION ALL"
+    f" {_OWNER_VECTORS_AFTER.format(task='= ?')} ORDER BY id")
 # The scope's newest memory id, from two descents of the scope index: with the counts of
 # memory_counts, what tells whether the scope changed. Ids are never given twice, so any
 # write under the scope raises it and any deletion lowers a count (a store's kept copy of
@@ -2442,6 +2454,17 @@ class _Vectors:
             len(rows), dimensions)
         self.norms = np.linalg.norm(self.rows, axis=1)
 
+    def extended(self, rows: list[tuple[int, bytes]], dimensions: int) -> _Vectors:
+        """These vectors (numpy's) and those of `rows` (id, vector), whose ids are above
+        theirs. A new copy: another recall may be reading this one."""
+        np = _numpy()
+        more, grown = _Vectors(rows, dimensions), _Vectors([], dimensions)
+        grown.ids = np.concatenate([self.ids, more.ids])
+        grown.rows = np.concatenate([self.rows, more.rows])
+        grown.norms = np.concatenate([self.norms, more.norms])
+        grown.size = self.size + more.size
+        return grown
+
     def cosines(self, query: bytes) -> tuple[Any, Any]:
         """The ids and each one's cosine with the query's vector."""
         if isinstance(self.rows, list):
@@ -3766,10 +3789,32 @@ class MemoryStore:
     def _vectors_of(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]) -> _Vectors:
         """The scope's vectors, from the store's copy where it is good (_kept)."""
         assert self.embedder is not None
-        dimensions = self.embedder.dimensions
-        return self._kept(_Vectors, key, (held, _embedder_record(self.embedder)),
+        dimensions, record = self.embedder.dimensions, _embedder_record(self.embedder)
+
+        def extended(kept_held: tuple[Any, ...], kept: _Vectors) -> _Vectors | None:
+            kept_scope, kept_record = kept_held
+            if kept_record != record or _numpy() is None \
+                    or not self._only_written_after(db, key, held, kept_scope):
+                return None
+            return kept.extended(db.execute(_SQL_SCOPE_VECTORS_AFTER, (
+                key.user, kept_scope[-1], *key, kept_scope[-1])).fetchall(), dimensions)
+
+        return self._kept(_Vectors, key, (held, record),
                           lambda: _Vectors(db.execute(_SQL_SCOPE_VECTORS, key).fetchall(),
-                                           dimensions))
+                                           dimensions), extended)
+
+    @staticmethod
+    def _only_written_after(db: _Session, key: _ScopeKey, held: tuple[Any, ...],
+                            kept_held: tuple[Any, ...]) -> bool:
+        """Whether the scope, which holds `held` (its counts and newest id) where a kept
+        copy of it read `kept_held`, changed by writes alone: its counts grew by exactly
+        the memories written after the copy's newest, so none left it (ids are never
+        given twice)."""
+        after = kept_held[-1]
+        (written,) = db.execute(_SQL_SCOPE_WRITTEN_AFTER, (key.user, after, *key, after)
+                                ).fetchone()
+        gained = sum(count for _, count in held[:-1]) - sum(count for _, count in kept_held[:-1])
+        return bool(gained == written)
 
     def _kept(self, kind: type[_Kept], key: _ScopeKey, held: tuple[Any, ...],
               read: Callable[[], _Kept],
@@ -3869,13 +3914,10 @@ class MemoryStore:
             return functools.partial(self._nearest, db, key, now)
 
         def extended(kept_held: tuple[Any, ...], kept: _Conversations) -> _Conversations | None:
-            # Where the scope gained exactly the memories written after the copy's newest,
-            # none left it: they are all that changed (ids are never given twice).
-            rows = db.execute(_SQL_SCOPE_CONVERSATIONS_AFTER,
-                              (key.user, kept_held[-1], *key, kept_held[-1])).fetchall()
-            gained = sum(count for _, count in held[:-1]) - sum(
-                count for _, count in kept_held[:-1])
-            return kept.extended(rows) if gained == len(rows) else None
+            if not self._only_written_after(db, key, held, kept_held):
+                return None
+            return kept.extended(db.execute(_SQL_SCOPE_CONVERSATIONS_AFTER, (
+                key.user, kept_held[-1], *key, kept_held[-1])).fetchall())
 
         return self._kept(_Conversations, key, held, lambda: _Conversations.read(
             db.execute(_SQL_SCOPE_CONVERSATIONS, key).fetchall()), extended)

@@ -13,7 +13,9 @@ FTS5 (bm25, porter, any word of the query, the user a column filter) and, where 
 package is installed, on tantivy (the user a filter term, the words should-terms, BM25),
 all in one run on the same rows. Each method runs its queries one after another; recall
 with context also runs each query right after the same recall without context, whose
-reads leave colder caches. Times are per query, in ms.
+reads leave colder caches, and (last, as it adds to the rows) right after a write to the
+scope, as an assistant that remembers each turn recalls, with and without vectors. Times
+are per query, in ms (a write's own time is not counted).
 """
 
 from __future__ import annotations
@@ -151,10 +153,15 @@ def workload(name: str, rows: list[Row], queries: list[str], folder: Path
         def within(query: str) -> object:
             return store.recall(ME, query, LIMIT, context=True)
 
+        def write(query: str) -> object:
+            return store.remember(ME, "user", query, "talk-new/0")
+
         plain, context = times(without, queries), times(within, queries)
         after = times(within, queries, before=without)
+        written = times(within, queries, before=write)  # last: it adds to the rows
     measured = [("memory.py stems+idf", plain), ("memory.py stems+idf+context", context),
-                ("memory.py stems+idf+context, each after one without", after)]
+                ("memory.py stems+idf+context, each after one without", after),
+                ("memory.py stems+idf+context, each after a write", written)]
     # Hybrid scores every memory the scope sees, by words and by meaning (random unit
     # vectors of 384 dimensions stand in for a model's: the cost does not depend on them).
     with MemoryStore(folder / "hybrid.db", embedder=Random(7), durable=False,
@@ -166,7 +173,10 @@ def workload(name: str, rows: list[Row], queries: list[str], folder: Path
             ("memory.py stems+hybrid", times(lambda q: store.recall(ME, q, LIMIT,
                                                                     context=False), queries)),
             ("memory.py stems+hybrid+context", times(lambda q: store.recall(ME, q, LIMIT),
-                                                     queries))]
+                                                     queries)),
+            ("memory.py stems+hybrid+context, each after a write", times(
+                lambda q: store.recall(ME, q, LIMIT), queries,
+                before=lambda q: store.remember(ME, "user", q, "talk-new/0")))]
     peers = [("SQLite FTS5 bm25 porter", fts5(folder, rows))]
     (folder / "tantivy").mkdir()
     tantivy = tantivy_ranker(folder / "tantivy", rows)

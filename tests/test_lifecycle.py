@@ -341,6 +341,8 @@ def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
     store.db.set_trace_callback(statements.append)
     store.memories(ALICE)
     store.recall(ALICE, "vegetarian lisbon hotel", context=True)
+    store.remember(ALICE, "user", "A hotel by the river.", "trip/turn-9")
+    store.recall(ALICE, "vegetarian lisbon hotel", context=True)  # the kept copy grows
     store.forget(ALICE, ids["a-trip"])
     store.forget(ALICE, ids["b-user"])
     store.forget_source(ALICE_WORK, "trip/turn-1")
@@ -350,6 +352,8 @@ def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
     store.db.set_trace_callback(None)
     touching = memory_statements(statements)
     assert len(touching) >= 8
+    grown = {s.split(" FROM ")[0] for s in touching if "AND id > " in s}
+    assert grown == {"SELECT (SELECT count(*)", "SELECT id, conversation"}
     for statement in touching:
         assert "WHERE user_id = " in statement
     for statement in memory_statements(statements[:scoped]):

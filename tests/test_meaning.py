@@ -420,11 +420,15 @@ def test_every_statement_of_meaning_carries_the_scope(store: MemoryStore) -> Non
     store.db.set_trace_callback(statements.append)
     store.recall(ALICE, PARAPHRASE, rank="meaning")
     store.recall(ALICE, PARAPHRASE, rank="hybrid", context=True)
+    store.remember(ALICE, "user", "Alice cooks lentils.", "c/3")
+    store.recall(ALICE, PARAPHRASE, rank="hybrid", context=True)  # the kept copies grow
     store.revise(ALICE, 1, "Alice is vegan.", "c/1")
     store.forget(ALICE_WORK, 2)
     store.db.set_trace_callback(None)
     touching = [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
     assert any("memory_vectors" in s for s in touching)
+    grown = {s.split(" FROM ")[0] for s in touching if "AND id > " in s}
+    assert grown == {"SELECT (SELECT count(*)", "SELECT id, vector", "SELECT id, conversation"}
     for statement in touching:
         assert re.search(r"WHERE user_id = .*\btask_(id|key) (IS|=|IN) ", statement), statement
 
@@ -510,3 +514,84 @@ def test_a_kept_copy_of_the_vectors_follows_every_change_another_store_makes(
         assert ids(reader.recall(ALICE_WORK, "concert", 5, rank="meaning")) == [revised]
         writer.erase_user("alice")
         assert reader.recall(ALICE, "concert", 5, rank="meaning") == []
+
+
+def test_a_kept_copy_of_the_vectors_grows_with_later_writes(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After writes alone (with the embedder, at the task level, a batch, one by a store
+    without an embedder, so without a vector), recall by meaning and hybrid reads only the
+    vectors written since and ranks as a store reading the scope afresh; after a deletion,
+    even with a write that keeps the count, it reads the scope's vectors again."""
+    pytest.importorskip("numpy")
+    reads, growing = [0], [False]
+    real_init, real_extended = memory._Vectors.__init__, memory._Vectors.extended
+
+    def counted_init(self: memory._Vectors, rows: list[tuple[int, bytes]],
+                     dimensions: int) -> None:
+        reads[0] += not growing[0]
+        real_init(self, rows, dimensions)
+
+    def counted_extended(self: memory._Vectors, rows: list[tuple[int, bytes]],
+                         dimensions: int) -> memory._Vectors:
+        growing[0] = True
+        try:
+            return real_extended(self, rows, dimensions)
+        finally:
+            growing[0] = False
+    monkeypatch.setattr(memory._Vectors, "__init__", counted_init)
+    monkeypatch.setattr(memory._Vectors, "extended", counted_extended)
+    ranks: list[memory.Rank] = ["meaning", "hybrid"]
+    asked = [(scope, query, rank) for scope in (ALICE, ALICE_WORK)
+             for query in ("meat-free supper", "jazz concert") for rank in ranks]
+
+    def recalled(store: MemoryStore) -> list[list[memory.Recalled]]:
+        return [store.recall(scope, query, 5, rank=rank, context=True, explain=True)
+                for scope, query, rank in asked]
+
+    def afresh() -> list[list[memory.Recalled]]:
+        with MemoryStore(target, embedder=ConceptEmbedder()) as fresh:
+            return recalled(fresh)
+
+    with MemoryStore(target, embedder=ConceptEmbedder()) as store:
+        first = store.remember_many([(ALICE, "user", text, f"c/{n}") for n, text in
+                                     enumerate(["vegetarian dinner", "jazz", "Lisbon"])])
+        recalled(store)
+        writes = [
+            lambda: store.remember(ALICE, "user", "a plant-based supper", "c/3"),
+            lambda: store.remember(ALICE_WORK, "task", "Alice's band plays jazz", "d/0"),
+            lambda: store.remember_many([(ALICE, "user", "meat free", "c/4"),
+                                         (ALICE, "user", "the Portugal trip", "e/0")])]
+
+        def without_an_embedder() -> None:
+            with MemoryStore(target) as plain:
+                plain.remember(ALICE, "user", "jazz dinner", "c/5")
+        for write in [*writes, without_an_embedder]:
+            write()
+            expected, before = afresh(), reads[0]
+            assert recalled(store) == expected
+            assert reads[0] == before
+        store.forget(ALICE, first[1])
+        store.remember(ALICE, "user", "vegan supper places", "c/6")
+        expected, before = afresh(), reads[0]
+        assert recalled(store) == expected
+        assert reads[0] - before == 2  # both scopes see the user's memories
+
+
+class Shifted(ConceptEmbedder):
+    """Another model of the same dimensions, whose cosines differ."""
+
+    def vector(self, text: str) -> list[float]:
+        return [x + 1.0 for x in super().vector(text)]
+
+
+def test_a_kept_copy_of_one_embedder_s_vectors_is_not_used_after_a_reindex(
+        target: str) -> None:
+    with MemoryStore(target, embedder=ConceptEmbedder()) as store:
+        store.remember_many([(ALICE, "user", text, "s") for text in
+                             ("vegetarian dinner", "jazz", "Lisbon", "Alice's band plays jazz")])
+        before = store.recall(ALICE, "jazz concert", 5, rank="meaning")
+        store.reindex(embedder=Shifted(name="shifted-1"))
+        after = store.recall(ALICE, "jazz concert", 5, rank="meaning")
+    with MemoryStore(target, embedder=Shifted(name="shifted-1")) as fresh:
+        assert after == fresh.recall(ALICE, "jazz concert", 5, rank="meaning")
+    assert [r["score"] for r in after] != [r["score"] for r in before]

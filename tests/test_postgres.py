@@ -108,6 +108,9 @@ def test_every_statement_carries_the_user_filter(store: MemoryStore) -> None:
     store.recall(ALICE_WORK, "vegetarian hotel reader")  # indexed, and one not (user level)
     store.recall(ALICE, "vegetarian hotel reader", rank="idf")
     store.recall(ALICE_WORK, "vegetarian hotel reader", context=True)
+    store.recall(BOB, "reader", context=True)
+    store.remember(BOB, "user", "A new screen reader.", "talk/turn-2")
+    store.recall(BOB, "reader", context=True)  # the kept copy grows
     store.count(ALICE)
     store.memories(ALICE)
     memory_id = store.remember(ALICE, "task", "Book the hotel.", "s")
@@ -119,6 +122,8 @@ def test_every_statement_carries_the_user_filter(store: MemoryStore) -> None:
     store.db.set_trace_callback(None)
     touching = [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
     assert len(touching) >= 15
+    grown = {s.split(" FROM ")[0] for s in touching if "AND id > " in s}
+    assert grown == {"SELECT (SELECT count(*)", "SELECT id, conversation"}
     for statement in touching:
         # A read for many owners at once runs its body once for each row of its arrays.
         each = statement.startswith("SELECT wanted.n, found.* FROM (SELECT listed.n,")
