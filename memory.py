@@ -765,10 +765,18 @@ _OWNER_VECTORS_AFTER = ("SELECT id, vector FROM memory_vectors"
 _SQL_SCOPE_VECTORS_AFTER = _sql(
     f"{_OWNER_VECTORS_AFTER.format(task='IS NULL')} UNION ALL"
     f" {_OWNER_VECTORS_AFTER.format(task='= ?')} ORDER BY id")
+
+
+def _owners_after(key: _ScopeKey, newest: int) -> tuple[Any, ...]:
+    """The parameters of a statement of the scope's memories after `newest`, each owner's
+    apart (_SQL_SCOPE_WRITTEN_AFTER and the two beside it)."""
+    return (key.user, newest, key.user, key.task, newest)
+
+
 # The scope's newest memory id, from two descents of the scope index: with the counts of
 # memory_counts, what tells whether the scope changed. Ids are never given twice, so any
 # write under the scope raises it and any deletion lowers a count (a store's kept copy of
-# the scope's vectors is good while neither has changed).
+# the scope is good while neither has changed, and grows where only writes changed them).
 _NEWEST_OF_OWNER = "(SELECT max(id) FROM memories WHERE user_id = ? AND task_id {task})"
 _SQL_NEWEST_IN_SCOPE = _sql(
     "SELECT max(coalesce({}, 0), coalesce({}, 0))".format(
@@ -3796,8 +3804,9 @@ class MemoryStore:
             if kept_record != record or _numpy() is None \
                     or not self._only_written_after(db, key, held, kept_scope):
                 return None
-            return kept.extended(db.execute(_SQL_SCOPE_VECTORS_AFTER, (
-                key.user, kept_scope[-1], *key, kept_scope[-1])).fetchall(), dimensions)
+            return kept.extended(db.execute(
+                _SQL_SCOPE_VECTORS_AFTER, _owners_after(key, kept_scope[-1])).fetchall(),
+                dimensions)
 
         return self._kept(_Vectors, key, (held, record),
                           lambda: _Vectors(db.execute(_SQL_SCOPE_VECTORS, key).fetchall(),
@@ -3810,9 +3819,8 @@ class MemoryStore:
         copy of it read `kept_held`, changed by writes alone: its counts grew by exactly
         the memories written after the copy's newest, so none left it (ids are never
         given twice)."""
-        after = kept_held[-1]
-        (written,) = db.execute(_SQL_SCOPE_WRITTEN_AFTER, (key.user, after, *key, after)
-                                ).fetchone()
+        (written,) = db.execute(_SQL_SCOPE_WRITTEN_AFTER,
+                                _owners_after(key, kept_held[-1])).fetchone()
         gained = sum(count for _, count in held[:-1]) - sum(count for _, count in kept_held[:-1])
         return bool(gained == written)
 
@@ -3916,8 +3924,8 @@ class MemoryStore:
         def extended(kept_held: tuple[Any, ...], kept: _Conversations) -> _Conversations | None:
             if not self._only_written_after(db, key, held, kept_held):
                 return None
-            return kept.extended(db.execute(_SQL_SCOPE_CONVERSATIONS_AFTER, (
-                key.user, kept_held[-1], *key, kept_held[-1])).fetchall())
+            return kept.extended(db.execute(_SQL_SCOPE_CONVERSATIONS_AFTER,
+                                            _owners_after(key, kept_held[-1])).fetchall())
 
         return self._kept(_Conversations, key, held, lambda: _Conversations.read(
             db.execute(_SQL_SCOPE_CONVERSATIONS, key).fetchall()), extended)
