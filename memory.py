@@ -745,26 +745,24 @@ _SQL_SCOPE_VECTORS = _sql(f"SELECT id, vector FROM memory_vectors {_IN_SCOPE} OR
 # index holds it all): what recall with context scores over at once, with numpy.
 _SQL_SCOPE_CONVERSATIONS = _sql(
     f"SELECT id, conversation FROM memories {_IN_SCOPE} ORDER BY conversation, id")
-# The scope's memories written after a kept copy was read (ids above its newest), in
-# write order: what a kept copy of the conversations gains where nothing else changed.
-# Each owner's apart, so that each is a range of its scope index (as are the next two).
-_OWNER_CONVERSATIONS_AFTER = ("SELECT id, conversation FROM memories"
-                              " WHERE user_id = ? AND task_id {task} AND id > ?")
-_SQL_SCOPE_CONVERSATIONS_AFTER = _sql(
-    f"{_OWNER_CONVERSATIONS_AFTER.format(task='IS NULL')} UNION ALL"
-    f" {_OWNER_CONVERSATIONS_AFTER.format(task='= ?')} ORDER BY id")
-# How many of the scope's memories were written after a kept copy's newest id, and their
-# vectors: where the scope's counts grew by exactly as many, nothing else changed.
-_OWNER_WRITTEN_AFTER = ("(SELECT count(*) FROM memories"
-                        " WHERE user_id = ? AND task_id {task} AND id > ?)")
+
+
+def _each_owner_after(select: str, between: str, end: str = "") -> str:
+    """`select` of the scope's rows with ids above a kept copy's newest, each owner's
+    apart (so that each is a range of its scope index), the two joined by `between`."""
+    owner = f"{select} WHERE user_id = ? AND task_id {{task}} AND id > ?"
+    return f"{owner.format(task='IS NULL')} {between} {owner.format(task='= ?')}{end}"
+
+
+# How many of the scope's memories were written after a kept copy's newest id, and those
+# memories' places and vectors: where the scope's counts grew by exactly as many, nothing
+# else changed, and a kept copy gains them.
 _SQL_SCOPE_WRITTEN_AFTER = _sql(
-    f"SELECT {_OWNER_WRITTEN_AFTER.format(task='IS NULL')}"
-    f" + {_OWNER_WRITTEN_AFTER.format(task='= ?')}")
-_OWNER_VECTORS_AFTER = ("SELECT id, vector FROM memory_vectors"
-                        " WHERE user_id = ? AND task_id {task} AND id > ?")
-_SQL_SCOPE_VECTORS_AFTER = _sql(
-    f"{_OWNER_VECTORS_AFTER.format(task='IS NULL')} UNION ALL"
-    f" {_OWNER_VECTORS_AFTER.format(task='= ?')} ORDER BY id")
+    f"SELECT ({_each_owner_after('SELECT count(*) FROM memories', ') + (', ')')}")
+_SQL_SCOPE_CONVERSATIONS_AFTER = _sql(_each_owner_after(
+    "SELECT id, conversation FROM memories", "UNION ALL", " ORDER BY id"))
+_SQL_SCOPE_VECTORS_AFTER = _sql(_each_owner_after(
+    "SELECT id, vector FROM memory_vectors", "UNION ALL", " ORDER BY id"))
 
 
 def _owners_after(key: _ScopeKey, newest: int) -> tuple[Any, ...]:
