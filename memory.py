@@ -2017,6 +2017,15 @@ _FORKED = (
 _INHERITED: list[_Engine] = []
 
 
+def _holds_a_file(path: str) -> bool:
+    """Whether there is a file at `path` that may hold a store: an empty one holds none
+    (SQLite would make one in it), unless a WAL beside it holds what is not yet in it."""
+    if not os.path.isfile(path):
+        return False
+    wal = f"{path}-wal"
+    return os.path.getsize(path) > 0 or (os.path.isfile(wal) and os.path.getsize(wal) > 0)
+
+
 def _sqlite_uri(path: str, read_only: bool, create: bool) -> str:
     """The URI to open: the file, created first (privately) unless read-only or told not
     to create a store."""
@@ -2025,13 +2034,11 @@ def _sqlite_uri(path: str, read_only: bool, create: bool) -> str:
     if os.path.isdir(path):
         raise SchemaError("path is a directory, not a memory store")
     uri = pathlib.Path(path).absolute().as_uri()
-    if not read_only and not create and not os.path.isfile(path):
+    if (read_only or not create) and not _holds_a_file(path):
         raise StoreNotFound("no such memory store at path")
     if not read_only:
         _create_private(path, existing=True)
         return f"{uri}?mode=rwc"
-    if not os.path.isfile(path):
-        raise StoreError("no such memory store at path")
     folder = os.path.dirname(os.path.abspath(path))
     if os.access(path, os.R_OK | os.W_OK) and os.access(folder, os.W_OK):
         # As any store: SQLite makes the -wal and -shm it needs and removes them when
@@ -4551,7 +4558,7 @@ _SERVER_MEMORY_NOUNS = {"entity": "an entity", "relation": "a relation"}
 def _server_memory_texts(line: Any) -> list[tuple[str, str]]:
     """The (text, entity) of each memory one line of memory.jsonl holds."""
     kind = line.get("type") if isinstance(line, dict) else None
-    if kind not in _SERVER_MEMORY_KEYS:
+    if not isinstance(kind, str) or kind not in _SERVER_MEMORY_KEYS:
         raise MemoryInputError("not an entity or a relation (an object whose type is"
                                " 'entity' or 'relation')")
     wanted = _SERVER_MEMORY_KEYS[kind]

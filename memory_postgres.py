@@ -381,7 +381,7 @@ class _PostgresSession(_Session):
                               f" code's {POSTGRES_SCHEMA_VERSION}")
         if version == POSTGRES_SCHEMA_VERSION:
             return
-        if version == 0 and not create:
+        if version == 0 and not (create and writable):
             raise StoreNotFound("the database holds no memory store")
         if not writable:
             raise StoreError("the database holds no memory store at this version and was"

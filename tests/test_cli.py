@@ -200,6 +200,20 @@ def test_commands_never_create_a_store_by_typo(tmp_path: pathlib.Path) -> None:
     assert not missing.exists()
 
 
+@pytest.mark.parametrize("command", [
+    ["purge"], ["compact"], ["erase-user", "--user", "a", "--yes"],
+    ["reindex", "--matching", "exact"], ["stats"], ["forget", "--user", "a", "--task", "b", "1"],
+])
+def test_commands_never_make_a_store_of_an_empty_file(tmp_path: pathlib.Path,
+                                                      command: list[str]) -> None:
+    empty = tmp_path / "typo.db"
+    empty.touch()
+    done = cli(command[0], str(empty), *command[1:])
+    assert_clean_failure(done)
+    assert "no such memory store" in done.stderr
+    assert empty.stat().st_size == 0
+
+
 def test_check(store_path: pathlib.Path, tmp_path: pathlib.Path) -> None:
     done = cli("check", str(store_path))
     assert done.returncode == 0
@@ -537,6 +551,8 @@ def test_import_from_the_reference_memory_servers_file(store_at: str,
     ('{"type": "entity", "name": "Alice"}', "line 2: an entity needs entityType, name,"),
     ('{"type": "person"}', "line 2: not an entity or a relation"),
     ("[1, 2]", "line 2: not an entity or a relation"),
+    ('{"type": ["entity"]}', "line 2: not an entity or a relation"),
+    ('{"type": {"secret": 1}}', "line 2: not an entity or a relation"),
     ("{not json", "line 2: not JSON"),
     ('{"type": "entity", "name": "A", "entityType": "p", "observations": "x"}',
      "line 2: observations must be a list"),

@@ -15,7 +15,14 @@ import pytest
 
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, file_bytes, write_version_1
-from memory import MemoryInputError, MemoryStore, Scope, StoreError, fixed_clock
+from memory import (
+    MemoryInputError,
+    MemoryStore,
+    Scope,
+    StoreError,
+    StoreNotFound,
+    fixed_clock,
+)
 from model import Memory, index_problems_at, owner_connection
 
 
@@ -435,3 +442,19 @@ def test_a_store_dropped_open_says_so_and_is_closed(tmp_path: pathlib.Path) -> N
         MemoryStore(tmp_path / "m.db").close()  # a closed one says nothing, nor one that
         with pytest.raises(MemoryInputError):  # never opened
             MemoryStore(tmp_path / "m.db", rank="no-such")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("options", [{"create": False}, {"read_only": True},
+                                     {"read_only": True, "create": False}])
+def test_an_empty_or_missing_file_is_no_store_unless_one_is_made(
+        tmp_path: pathlib.Path, options: dict[str, bool]) -> None:
+    empty, missing = tmp_path / "empty.db", tmp_path / "missing.db"
+    empty.touch()
+    for path in (empty, missing):
+        with pytest.raises(StoreNotFound, match="no such memory store"):
+            MemoryStore(path, **options)
+    assert empty.stat().st_size == 0 and not missing.exists()
+    with MemoryStore(empty) as made:  # creating is what makes a store of an empty file
+        made.remember(ALICE, "user", "Alice is vegetarian.", "trip/turn-1")
+    with MemoryStore(empty, **options) as opened:
+        assert opened.count(ALICE) == 1

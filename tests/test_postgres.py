@@ -35,7 +35,15 @@ from hypothesis.stateful import initialize, invariant, rule, run_state_machine_a
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, WORD_RANKS, cli
 from machine import INDEX_FROMS, StoreMatchesModel
-from memory import MemoryInputError, MemoryStore, SchemaError, Scope, StoreError, fixed_clock
+from memory import (
+    MemoryInputError,
+    MemoryStore,
+    SchemaError,
+    Scope,
+    StoreError,
+    StoreNotFound,
+    fixed_clock,
+)
 from model import RULES_HERE, Memory, Model, index_problems_at, transactions_left
 from pg_server import APP_ROLE, Server, database_of
 
@@ -689,8 +697,9 @@ def test_commands_that_must_not_create_a_store_do_not(url: str, server: Server,
         "memory: error: the database holds no memory store\n"), done.stderr
     assert server.admin("SELECT count(*) FROM pg_class WHERE relnamespace ="
                         " 'public'::regnamespace", database_of(url)) == [(0,)]
-    with pytest.raises(StoreError, match="holds no memory store"):
-        MemoryStore(url, create=False)
+    for options in ({"create": False}, {"read_only": True}):
+        with pytest.raises(StoreNotFound, match="holds no memory store"):
+            MemoryStore(url, **options)
 
 
 def chain(error: BaseException) -> list[str]:
