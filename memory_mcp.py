@@ -347,6 +347,10 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+class _NoSigningKey(jwt.PyJWKSetError):
+    """The JWKS holds keys, but none that can verify an asymmetric signature."""
+
+
 class _Keys:
     """The issuer's signing keys: a JWKS file, read again when a token names a key id it
     lacks (the keys were rotated), or a URL, fetched and cached by PyJWT's client, which
@@ -360,7 +364,13 @@ class _Keys:
 
     def _read(self) -> None:
         with open(self._file, encoding="utf-8") as source:
-            keys = jwt.PyJWKSet.from_json(source.read()).keys
+            jwks = json.load(source)
+        if not isinstance(jwks, dict):
+            raise jwt.PyJWKSetError("the JWKS is not a JSON object")
+        # A symmetric key is a secret no issuer publishes, and verifies no token here.
+        keys = [key for key in jwt.PyJWKSet.from_dict(jwks).keys if key.key_type != "oct"]
+        if not keys:
+            raise _NoSigningKey("the JWKS holds no asymmetric key (RSA, EC or OKP)")
         self._known = {str(key.key_id): key for key in keys}
 
     def key_for(self, token: str) -> jwt.PyJWK:
@@ -398,8 +408,8 @@ class _Verifier:
     async def verify_token(self, token: str) -> AccessToken | None:
         try:  # fetching the JWKS is blocking I/O
             claims = await asyncio.to_thread(self._claims, token)
-        except (jwt.PyJWTError, OSError, ValueError) as exc:  # never the token itself
-            _log.info("mcp: refused a token: %s", type(exc).__name__)
+        except Exception as exc:  # whatever went wrong, the request fails closed: 401
+            _log.info("mcp: refused a token: %s", type(exc).__name__)  # never the token
             return None
         user = claims.get(self.user_claim)
         valid = isinstance(user, str) and IDENTIFIER.fullmatch(user) is not None
@@ -407,7 +417,8 @@ class _Verifier:
             _log.info("mcp: refused a token of issuer %s: its %s is not a valid user id",
                       self.issuer, self.user_claim)
         return AccessToken(token=token, client_id=str(claims.get("azp") or "unnamed"),
-                           scopes=[], expires_at=int(claims["exp"]),
+                           # The SDK refuses a token past expires_at: the grace goes in.
+                           scopes=[], expires_at=int(claims["exp"]) + _LEEWAY_SECONDS,
                            subject=user if valid else None, claims={"iss": self.issuer})
 
 
@@ -554,6 +565,9 @@ def _http_settings(args: argparse.Namespace) -> None:
     if not args.jwks.startswith(("https://", "http://")):
         try:  # a file: read now, so that a wrong one stops the start, not every request
             _Keys(args.jwks)._read()
+        except _NoSigningKey:
+            raise MemoryInputError("--jwks holds no asymmetric key (RSA, EC or OKP): a"
+                                   " symmetric one can verify no token here") from None
         except (OSError, ValueError, jwt.PyJWTError):
             raise MemoryInputError("--jwks names no readable JWKS file (a JSON object with"
                                    " a list of keys)") from None

@@ -180,6 +180,12 @@ def test_bad_tokens_are_refused_with_401_and_an_invalid_user_with_403(
         "alg none": unsigned("alice"),
         "HS256": hmac_signed("a-shared-secret-of-thirty-two-bytes-x", "alice"),
     }
+    # exp and nbf are judged with 30 s of grace, on each side of its edge.
+    now = int(time.time())
+    bad["expired past the grace"] = issuer.token("alice", exp=now - 50)
+    bad["not yet valid past the grace"] = issuer.token("alice", nbf=now + 50)
+    graced = {"expired within the grace": issuer.token("alice", exp=now - 10),
+              "not yet valid within the grace": issuer.token("alice", nbf=now + 10)}
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"}}}
@@ -197,6 +203,10 @@ def test_bad_tokens_are_refused_with_401_and_an_invalid_user_with_403(
                 answer = await http.post(url, json=body, headers={
                     **headers, "Authorization": f"Bearer {issuer.token(user)}"})
                 found[f"user {n}"] = (answer.status_code, "")
+            for name, token in graced.items():
+                answer = await http.post(url, json=body, headers={
+                    **headers, "Authorization": f"Bearer {token}"})
+                found[name] = (answer.status_code, "")
             unnamed = await http.post(url, json=body, headers={  # the JWKS has one key
                 **headers, "Authorization": f"Bearer {issuer.token('alice', named=False)}"})
             found["no key id"] = (unnamed.status_code, "")
@@ -215,6 +225,7 @@ def test_bad_tokens_are_refused_with_401_and_an_invalid_user_with_403(
             challenge), name
     assert [status for name, (status, _) in found.items() if name.startswith("user")] == [403] * 4
     assert found["no key id"][0] == 200
+    assert {name: found[name][0] for name in graced} == dict.fromkeys(graced, 200)
     status, metadata = found["metadata"]
     assert status == 200 and json.loads(metadata)["authorization_servers"] == [ISSUER]
     assert "a-shared-secret-of" not in (tmp_path / "log").read_text()
@@ -321,6 +332,55 @@ def test_http_settings_are_checked_before_anything_is_opened(
     assert done.returncode == 1 and done.stderr.startswith(f"memory: error: {message}"), (
         done.stderr)
     assert not path.exists()
+
+
+OCT_KEY = {"kty": "oct", "kid": "shared", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXh4"}
+
+
+@pytest.mark.parametrize("jwks, message", [
+    ("[]", "--jwks names no readable JWKS file"),
+    ("5", "--jwks names no readable JWKS file"),
+    ('"keys"', "--jwks names no readable JWKS file"),
+    ('{"keys": 5}', "--jwks names no readable JWKS file"),
+    (json.dumps({"keys": [OCT_KEY]}), "--jwks holds no asymmetric key"),
+])
+def test_a_jwks_file_that_is_no_set_of_signing_keys_stops_the_start_in_one_line(
+        tmp_path: pathlib.Path, jwks: str, message: str) -> None:
+    (tmp_path / "jwks.json").write_text(jwks)
+    path = tmp_path / "m.db"
+    done = subprocess.run([sys.executable, "-m", "memory", "mcp", str(path), "--http",
+                           "127.0.0.1:0", "--issuer", ISSUER, "--audience", AUDIENCE,
+                           "--jwks", str(tmp_path / "jwks.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.startswith(f"memory: error: {message}"), (
+        done.stderr)
+    assert done.stderr.count("\n") == 1 and not path.exists()
+
+
+def test_keys_that_cannot_be_read_while_serving_refuse_the_request_with_401(
+        tmp_path: pathlib.Path, issuer: Issuer) -> None:
+    (tmp_path / "rotated").mkdir()
+    rotated = Issuer(tmp_path / "rotated", key_id="test-key-2")  # unseen: the file is read
+    log = tmp_path / "log"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}
+
+    async def statuses(url: str) -> list[int]:
+        found = []
+        async with httpx2.AsyncClient(timeout=60) as http:
+            for broken in ("[]", "5", "{not json", json.dumps({"keys": [OCT_KEY]})):
+                issuer.jwks.write_text(broken)
+                answer = await http.post(url, json=body, headers={
+                    "Accept": "application/json, text/event-stream",
+                    "Authorization": f"Bearer {rotated.token('alice')}"})
+                found.append(answer.status_code)
+        return found
+
+    with serving(str(tmp_path / "m.db"), log, *token_args(issuer)) as server:
+        assert run(statuses(server.url)) == [401] * 4
+        assert server.process.poll() is None
+    assert "Traceback" not in log.read_text()
 
 
 def test_a_jwks_url_is_fetched_once_and_again_for_a_rotated_key_after_30_s(
