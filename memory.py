@@ -1163,9 +1163,15 @@ def _vector_blob(vector: object, dimensions: int, position: int) -> bytes:
     where = f"the embedder's vector {position}"
     if isinstance(vector, (str, bytes)) or not isinstance(vector, Iterable):
         raise StoreError(f"{where} is not a sequence of numbers but {type(vector).__name__}")
-    packed = None
-    with contextlib.suppress(TypeError, ValueError, OverflowError):
+    packed, failure = None, None
+    try:  # a lazy vector (a generator, a client's row) runs the embedder's code here
         packed = array.array("f", vector)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    except Exception as exc:
+        failure = type(exc).__name__
+    if failure is not None:  # raised out here, so the error (and its text) is no context
+        raise StoreError(f"{where} raised {failure} while it was read")
     if packed is None:
         raise StoreError(f"{where} holds something that is not a number")
     if len(packed) != dimensions:

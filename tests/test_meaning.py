@@ -303,8 +303,23 @@ def test_a_reindex_killed_midway_leaves_the_old_vectors_working(
         assert store.check()["ok"]
 
 
+def lazy_vectors(texts: list[str]) -> list[Iterator[float]]:
+    """Vectors read as they are used, as a client library's rows are, failing partway."""
+    def vector(text: str) -> Iterator[float]:
+        yield 1.0
+        raise RuntimeError(f"the text was: {text}")
+    return [vector(text) for text in texts]
+
+
+def lazy_batch(texts: list[str]) -> Iterator[list[float]]:
+    yield [1.0] * 16
+    raise LookupError(f"the text was: {texts[-1]}")
+
+
 @pytest.mark.parametrize("given, problem", [
     (ValueError("the text was: secret"), "the embedder raised ValueError"),
+    (lazy_vectors, "vector 0 raised RuntimeError while it was read"),
+    (lazy_batch, "the embedder raised LookupError"),
     (lambda texts: [[1.0] * 16], "gave 1 vectors for 2 texts"),
     (lambda texts: [[1.0] * 15 for _ in texts], "has 15 numbers, not the 16"),
     (lambda texts: [[math.nan] * 16 for _ in texts], "not finite"),
