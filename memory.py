@@ -4724,6 +4724,28 @@ def _run_backup(store: MemoryStore, args: argparse.Namespace) -> int:
 _READS, _WRITES, _CREATES = "reads", "writes", "creates"
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send what the block writes to stdout (print, or a C library's write to fd 1) to
+    stderr: model libraries print while they load, and stdout is the command's output,
+    or for `memory mcp` the protocol."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        sys.stdout.flush()
+    try:
+        kept = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no stdout, or no stderr, to move: nothing to keep apart
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            sys.stdout.flush()
+        os.dup2(kept, 1)
+        os.close(kept)
+
+
 def _load_embedder(spec: str, named: str) -> Embedder:
     """The embedder a launch setting names as MODULE:FACTORY: that module's FACTORY(),
     the module importable as any other (installed, or on PYTHONPATH)."""
@@ -4732,7 +4754,8 @@ def _load_embedder(spec: str, named: str) -> Embedder:
         raise MemoryInputError(f"{named} must be MODULE:FACTORY, a module and a callable in it")
     failure = None
     try:
-        made = getattr(importlib.import_module(module), factory)()
+        with _stdout_to_stderr():
+            made = getattr(importlib.import_module(module), factory)()
     except Exception as exc:
         failure = type(exc).__name__
     if failure is not None:  # raised out here: the module's own error may quote anything

@@ -259,6 +259,64 @@ def test_the_server_exits_when_the_client_goes_and_keeps_what_it_acknowledged(
             (kept, "mcp:raw")]
 
 
+NOISY_EMBEDDER = """
+import os, sys
+from embedders import ConceptEmbedder
+print("loading the model")  # as model libraries do, at import ...
+class Noisy(ConceptEmbedder):
+    def embed(self, texts):
+        print("embedding", len(texts))
+        os.write(1, b"a C library writing to fd 1\\n")
+        return super().embed(texts)
+def made():
+    print("weights ready")  # ... and while the factory builds the model
+    sys.stdout.flush()
+    os.write(1, b"progress 100%\\n")
+    return Noisy()
+"""
+
+
+def test_an_embedder_that_prints_leaves_stdout_to_the_protocol(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "noisy.py").write_text(NOISY_EMBEDDER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "tests")])}
+    errors = tmp_path / "stderr"
+    with errors.open("wb") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "memory", "mcp", str(tmp_path / "m.db"),
+                                    "--user", "alice", "--embedder", "noisy:made"], cwd=ROOT,
+                                   env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=stderr)
+        try:
+            assert process.stdin is not None
+            messages = [
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                    "name": "remember", "arguments": {"text": "Alice is vegetarian."}}},
+                {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+                    "name": "recall", "arguments": {"query": "meat-free dinner"}}},
+            ]
+            for message in messages:
+                process.stdin.write(json.dumps(message).encode() + b"\n")
+            process.stdin.flush()
+            # Every line of stdout is JSON-RPC (read_reply parses each), in order.
+            assert read_reply(process, 1, 60)["result"]["serverInfo"]["name"] == "memory"
+            assert "id" in read_reply(process, 2, 60)["result"]["structuredContent"]
+            found = read_reply(process, 3, 60)["result"]["structuredContent"]["memories"]
+            assert [m["text"] for m in found] == ["Alice is vegetarian."]
+            process.stdin.close()
+            assert process.wait(timeout=20) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=20)
+    said = errors.read_text()
+    for noise in ("loading the model", "weights ready", "progress 100%", "embedding 1",
+                  "a C library writing to fd 1"):
+        assert noise in said
+
+
 def test_settings_come_from_the_environment_and_the_command_line_wins(
         tmp_path: pathlib.Path) -> None:
     path = str(tmp_path / "m.db")
