@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import typing
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -432,15 +433,106 @@ class _KnownUser:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         token = getattr(scope.get("user"), "access_token", None)
         if token is not None and token.subject is None:
-            body = json.dumps({"error": "insufficient_scope", "error_description":
-                               "the token's user claim is not a valid user id"}).encode()
-            await send({"type": "http.response.start", "status": 403, "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer error="insufficient_scope"')]})
-            await send({"type": "http.response.body", "body": body})
+            await _refuse(send, 403, "insufficient_scope",
+                          "the token's user claim is not a valid user id")
             return
         await self.app(scope, receive, send)
+
+
+#: Sessions one signed-in user may hold open at once: without a bound, one user could take
+#: the SDK's whole budget (10,000) and leave every other user a 503.
+_SESSIONS_PER_USER = 16
+#: A session with no request for this long is closed (the SDK's default is 30 minutes).
+_IDLE_SESSION_SECONDS = 300
+_SESSION_HEADER = b"mcp-session-id"
+
+
+class _SessionsPerUser:
+    """429 for a request that would open a user's `_SESSIONS_PER_USER + 1`-th session.
+    It counts the sessions each user opened that are neither ended (DELETE, or a 404 for
+    their id) nor idle past `_IDLE_SESSION_SECONDS`, when the SDK closes them, and those
+    being opened; a request for one of them makes it new again."""
+
+    def __init__(self, app: Any, clock: Callable[[], float] = time.monotonic) -> None:
+        self.app, self.clock = app, clock
+        # user -> session id -> [when its last request ended, its requests in flight]
+        self._open: dict[str, dict[str, list[float]]] = {}
+        self._opening: dict[str, int] = {}
+
+    def held(self, user: str) -> int:
+        """The user's sessions open or being opened, the idle ones forgotten (the SDK
+        closes a session once no request of it has been in flight for the timeout)."""
+        sessions = self._open.get(user, {})
+        since = self.clock() - _IDLE_SESSION_SECONDS
+        for session in [s for s, (ended, flying) in sessions.items()
+                        if not flying and ended <= since]:
+            del sessions[session]
+        if not sessions:
+            self._open.pop(user, None)
+        return len(sessions) + self._opening.get(user, 0)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        user = scope["user"].access_token.subject  # _KnownUser lets no other request in
+        session = dict(scope.get("headers", [])).get(_SESSION_HEADER)
+        if session is not None:
+            await self._served(user, session.decode("latin-1"), scope, receive, send)
+            return
+        if self.held(user) >= _SESSIONS_PER_USER:
+            _log.info("mcp: refused a session of user %s: %d open", user, _SESSIONS_PER_USER)
+            await _refuse(send, 429, "too_many_sessions", f"this user has {_SESSIONS_PER_USER}"
+                          " sessions open: end one (DELETE) or let one idle out"
+                          f" ({_IDLE_SESSION_SECONDS} s)")
+            return
+        answer: dict[str, Any] = {}
+        self._opening[user] = self._opening.get(user, 0) + 1
+        try:
+            await self.app(scope, receive, _watched(send, answer))
+        finally:
+            self._opening[user] -= 1
+            if not self._opening[user]:
+                del self._opening[user]
+            opened = answer.get("session")
+            if answer.get("status", 500) < 400 and opened is not None:
+                self._open.setdefault(user, {})[opened] = [self.clock(), 0]
+
+    async def _served(self, user: str, session: str, scope: Any, receive: Any,
+                      send: Any) -> None:
+        answer: dict[str, Any] = {}
+        held = self._open.get(user, {}).get(session)  # None: another's, or unknown
+        if held is not None:
+            held[1] += 1
+        try:
+            await self.app(scope, receive, _watched(send, answer))
+        finally:
+            if held is not None:
+                held[0], held[1] = self.clock(), held[1] - 1
+                ended = answer.get("status") == 404 or (
+                    scope.get("method") == "DELETE" and answer.get("status", 500) < 400)
+                if ended:
+                    self._open[user].pop(session, None)
+
+
+def _watched(send: Any, answer: dict[str, Any]) -> Any:
+    """`send`, noting the response's status and the session id it names in `answer`."""
+    async def watching(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            answer["status"] = message["status"]
+            named = dict(message.get("headers", [])).get(_SESSION_HEADER)
+            if named is not None:
+                answer["session"] = bytes(named).decode("latin-1")
+        await send(message)
+    return watching
+
+
+async def _refuse(send: Any, status: int, error: str, description: str) -> None:
+    """An OAuth-style JSON error response."""
+    body = json.dumps({"error": error, "error_description": description}).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    if status == 403:
+        headers.append((b"www-authenticate", b'Bearer error="insufficient_scope"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _token_scope(task: str) -> Scope:
@@ -466,7 +558,8 @@ def _http_app(store: AsyncMemoryStore, args: argparse.Namespace) -> Starlette:
                          f"the signed-in user, task {args.task}")
         security = None
     manager = StreamableHTTPSessionManager(app=server, json_response=True,
-                                           security_settings=security)
+                                           security_settings=security,
+                                           session_idle_timeout=_IDLE_SESSION_SECONDS)
     endpoint: Any = StreamableHTTPASGIApp(manager)
     routes: list[Route] = []
     middleware: list[Middleware] = []
@@ -476,7 +569,7 @@ def _http_app(store: AsyncMemoryStore, args: argparse.Namespace) -> Starlette:
         verifier = _Verifier(args.issuer, args.audience, args.jwks, args.user_claim)
         middleware = [Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier)),
                       Middleware(AuthContextMiddleware)]
-        endpoint = RequireAuthMiddleware(_KnownUser(endpoint), [],
+        endpoint = RequireAuthMiddleware(_KnownUser(_SessionsPerUser(endpoint)), [],
                                          build_resource_metadata_url(resource))
         routes += create_protected_resource_routes(resource, [AnyHttpUrl(args.issuer)])
     return Starlette(routes=[Route("/mcp", endpoint=endpoint), *routes], middleware=middleware,

@@ -231,6 +231,90 @@ def test_bad_tokens_are_refused_with_401_and_an_invalid_user_with_403(
     assert "a-shared-secret-of" not in (tmp_path / "log").read_text()
 
 
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+def test_one_user_s_flood_of_sessions_leaves_the_others_served(tmp_path: pathlib.Path,
+                                                               issuer: Issuer) -> None:
+    limit = memory_mcp._SESSIONS_PER_USER
+    alice = {**ACCEPT, "Authorization": f"Bearer {issuer.token('alice')}"}
+    bob = {**ACCEPT, "Authorization": f"Bearer {issuer.token('bob')}"}
+
+    async def flood(url: str) -> None:
+        async with httpx2.AsyncClient(timeout=60) as http:
+            opened = await asyncio.gather(*(http.post(url, json=INITIALIZE, headers=alice)
+                                            for _ in range(limit + 8)))
+            statuses = sorted(answer.status_code for answer in opened)
+            assert statuses == [200] * limit + [429] * 8
+            refused = next(answer for answer in opened if answer.status_code == 429)
+            assert refused.json()["error"] == "too_many_sessions"
+            bobs = await http.post(url, json=INITIALIZE, headers=bob)
+            assert bobs.status_code == 200
+            sessions = [a.headers["mcp-session-id"] for a in opened if a.status_code == 200]
+            # Her open sessions still serve her; ending one frees its place.
+            listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+            served = await http.post(url, json=listed,
+                                     headers={**alice, "mcp-session-id": sessions[0]})
+            assert served.status_code == 200, served.text
+            ended = await http.delete(url, headers={**alice, "mcp-session-id": sessions[0]})
+            assert ended.status_code == 200
+            again = [await http.post(url, json=INITIALIZE, headers=alice) for _ in range(2)]
+            assert [answer.status_code for answer in again] == [200, 429]
+            # bob's session id in alice's hands is no session of hers and frees nothing.
+            bobs_id = bobs.headers["mcp-session-id"]
+            foreign = await http.delete(url, headers={**alice, "mcp-session-id": bobs_id})
+            assert foreign.status_code == 404
+            assert (await http.post(url, json=INITIALIZE, headers=alice)).status_code == 429
+            still = await http.post(url, json=listed, headers={**bob, "mcp-session-id": bobs_id})
+            assert still.status_code == 200, still.text
+
+    with serving(str(tmp_path / "m.db"), tmp_path / "log", *token_args(issuer)) as server:
+        run(flood(server.url))
+    assert "refused a session of user alice" in (tmp_path / "log").read_text()
+
+
+def test_a_user_s_idle_sessions_stop_counting_when_the_server_closes_them() -> None:
+    """The count forgets a session idle past the timeout, never one with a request in
+    flight (the SDK closes neither sooner)."""
+    now = [0.0]
+    opened = iter(range(100))
+    release = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("method") == "GET":
+            await release.wait()  # a long request: an event stream
+        headers = [] if scope["headers"] else [(b"mcp-session-id", b"s%d" % next(opened))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    sessions = memory_mcp._SessionsPerUser(app, clock=lambda: now[0])
+    user = types.SimpleNamespace(access_token=types.SimpleNamespace(subject="alice"))
+
+    async def request(method: str, session: bytes | None = None) -> None:
+        headers = [] if session is None else [(b"mcp-session-id", session)]
+        await sessions({"user": user, "method": method, "headers": headers}, None,
+                       lambda message: asyncio.sleep(0))
+
+    async def scenario() -> None:
+        await request("POST")
+        await request("POST")
+        assert sessions.held("alice") == 2
+        streaming = asyncio.create_task(request("GET", b"s0"))
+        await asyncio.sleep(0)
+        now[0] = memory_mcp._IDLE_SESSION_SECONDS + 1.0
+        assert sessions.held("alice") == 1  # s1 idled out; s0 has its stream open
+        release.set()
+        await streaming
+        now[0] += memory_mcp._IDLE_SESSION_SECONDS - 1.0
+        assert sessions.held("alice") == 1
+        now[0] += 1.0
+        assert sessions.held("alice") == 0
+
+    run(scenario())
+
+
 def test_four_clients_of_two_users_write_at_once_and_every_write_is_kept(
         target: str, tmp_path: pathlib.Path, issuer: Issuer) -> None:
     async def writer(url: str, user: str, n: int) -> list[int]:
