@@ -2446,11 +2446,10 @@ def _scores_in_context(own: Mapping[int, float], limit: int,
 @functools.cache
 def _numpy() -> Any:
     """numpy, where installed (the `vectors` extra), else None: pure Python scores."""
-    try:
-        import numpy
+    try:  # by name, so that memory.py type-checks on the standard library alone
+        return importlib.import_module("numpy")
     except ImportError:
         return None
-    return numpy
 
 
 class _Vectors:

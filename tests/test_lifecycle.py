@@ -447,7 +447,7 @@ def test_a_store_dropped_open_says_so_and_is_closed(tmp_path: pathlib.Path) -> N
 @pytest.mark.parametrize("options", [{"create": False}, {"read_only": True},
                                      {"read_only": True, "create": False}])
 def test_an_empty_or_missing_file_is_no_store_unless_one_is_made(
-        tmp_path: pathlib.Path, options: dict[str, bool]) -> None:
+        tmp_path: pathlib.Path, options: dict[str, Any]) -> None:
     empty, missing = tmp_path / "empty.db", tmp_path / "missing.db"
     empty.touch()
     for path in (empty, missing):

@@ -697,7 +697,8 @@ def test_commands_that_must_not_create_a_store_do_not(url: str, server: Server,
         "memory: error: the database holds no memory store\n"), done.stderr
     assert server.admin("SELECT count(*) FROM pg_class WHERE relnamespace ="
                         " 'public'::regnamespace", database_of(url)) == [(0,)]
-    for options in ({"create": False}, {"read_only": True}):
+    refusing: list[dict[str, Any]] = [{"create": False}, {"read_only": True}]
+    for options in refusing:
         with pytest.raises(StoreNotFound, match="holds no memory store"):
             MemoryStore(url, **options)
 

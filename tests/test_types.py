@@ -120,3 +120,14 @@ def test_mypy_strict_on_a_users_script_reads_the_installed_module(
     assert 'bad.py:4: error: Argument 2 to "remember" of "MemoryStore"' in found
     assert 'bad.py:5: error: "txt" is not a valid TypedDict key' in found
     assert 'bad.py:6: error: Unexpected keyword argument "rnk" for "AsyncMemoryStore"' in found
+
+
+def test_memory_py_copied_alone_type_checks_on_the_standard_library(
+        tmp_path: pathlib.Path) -> None:
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    (tmp_path / "memory.py").write_bytes((ROOT / "memory.py").read_bytes())
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-site-packages", "--no-incremental",
+         "memory.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
