@@ -1053,11 +1053,12 @@ class _ScopeKey(NamedTuple):
 _valid_scope = functools.lru_cache(maxsize=4096)(Scope)
 
 
-def _check_id(memory_id: object, name: str = "memory_id") -> int:
+def _check_id(memory_id: object, name: str = "memory_id", least: int = 1) -> int:
     if isinstance(memory_id, bool) or not isinstance(memory_id, int):
         raise MemoryInputError(f"{name} must be an int, got {_described(memory_id)}")
-    if not 1 <= memory_id <= _MAX_ID:
-        raise MemoryInputError(f"{name} must be from 1 to {_MAX_ID}, got an int out of range")
+    if not least <= memory_id <= _MAX_ID:
+        raise MemoryInputError(f"{name} must be from {least} to {_MAX_ID}, got an int out of"
+                               " range")
     return memory_id
 
 
@@ -4114,11 +4115,12 @@ class MemoryStore:
     def memories(self, scope: Scope, *, after: int | None = None,
                  limit: int | None = None) -> list[Memory]:
         """Every live memory visible in the scope, oldest first, with its expires_at; or
-        a page of them: those with ids above `after`, at most `limit` (an int from 1).
-        Paging on from the last id of each page gives memories(scope) exactly."""
+        a page of them: those with ids above `after` (an int from 0, the first page's),
+        at most `limit` (an int from 1). Paging on from the last id of each page gives
+        memories(scope) exactly."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
-        first = 0 if after is None else _check_id(after, "after")
+        first = 0 if after is None else _check_id(after, "after", least=0)
         most = None if limit is None else _check_id(limit, "limit")
         with self._snapshot({scope.user}) as db:
             expired = self._expired(db, key, self._expiry_instant(db, key))
@@ -4823,8 +4825,9 @@ def _parser() -> argparse.ArgumentParser:
     listing = command("list", _run_list, _READS,
                       "every memory the scope sees, oldest first, as JSON Lines (or a page of"
                       " them, with --after and --limit)", user=True, task=True)
-    listing.add_argument("--after", type=_bounded_int(1, _MAX_ID), metavar="ID",
-                         help="only those with ids above ID (the last of the page before)")
+    listing.add_argument("--after", type=_bounded_int(0, _MAX_ID), metavar="ID",
+                         help="only those with ids above ID (the last of the page before;"
+                         " 0 for the first)")
     listing.add_argument("--limit", type=_bounded_int(1, _MAX_ID), help="at most this many")
     recall = command("recall", _run_recall, _READS,
                      "the memories that best match QUERY, as JSON Lines", user=True, task=True,

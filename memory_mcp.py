@@ -148,8 +148,9 @@ _MCP_TOOLS = {
         f" {_MCP_LISTED}, with `total` saying how many there are; with `after`, the next"
         f" {_MCP_LISTED} after that id, to page through them all. Use it to review or tidy"
         f" memories; use recall to answer a question.",
-        _mcp_object({"after": {**_MCP_MEMORY_ID, "description": "the last id of the page"
-                               " before: list the memories after it"}}),
+        _mcp_object({"after": {**_MCP_MEMORY_ID, "minimum": 0, "description": "the last id"
+                               " of the page before (0 for the first): list the memories"
+                               " after it"}}),
         _mcp_object({"memories": _mcp_memories(Memory),
                      "total": {"type": "integer"}}, "memories", "total"), True, False,
         True),

@@ -193,7 +193,7 @@ BAD_INPUT: list[tuple[str, dict[str, Any], str]] = [
     ("recall", {"query": "tea", "budget": "500-secret"}, "budget must be an int, got a str"),
     ("recall", {"query": "tea", "budget": True}, "budget must be an int, got a value of type"),
     ("list_memories", {"after": "3-secret"}, "after must be an int, got a str of length 8"),
-    ("list_memories", {"after": -4}, "after must be from 1 to"),
+    ("list_memories", {"after": -4}, "after must be from 0 to"),
     ("forget", {"memory_id": "7-secret"}, "memory_id must be an int, got a str of length 8"),
     ("revise", {"memory_id": 10**30, "text": "fine"}, "memory_id must be from 1 to"),
     ("revise", {"memory_id": 12345, "text": "fine"}, "no memory with that id in this scope"),

@@ -72,6 +72,8 @@ def test_bad_budgets_pages_and_explains_are_refused(store: MemoryStore) -> None:
         with pytest.raises(MemoryInputError, match="budget must be"):
             store.recall(ALICE, "tea", budget=bad)  # type: ignore[arg-type]
         for name in ("after", "limit"):
+            if (name, bad) == ("after", 0):  # the first page's cursor
+                continue
             with pytest.raises(MemoryInputError, match=f"{name} must be"):
                 store.memories(ALICE, **{name: bad})  # type: ignore[arg-type]
     with pytest.raises(MemoryInputError, match="explain must be a bool"):
@@ -108,6 +110,8 @@ def test_paging_through_gives_memories_exactly(tmp_path_factory: pytest.TempPath
         assert pages == every[:len(pages)]
         assert store.memories(ALICE, after=after) == every[len(pages):]
         assert store.memories(ALICE, after=None, limit=None) == every
+        assert store.memories(ALICE, after=0) == every  # 0: before every id
+        assert store.memories(ALICE, after=0, limit=3) == every[:3]
 
 
 def test_the_command_line_explains_bounds_and_pages(tmp_path: pathlib.Path) -> None:
@@ -125,7 +129,9 @@ def test_the_command_line_explains_bounds_and_pages(tmp_path: pathlib.Path) -> N
     assert done.returncode == 0, done.stderr
     after = [m for m in listed if m["id"] > ids[3]][:4]
     assert [json.loads(line) for line in done.stdout.splitlines()] == after
-    for bad in (["list", path, *scope, "--after", "0"], ["recall", path, *scope, "x",
+    first = cli("list", path, *scope, "--after", "0", "--limit", "4")  # 0: the first page
+    assert [json.loads(line) for line in first.stdout.splitlines()] == listed[:4]
+    for bad in (["list", path, *scope, "--after", "-1"], ["recall", path, *scope, "x",
                                                          "--budget", "-5"]):
         refused = cli(*bad)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr
