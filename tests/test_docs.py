@@ -147,3 +147,8 @@ def test_every_link_between_the_pages_leads_somewhere(page: pathlib.Path) -> Non
         assert linked.is_file(), f"{page.name}: no file {target}"
         if anchor:
             assert anchor in anchors(linked), f"{page.name}: no heading for #{anchor} in {target}"
+
+
+def test_readme_reads_in_one_sitting() -> None:
+    """The first hour's page: the detail lives in docs/, README at most about 330 lines."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 335

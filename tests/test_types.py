@@ -1,5 +1,5 @@
 """The types a user's checker sees: TypedDicts that match what calls return, and mypy
---strict on a user's script against the installed distribution, configured as README says."""
+--strict on a user's script against the installed distribution, configured as docs/api.md says."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import memory
 from helpers import ALICE, BOB, ROOT
 from memory import MemoryStore
 
-# README's lines for a user's mypy configuration (pyproject.toml form in README; the same
+# docs/api.md's lines for a user's mypy configuration (pyproject.toml form there; the same
 # keys here in mypy.ini form, since the script's folder has no project).
 USER_CONFIG = """\
 [mypy]
