@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -56,6 +57,11 @@ def test_a_cancelled_call_runs_to_its_end_and_leaves_the_store_usable(target: st
             release.set()
             store.store.clock = clock
             await store.remember(BOB, "user", "after", "s")
+            # The cancelled write goes on in its thread, on a connection of its own on
+            # PostgreSQL: wait (bounded) for the outcome asserted below, not for luck.
+            deadline = time.monotonic() + 30
+            while await store.count(ALICE) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
             left = await asyncio.to_thread(transactions_left, store.store)
             texts = [row["text"] for row in await store.memories(ALICE)]
             return left, await store.count(BOB), texts
