@@ -1335,8 +1335,8 @@ def _stemmer() -> Callable[[str], str]:
     try:
         snowball = importlib.import_module("snowballstemmer")
     except ImportError:
-        raise StoreError("matching='stems' needs the snowballstemmer package:"
-                         " pip install 'memory-store[stems]'") from None
+        raise StoreError("matching='stems' needs the snowballstemmer package: pip install"
+                         " snowballstemmer PyStemmer (or '.[stems]' from a checkout)") from None
     stem: Callable[[str], str] = snowball.stemmer("english").stemWord
     return functools.lru_cache(maxsize=1 << 16)(stem)
 
@@ -2252,6 +2252,8 @@ class _SqliteEngine(_Engine, _Session):
 # Engines beside this module, by the scheme of the URL that names their database, each a
 # module's `Engine`, imported when a store is first opened there; any other path is an
 # SQLite file. A third engine is a module and a line here.
+# What a URL's scheme looks like (RFC 3986), told apart from a file's path.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 _ENGINES = {"postgresql": ("memory_postgres", "postgres"),
             "postgres": ("memory_postgres", "postgres")}
 
@@ -2264,12 +2266,16 @@ def _satellite(module: str, extra: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name != module:
             raise
-        raise StoreError(f"{module}.py is not beside memory.py: pip install"
-                         f" 'memory-store[{extra}]' installs both") from None
+        raise StoreError(f"{module}.py is not beside memory.py: copy it there, or pip"
+                         f" install '.[{extra}]' from a checkout, which installs both"
+                         ) from None
 
 
 def _engine_for(path: str) -> type[_Engine]:
     scheme, separator, _ = path.partition("://")
+    if separator and _SCHEME.fullmatch(scheme) and scheme not in _ENGINES:
+        raise MemoryInputError("path is a URL of a scheme no engine serves: a store is a"
+                               " file's path or a postgresql:// URL")
     if not separator or scheme not in _ENGINES:
         return _SqliteEngine
     engine: type[_Engine] = _satellite(*_ENGINES[scheme]).Engine
@@ -3212,6 +3218,10 @@ class MemoryStore:
             _check_choice("matching", matching, MATCHING)
             if matching == "stems":
                 _stemmer()  # its extra, before anything is opened or created
+        if isinstance(clock, dict):  # MemoryStore(path, RECOMMENDED): the ** forgotten
+            raise MemoryInputError("clock must be callable, got a dict where the clock goes:"
+                                   " for settings such as RECOMMENDED, unpack them:"
+                                   " MemoryStore(path, **RECOMMENDED)")
         if not callable(clock):
             raise MemoryInputError(f"clock must be callable, got {type(clock).__name__}")
         self.clock = clock
@@ -4548,6 +4558,11 @@ def _load_records(args: argparse.Namespace) -> None:
     except MemoryInputError as exc:
         assert exc.position is not None
         reason = str(exc).partition(": ")[2]
+        kind = records[exc.position].get("type") if isinstance(
+            records[exc.position], dict) else None
+        if isinstance(kind, str) and kind in _SERVER_MEMORY_KEYS:  # the memory server's file
+            reason += "; this looks like memory.jsonl of the MCP memory server: add --from"\
+                " server-memory --user U"
         raise MemoryInputError(f"line {line_of[exc.position]}: {reason}") from None
     args.records = records
 
@@ -4897,8 +4912,9 @@ def _parser() -> argparse.ArgumentParser:
     backup = command("backup", _run_backup, _READS,
                      "copy the store, consistently, while others may write to it")
     backup.add_argument("destination", metavar="DEST", help="a file that does not exist yet")
-    serving = ("serve the store to an assistant as MCP tools on stdio, for one user and task"
-               " fixed here; creates the store if it does not exist")
+    serving = ("serve the store to an assistant as MCP tools, on stdio for one user and task"
+               " fixed here, or with --http over Streamable HTTP; creates the store if it does"
+               " not exist")
     serve = commands.add_parser("mcp", help=serving, description=serving)
     serve.add_argument("path", metavar="PATH", nargs="?",
                        help="an SQLite file or a postgresql:// URL (default: $MEMORY_STORE)")

@@ -63,8 +63,8 @@ try:
     from starlette.middleware.authentication import AuthenticationMiddleware
     from starlette.routing import Route
 except ImportError:
-    raise StoreError("memory mcp needs the mcp extra: pip install 'memory-store[mcp]'"
-                     " (or '.[mcp]' in this folder)") from None
+    raise StoreError("memory mcp needs the MCP SDK: pip install 'mcp>=2.3,<3' uvicorn"
+                     " 'PyJWT[crypto]>=2.15' (or '.[mcp]' from a checkout)") from None
 
 _MCP_LISTED = 100  # list_memories shows at most the newest this many
 _MCP_RECALLED = 5  # recall's limit when the model names none
@@ -674,15 +674,23 @@ def _host_entry(args: argparse.Namespace) -> dict[str, Any]:
     if args.scope.task != _MCP_DEFAULT_TASK:
         env["MEMORY_TASK"] = args.scope.task
     embedder = args.embedder or os.environ.get("MEMORY_EMBEDDER")
+    path: list[str] = []
     if embedder:
         env["MEMORY_EMBEDDER"] = embedder
+        # The folders that make its module importable here, for a host that starts the
+        # server from a folder of its own.
+        path = [os.path.abspath(folder)
+                for folder in os.environ.get("PYTHONPATH", "").split(os.pathsep) if folder]
     command = os.path.join(os.path.dirname(sys.executable), "memory")
-    if os.access(command, os.X_OK):
-        return {"command": command, "args": ["mcp"], "env": env}
-    # memory.py run from its folder, not installed: that folder on the module path.
-    folder = os.path.dirname(os.path.abspath(sys.modules["memory"].__file__ or "memory.py"))
-    return {"command": sys.executable, "args": ["-m", "memory", "mcp"],
-            "env": {**env, "PYTHONPATH": folder}}
+    if not os.access(command, os.X_OK):
+        # memory.py run from its folder, not installed: that folder on the module path.
+        command = sys.executable
+        path.insert(0, os.path.dirname(os.path.abspath(sys.modules["memory"].__file__
+                                                       or "memory.py")))
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(path)
+    arguments = ["mcp"] if command != sys.executable else ["-m", "memory", "mcp"]
+    return {"command": command, "args": arguments, "env": env}
 
 
 def run(store: MemoryStore, args: argparse.Namespace) -> int:

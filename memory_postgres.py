@@ -45,8 +45,9 @@ try:
     import psycopg
     import psycopg_pool
 except ImportError:
-    raise StoreError("a postgresql:// store needs psycopg 3 and psycopg_pool:"
-                     " pip install 'memory-store[postgres]'") from None
+    raise StoreError("a postgresql:// store needs psycopg 3 and psycopg_pool: pip install"
+                     " 'psycopg[binary]' psycopg-pool (or '.[postgres]' from a checkout)"
+                     ) from None
 
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.

@@ -547,6 +547,17 @@ def test_import_from_the_reference_memory_servers_file(store_at: str,
     assert cli("list", store_at, "--user", "dave", "--task", "trip").stdout == ""
 
 
+def test_the_memory_server_s_file_without_from_is_told_to_add_it(
+        tmp_path: pathlib.Path) -> None:
+    file = tmp_path / "memory.jsonl"
+    file.write_text("\n".join(json.dumps(line) for line in SERVER_MEMORY) + "\n")
+    missing = tmp_path / "new.db"
+    done = cli("import", str(missing), str(file))
+    assert_clean_failure(done)
+    assert "line 1: " in done.stderr and "add --from server-memory --user U" in done.stderr
+    assert not missing.exists()
+
+
 @pytest.mark.parametrize("bad, problem", [
     ('{"type": "entity", "name": "Alice"}', "line 2: an entity needs entityType, name,"),
     ('{"type": "person"}', "line 2: not an entity or a relation"),

@@ -11,6 +11,7 @@ so are the languages no test can run here: sh (sudo apt-get), sql (Citus), json 
 
 from __future__ import annotations
 
+import argparse
 import doctest
 import importlib.util
 import os
@@ -22,6 +23,7 @@ from typing import NamedTuple
 
 import pytest
 
+import memory
 from helpers import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -152,3 +154,24 @@ def test_every_link_between_the_pages_leads_somewhere(page: pathlib.Path) -> Non
 def test_readme_reads_in_one_sitting() -> None:
     """The first hour's page: the detail lives in docs/, README at most about 330 lines."""
     assert len((ROOT / "README.md").read_text().splitlines()) <= 335
+
+
+def test_the_command_line_page_names_every_option_of_every_command() -> None:
+    """docs/cli.md's table: each command's rows name every option its parser takes."""
+    parser = memory._parser()
+    (subcommands,) = [action for action in parser._actions
+                      if isinstance(action, argparse._SubParsersAction)]
+    table = (ROOT / "docs" / "cli.md").read_text()
+    for name, command in subcommands.choices.items():
+        rows = "\n".join(line for line in table.splitlines() if line.startswith(f"| `{name} "))
+        assert rows, name
+        for action in command._actions:
+            for option in action.option_strings:
+                if option.startswith("--") and option != "--help":
+                    assert option in rows, f"{name} {option}"
+
+
+def test_the_limits_table_names_every_rank() -> None:
+    (row,) = [line for line in (ROOT / "docs" / "api.md").read_text().splitlines()
+              if line.startswith("| rank |")]
+    assert all(f"'{rank}'" in row for rank in memory.RANKS)

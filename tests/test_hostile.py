@@ -752,3 +752,32 @@ def test_export_with_standard_output_closed_fails(tmp_path: pathlib.Path) -> Non
         preexec_fn=lambda: os.close(1))
     assert done.returncode == 1
     assert done.stderr == "memory: error: standard output is closed\n"
+
+
+def test_common_mistakes_get_a_line_that_says_what_to_do(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(MemoryInputError, match=r"a dict where the clock goes: .*\*\*RECOMMENDED"):
+        MemoryStore(tmp_path / "m.db", memory.RECOMMENDED)  # type: ignore[arg-type]
+    for url in ("http://example.test/store", "sqlite:///m.db", "https://x/y"):
+        with pytest.raises(MemoryInputError, match="a file's path or a postgresql:// URL"):
+            MemoryStore(url)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("blocked, opening, hint", [
+    ("snowballstemmer", "MemoryStore(sys.argv[1], matching='stems')",
+     "pip install snowballstemmer PyStemmer (or '.[stems]' from a checkout)"),
+    ("psycopg", "MemoryStore('postgresql:///nowhere')",
+     "pip install 'psycopg[binary]' psycopg-pool (or '.[postgres]' from a checkout)"),
+    ("memory_postgres", "MemoryStore('postgresql:///nowhere')",
+     "memory_postgres.py is not beside memory.py: copy it there, or pip install"
+     " '.[postgres]' from a checkout"),
+])
+def test_a_missing_extra_names_what_installs_it(tmp_path: pathlib.Path, blocked: str,
+                                                 opening: str, hint: str) -> None:
+    code = (f"import sys; sys.modules[{blocked!r}] = None\n"
+            "from memory import MemoryStore, StoreError\n"
+            f"try:\n    {opening}\nexcept StoreError as exc:\n    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.db")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert hint in done.stdout, done.stdout + done.stderr
+    assert "memory-store[" not in done.stdout

@@ -347,7 +347,7 @@ def test_a_server_that_cannot_start_says_why_in_one_line_before_it_speaks(
         (cli("mcp", str(missing)), "memory mcp needs --user, or MEMORY_USER"),
         (subprocess.run([sys.executable, "-c", without_sdk, "mcp", str(missing), "--user",
                          "alice"], cwd=ROOT, capture_output=True, text=True, timeout=120),
-         "memory mcp needs the mcp extra: pip install 'memory-store[mcp]'"),
+         "memory mcp needs the MCP SDK: pip install 'mcp>=2.3,<3' uvicorn"),
         (subprocess.run([sys.executable, "-m", "memory", "mcp", str(missing)], cwd=ROOT,
                         capture_output=True, text=True, timeout=120,
                         env={**os.environ, "MEMORY_USER": "Alice@Example.com"}),
@@ -466,6 +466,15 @@ def test_print_config_gives_absolute_paths_and_opens_nothing(tmp_path: pathlib.P
     assert os.path.isabs(entry["command"]) and os.access(entry["command"], os.X_OK)
     assert entry["args"][-1] == "mcp"
     assert not (home / "assistant.db").exists()
+    # An embedder importable from a relative PYTHONPATH: the entry carries it absolute.
+    embedding = subprocess.run([sys.executable, "-m", "memory", "mcp", "~/assistant.db",
+                                "--embedder", "embedders:concepts", "--print-config"], cwd=ROOT,
+                               env={**env, "PYTHONPATH": "tests"}, capture_output=True,
+                               text=True, timeout=120)
+    assert embedding.returncode == 0, embedding.stderr
+    carried = json.loads(embedding.stdout)["mcpServers"]["memory"]["env"]
+    assert carried["MEMORY_EMBEDDER"] == "embedders:concepts"
+    assert str(ROOT / "tests") in carried["PYTHONPATH"].split(os.pathsep)
     for args, named in ((["mcp", str(tmp_path / "no" / "m.db")], "PATH"),
                         (["mcp"], "MEMORY_STORE")):
         refused = subprocess.run([sys.executable, "-m", "memory", *args, "--print-config"],
