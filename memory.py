@@ -4796,16 +4796,18 @@ def _open_for(args: argparse.Namespace) -> MemoryStore:
     embedder = args.embedder_made = _embedder_of(args)
     if args.command == "reindex":
         embedder = None  # the store's vectors are another's until reindex has run
+    # Every command ranks as `memory mcp` does, RECOMMENDED's way, and stats says so; a
+    # store that exists keeps its rule.
+    ranking = RECOMMENDED.copy()
+    del ranking["matching"]
     if args.opens == _READS:
-        return MemoryStore(args.path, read_only=True, embedder=embedder)
+        return MemoryStore(args.path, read_only=True, embedder=embedder, **ranking)
     if args.opens == _CREATES:
-        ranking = RECOMMENDED.copy()
-        del ranking["matching"]
-        try:  # a store that exists keeps its rule
+        try:
             return MemoryStore(args.path, create=False, embedder=embedder, **ranking)
         except StoreNotFound:
             return MemoryStore(args.path, embedder=embedder, **_recommended_here())
-    return MemoryStore(args.path, create=False, embedder=embedder)
+    return MemoryStore(args.path, create=False, embedder=embedder, **ranking)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -4850,13 +4852,15 @@ def _parser() -> argparse.ArgumentParser:
     recall.add_argument("query", metavar="QUERY")
     recall.add_argument("--limit", type=_bounded_int(1, MAX_LIMIT), default=3,
                         help=f"at most this many (1 to {MAX_LIMIT}, default 3)")
-    recall.add_argument("--rank", type=_one_of(RANKS), default="shared",
-                        metavar="{" + ",".join(RANKS) + "}",
-                        help="shared: count shared words (default); idf: weigh rare words more")
+    recall.add_argument("--rank", type=_one_of(RANKS), metavar="{" + ",".join(RANKS) + "}",
+                        help="hybrid (default, as memory mcp): words by idf, and meaning given"
+                        " an embedder; idf: weigh rare words more; shared: count shared"
+                        " words; meaning: the embedder's cosine alone")
     recall.add_argument("--budget", type=_bounded_int(1, _MAX_ID), metavar="CHARACTERS",
                         help="the texts total at most this many characters, best first")
-    recall.add_argument("--context", action="store_true",
-                        help="score each memory with its neighbours in its conversation too")
+    recall.add_argument("--context", action=argparse.BooleanOptionalAction,
+                        help="score each memory with its neighbours in its conversation too"
+                        " (default, as memory mcp; --no-context: alone)")
     recall.add_argument("--explain", action="store_true",
                         help="give each memory `why`: the query words it matched, with what"
                         " each added to its score")

@@ -109,6 +109,17 @@ def test_list_and_recall_are_scoped(store_at: str) -> None:
     assert [m["text"] for m in lines(done.stdout)] == ["Bob uses a screen reader."]
 
 
+def test_the_command_line_ranks_as_the_mcp_server_and_stats_says_so(store_at: str) -> None:
+    stats = json.loads(cli("stats", store_at).stdout)
+    assert (stats["rank"], stats["context"]) == ("hybrid", True)
+    done = cli("recall", store_at, "--user", "alice", "--task", "trip", "vegetarian hotel",
+               "--limit", "5")
+    assert done.returncode == 0, done.stderr
+    with MemoryStore(store_at, read_only=True) as store:
+        assert lines(done.stdout) == store.recall(Scope("alice", "trip"), "vegetarian hotel",
+                                                  5, rank="hybrid", context=True)
+
+
 def test_export_then_import_round_trips_every_field_but_the_id(store_at: str,
                                                                tmp_path: pathlib.Path) -> None:
     exported = cli("export", store_at, "--user", "alice")

@@ -352,12 +352,14 @@ def test_a_file_read_as_it_is_refuses_context_until_it_is_upgraded(
         assert set(json.loads(conversations)) == {"onboarding", "work", "trip"}
 
 
-def test_the_command_line_recalls_with_context_when_asked(tmp_path: pathlib.Path) -> None:
+def test_the_command_line_recalls_with_context_unless_told_not_to(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "m.db"
     with MemoryStore(path) as store:
         asked, answer = talk(store, ALICE, "chat", "pottery", "an answer")
     args = ("recall", str(path), "--user", "alice", "--task", "trip", "pottery")
-    for extra, expected in (((), [asked]), (("--context",), [asked, answer])):
+    # With context by default, as memory mcp recalls.
+    for extra, expected in ((("--no-context",), [asked]), ((), [asked, answer]),
+                            (("--context",), [asked, answer])):
         done = cli(*args, *extra)
         assert done.returncode == 0, done.stderr
         assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == expected

@@ -122,7 +122,7 @@ def test_the_command_line_explains_bounds_and_pages(tmp_path: pathlib.Path) -> N
         listed = store.memories(ALICE)
     scope = ["--user", "alice", "--task", "trip"]
     done = cli("recall", path, *scope, "green tea", "--rank", "idf", "--limit", "5",
-               "--budget", "40", "--explain")
+               "--budget", "40", "--explain", "--no-context")
     assert done.returncode == 0, done.stderr
     assert [json.loads(line) for line in done.stdout.splitlines()] == expected
     done = cli("list", path, *scope, "--after", str(ids[3]), "--limit", "4")
