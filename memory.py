@@ -1190,9 +1190,28 @@ def _vector_blob(vector: object, dimensions: int, position: int) -> bytes:
     return packed.tobytes()
 
 
+def _failure_of(exc: Exception, texts: list[str]) -> str:
+    """The exception's type, with its message's first line (at most 200 characters) where
+    that line shares no run of 4 characters with any of the texts the embedder was given,
+    case aside: a message may quote its input ("cannot embed 'Alice is ...'"), and one
+    that shares nothing with the input cannot be quoting it."""
+    named = type(exc).__name__
+    with contextlib.suppress(Exception):  # str() of a hostile exception may raise
+        lines = str(exc).strip().splitlines()
+        line = "".join(filter(str.isprintable, lines[0]))[:200].strip() if lines else ""
+        folded, given = line.casefold(), [text.casefold() for text in texts]
+        windows = {folded[at : at + 4] for at in range(max(len(folded) - 3, 1))}
+        quoting = any(window in text for window in windows for text in given) or any(
+            text.strip() and text.strip() in folded for text in given)
+        if line and not quoting:
+            return f"{named}: {line}"
+    return named
+
+
 def _embedded(embedder: Embedder, texts: list[str]) -> list[bytes]:
     """Each text's vector from the embedder, EMBED_BATCH texts a call, each checked; an
-    embedder that raises is StoreError naming the exception's type, never the text."""
+    embedder that raises is StoreError naming the exception's type (and its message's
+    first line where that cannot quote a text), never the text."""
     vectors: list[bytes] = []
     for start in range(0, len(texts), EMBED_BATCH):
         batch = texts[start : start + EMBED_BATCH]
@@ -1200,7 +1219,7 @@ def _embedded(embedder: Embedder, texts: list[str]) -> list[bytes]:
         try:
             given = list(embedder.embed(batch))
         except Exception as exc:
-            failure = type(exc).__name__
+            failure = _failure_of(exc, batch)
         if failure is not None:  # raised out here, so the error (and its text) is no context
             raise StoreError(f"the embedder raised {failure}")
         if len(given) != len(batch):
@@ -3324,11 +3343,16 @@ class MemoryStore:
 
     def _refuse_unless_recorded(self, recorded: str | None) -> None:
         assert self.embedder is not None
+        if recorded is None:
+            raise StoreError("the store records no embedder and was opened read-only: open"
+                             " it once to write with one")
         if recorded != _embedder_record(self.embedder):
+            kept = json.loads(recorded)
             raise StoreError(
-                "the store's vectors come from another embedder than this one (its name or"
-                " dimensions differ)" if recorded is not None else "the store records no"
-                " embedder and was opened read-only: open it once to write with one")
+                "the store's vectors come from another embedder than this one: the store"
+                f" records {str(kept['name'])[:200]!r} of {kept['dimensions']} dimensions;"
+                " open it with that one, or move it to this one with reindex(embedder=...)"
+                " (memory reindex PATH --embedder MODULE:FACTORY)")
 
     # -- the object ----------------------------------------------------------------
 

@@ -211,7 +211,10 @@ def test_the_file_records_its_embedder_and_refuses_another(tmp_path: pathlib.Pat
     for other in (ConceptEmbedder(name="concepts-2"), ConceptEmbedder(dimensions=32)):
         with pytest.raises(StoreError, match="another embedder") as caught:
             MemoryStore(path, embedder=other)
-        assert "concepts" not in str(caught.value)  # the caller's value is not echoed
+        # The recorded embedder is named, so the caller knows which to pass; the caller's
+        # own value is not echoed.
+        assert "records 'concepts-1' of 16 dimensions" in str(caught.value)
+        assert "concepts-2" not in str(caught.value) and "32" not in str(caught.value)
         assert digest(path) == before
         with pytest.raises(StoreError, match="another embedder"):
             MemoryStore(path, embedder=other, read_only=True)
@@ -318,6 +321,9 @@ def lazy_batch(texts: list[str]) -> Iterator[list[float]]:
 
 @pytest.mark.parametrize("given, problem", [
     (ValueError("the text was: secret"), "the embedder raised ValueError"),
+    (ValueError("could not embed: SECRE"), "the embedder raised ValueError"),
+    (RuntimeError("CUDA out of memory\nsecret"), "the embedder raised RuntimeError: CUDA out"
+     " of memory"),
     (lazy_vectors, "vector 0 raised RuntimeError while it was read"),
     (lazy_batch, "the embedder raised LookupError"),
     (lambda texts: [[1.0] * 16], "gave 1 vectors for 2 texts"),
@@ -338,6 +344,24 @@ def test_a_bad_embedder_is_a_store_error_and_nothing_is_written(
             store.remember_many([(ALICE, "user", "secret", "s"), (ALICE, "user", "two", "s")])
         assert "secret" not in str(caught.value)
         assert caught.value.__cause__ is None and caught.value.__context__ is None
+        assert store.count(ALICE) == 0
+
+
+@pytest.mark.parametrize("raised, said", [
+    (ValueError("cannot embed 'Alice is vegetarian.'"), "ValueError"),
+    (ValueError("could not embed: VEGETA"), "ValueError"),  # a part of a text, case aside
+    (KeyError("jazz"), "KeyError"),  # a text shorter than the window, whole
+    (RuntimeError("CUDA out of memory\nwhile embedding: Alice is vegetarian."),
+     "RuntimeError: CUDA out of memory"),
+    (ConnectionError("Connection refused"), "ConnectionError: Connection refused"),
+    (RuntimeError(""), "RuntimeError"),
+])
+def test_an_embedder_s_message_is_given_only_where_it_cannot_quote_a_text(
+        target: str, raised: Exception, said: str) -> None:
+    with MemoryStore(target, embedder=Broken(raised)) as store:
+        with pytest.raises(StoreError) as caught:
+            store.remember_many([(ALICE, "user", VEGETARIAN, "s"), (ALICE, "user", "jazz", "s")])
+        assert str(caught.value) == f"the embedder raised {said}"
         assert store.count(ALICE) == 0
 
 
