@@ -3189,6 +3189,14 @@ def _id_span(ids: list[int]) -> str:
     return f"{ids[0]}..{ids[-1]}" if ids else "none"
 
 
+# Said at open by a writable store without an embedder on a file that records one.
+_WITHOUT_ITS_EMBEDDER = (
+    "the store records an embedder of %d dimensions but was opened without one: its writes"
+    " leave memories without vectors, which recall by meaning never finds (stats counts"
+    " them as without_vectors); open it with the embedder (--embedder or MEMORY_EMBEDDER"
+    " on the command line), or fix them with reindex(embedder=...)")
+
+
 class MemoryStore:
     """Memories of many users in one SQLite file or one PostgreSQL database (a
     postgresql:// URL), each operation confined to a scope.
@@ -3263,6 +3271,7 @@ class MemoryStore:
         self._recorded = "exact"  # the rule as the file records it, with its version
         self._rule = _RULES["exact"]
         self._index_from = 0  # the file's: from how many memories an owner is indexed
+        self._embedder_at_open: str | None = None  # what the file recorded when opened
         self._db: _Engine | None = self._connect(engine, matching, bool(create), given)
         _OPEN_STORES.add(self)
         try:
@@ -3291,6 +3300,7 @@ class MemoryStore:
             self._file = engine.file
             with engine.session() as db:
                 self._adopt_rule(db)
+                self._embedder_at_open = self._recorded_embedder(db)
             if matching is not None and matching != self.matching:
                 raise MemoryInputError(f"matching={matching!r} was asked for, but the store's"
                                        f" word index uses matching={self.matching!r};"
@@ -3314,8 +3324,12 @@ class MemoryStore:
 
     def _take_embedder(self) -> None:
         """Record the store's embedder in a file that records none; StoreError, the file
-        unchanged, if it records another."""
+        unchanged, if it records another. Without one, on a file that records one, say
+        at open that writes will leave memories that meaning cannot find."""
         if self.embedder is None:
+            recorded = self._embedder_at_open
+            if not self.read_only and recorded is not None:
+                _log.warning(_WITHOUT_ITS_EMBEDDER, json.loads(recorded)["dimensions"])
             return
         with self._snapshot(None) as db:
             recorded = self._recorded_embedder(db)
@@ -4816,10 +4830,28 @@ def _embedder_of(args: argparse.Namespace) -> Embedder | None:
     return None
 
 
+class _NotTheAdvice(logging.Filter):
+    """Leaves out the open's advice to reindex, for the reindex that follows the open."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg is not _WITHOUT_ITS_EMBEDDER
+
+
 def _open_for(args: argparse.Namespace) -> MemoryStore:
     embedder = args.embedder_made = _embedder_of(args)
-    if args.command == "reindex":
-        embedder = None  # the store's vectors are another's until reindex has run
+    if args.command == "reindex" and embedder is not None:
+        # The store's vectors are another's until reindex has run, which is the fix the
+        # open would advise.
+        advice = _NotTheAdvice()
+        _log.addFilter(advice)
+        try:
+            return _open_ranked(args, None)
+        finally:
+            _log.removeFilter(advice)
+    return _open_ranked(args, embedder)
+
+
+def _open_ranked(args: argparse.Namespace, embedder: Embedder | None) -> MemoryStore:
     # Every command ranks as `memory mcp` does, RECOMMENDED's way, and stats says so; a
     # store that exists keeps its rule.
     ranking = RECOMMENDED.copy()

@@ -122,8 +122,8 @@ class TestNames(unittest.TestCase):
                                    "postgresql:///x"], cwd=folder, text=True,
                                   capture_output=True, timeout=60)
             self.assertEqual((done.returncode, done.stderr), (1, (
-                "memory: error: memory_postgres.py is not beside memory.py: pip install"
-                " 'memory-store[postgres]' installs both\n")))
+                "memory: error: memory_postgres.py is not beside memory.py: copy it there,"
+                " or pip install '.[postgres]' from a checkout, which installs both\n")))
 
     def test_stopwords_are_exactly_the_listed_ones(self) -> None:
         # SPEC calls these "42 words" but lists 37; the list is the contract.

@@ -595,3 +595,19 @@ def test_a_malformed_server_memory_line_is_named_and_nothing_is_written(
     no_user = cli("import", str(missing), "--from", "server-memory", str(file))
     assert_clean_failure(no_user)
     assert "needs --user" in no_user.stderr and not missing.exists()
+
+
+def test_a_write_without_the_recorded_embedder_says_so_and_reindex_fixes_it(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests"))
+    scope = ["--user", "alice", "--task", "trip"]
+    first = cli("remember", target, *scope, "Alice is vegetarian.", "--embedder",
+                "embedders:concepts")
+    assert first.returncode == 0 and first.stderr == "", first.stderr
+    without = cli("remember", target, *scope, "Alice likes jazz.")
+    assert without.returncode == 0
+    assert "opened without one" in without.stderr and "reindex" in without.stderr
+    assert json.loads(cli("stats", target).stdout)["without_vectors"] == 1
+    fixed = cli("reindex", target, "--embedder", "embedders:concepts")
+    assert fixed.returncode == 0 and "opened without one" not in fixed.stderr, fixed.stderr
+    assert json.loads(cli("stats", target).stdout)["without_vectors"] == 0

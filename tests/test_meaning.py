@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import array
 import json
+import logging
 import math
 import os
 import pathlib
@@ -634,3 +635,23 @@ def test_a_kept_copy_of_one_embedder_s_vectors_is_not_used_after_a_reindex(
     with MemoryStore(target, embedder=Shifted(name="shifted-1")) as fresh:
         assert after == fresh.recall(ALICE, "jazz concert", 5, rank="meaning")
     assert [r["score"] for r in after] != [r["score"] for r in before]
+
+
+def test_a_store_that_records_an_embedder_says_at_open_when_it_has_none(
+        target: str, caplog: pytest.LogCaptureFixture) -> None:
+    with MemoryStore(target, embedder=ConceptEmbedder()) as store:
+        store.remember(ALICE, "user", VEGETARIAN, "s")
+    caplog.set_level(logging.INFO, logger="memory")
+    warned = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert warned == []
+    with MemoryStore(target, read_only=True):  # writes nothing: nothing to say
+        pass
+    with MemoryStore(target) as by_words:
+        by_words.remember(ALICE, "user", "Alice likes jazz.", "s")
+        assert by_words.stats()["without_vectors"] == 1
+    (said,) = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert "opened without one" in said.getMessage() and "reindex" in said.getMessage()
+    assert "concepts" not in said.getMessage() and "jazz" not in said.getMessage()
+    with MemoryStore(target, embedder=ConceptEmbedder()) as store:
+        store.reindex(embedder=ConceptEmbedder())
+        assert store.stats()["without_vectors"] == 0
