@@ -717,6 +717,10 @@ _SQL_VISIBLE_PAGE = _sql(
 _SQL_VISIBLE_ID = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?")
 _SQL_VISIBLE_SOURCE = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND source = ?")
+# The scope's memories of one conversation (their sources up to the last "/"), or a page.
+_SQL_VISIBLE_CONVERSATION = _sql(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND conversation = ? AND id > ?"
+    " ORDER BY id LIMIT ?")
 # One owner's memories, under the scope of the owner's task (user level: '', no task's).
 _SQL_OWNER_TEXTS = _sql(
     f"SELECT id, text, created_at FROM memories {_IN_SCOPE} AND task_id IS ? ORDER BY id",
@@ -1340,6 +1344,15 @@ def _conversation_of(source: str) -> str | None:
     """The conversation a memory's source names: the text before its last "/" (the
     seed's own sources read "trip-planning/turn-3"); None for a source without one."""
     return source.rpartition("/")[0] or None
+
+
+def _check_conversation(conversation: object) -> str:
+    """A conversation as sources name it, a trailing "/" dropped."""
+    given = _check_text("conversation", conversation, MAX_TEXT)
+    named = given[:-1] if given.endswith("/") else given
+    if not named.strip():
+        raise MemoryInputError("conversation must not be blank")
+    return named
 
 
 def words(text: str) -> set[str]:
@@ -4160,25 +4173,34 @@ class MemoryStore:
                      if row[0] not in expired), None)
 
     @_read_again_if_cut_off
-    def memories(self, scope: Scope, *, after: int | None = None,
-                 limit: int | None = None) -> list[Memory]:
+    def memories(self, scope: Scope, *, after: int | None = None, limit: int | None = None,
+                 conversation: str | None = None) -> list[Memory]:
         """Every live memory visible in the scope, oldest first, with its expires_at; or
         a page of them: those with ids above `after` (an int from 0, the first page's),
         at most `limit` (an int from 1). Paging on from the last id of each page gives
-        memories(scope) exactly."""
+        memories(scope) exactly. With `conversation`, only that conversation's (a source
+        up to its last "/": "chat-42" for "chat-42/turn-3")."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
         first = 0 if after is None else _check_id(after, "after", least=0)
         most = None if limit is None else _check_id(limit, "limit")
+        talk = None if conversation is None else _check_conversation(conversation)
         with self._snapshot({scope.user}) as db:
             expired = self._expired(db, key, self._expiry_instant(db, key))
-            if after is None and most is None:
+            asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
+            older = not db.has_conversations  # a file from before them, read as it is
+            if talk is not None and not older:
+                rows = db.execute(_SQL_VISIBLE_CONVERSATION, (*key, talk, first, asked)
+                                  ).fetchall()
+            elif after is None and most is None or talk is not None:
                 rows = db.execute(_SQL_VISIBLE, key).fetchall()
             else:
-                asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
                 rows = db.execute(_SQL_VISIBLE_PAGE, (*key, first, asked)).fetchall()
-        live = [_MemoryRow(*row).memory() for row in rows if row[0] not in expired]
-        return live if most is None else live[:most]
+        found = [_MemoryRow(*row).memory() for row in rows if row[0] not in expired]
+        if talk is not None and older:
+            found = [memory for memory in found if memory["id"] > first
+                     and _conversation_of(memory["source"]) == talk]
+        return found if most is None else found[:most]
 
     def forget(self, scope: Scope, memory_id: int) -> bool:
         """Delete the memory if the scope can see it. False for any id it cannot see,
@@ -4192,6 +4214,14 @@ class MemoryStore:
         scope = _check_scope(scope)
         arguments = (scope.user, scope.task, _check_text("source", source, MAX_TEXT))
         return self._forget(scope, _SQL_VISIBLE_SOURCE, arguments)
+
+    def forget_conversation(self, scope: Scope, conversation: str) -> int:
+        """Delete every memory visible in the scope from one conversation: those whose
+        source, up to its last "/", is `conversation` ("chat-42" forgets "chat-42/turn-1"
+        and "chat-42/turn-2"; a trailing "/" is the same), in one transaction."""
+        scope = _check_scope(scope)
+        arguments = (scope.user, scope.task, _check_conversation(conversation), 0, _MAX_ID)
+        return self._forget(scope, _SQL_VISIBLE_CONVERSATION, arguments)
 
     def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...]) -> int:
         key = _ScopeKey(scope.user, scope.task)
@@ -4462,6 +4492,7 @@ class AsyncMemoryStore:
     memories = _in_a_thread(MemoryStore.memories)
     forget = _in_a_thread(MemoryStore.forget)
     forget_source = _in_a_thread(MemoryStore.forget_source)
+    forget_conversation = _in_a_thread(MemoryStore.forget_conversation)
     revise = _in_a_thread(MemoryStore.revise)
     purge_expired = _in_a_thread(MemoryStore.purge_expired)
     erase_user = _in_a_thread(MemoryStore.erase_user)
@@ -4526,7 +4557,7 @@ def _run_stats(store: MemoryStore, args: argparse.Namespace) -> int:
 
 def _run_list(store: MemoryStore, args: argparse.Namespace) -> int:
     for memory in store.memories(Scope(args.user, args.task), after=args.after,
-                                 limit=args.limit):
+                                 limit=args.limit, conversation=args.conversation):
         _emit(memory)
     return 0
 
@@ -4698,6 +4729,12 @@ def _beside(module: str, name: str, extra: str) -> Callable[..., Any]:
     def step(*args: Any) -> Any:
         return getattr(_satellite(module, extra), name)(*args)
     return step
+
+
+def _run_forget_conversation(store: MemoryStore, args: argparse.Namespace) -> int:
+    forgotten = store.forget_conversation(Scope(args.user, args.task), args.conversation)
+    print(f"forgot {forgotten} memories of the conversation")
+    return 0
 
 
 def _run_forget(store: MemoryStore, args: argparse.Namespace) -> int:
@@ -4902,6 +4939,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="only those with ids above ID (the last of the page before;"
                          " 0 for the first)")
     listing.add_argument("--limit", type=_bounded_int(1, _MAX_ID), help="at most this many")
+    listing.add_argument("--conversation", metavar="CONVERSATION", help="only the memories"
+                         " whose source, up to its last /, is CONVERSATION")
     recall = command("recall", _run_recall, _READS,
                      "the memories that best match QUERY, as JSON Lines", user=True, task=True,
                      embeds=True)
@@ -4949,6 +4988,11 @@ def _parser() -> argparse.ArgumentParser:
     forget = command("forget", _run_forget, _WRITES, "forget one memory the scope sees",
                      user=True, task=True)
     forget.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
+    conversation = command("forget-conversation", _run_forget_conversation, _WRITES,
+                           "forget every memory the scope sees of one conversation, in one"
+                           " transaction", user=True, task=True)
+    conversation.add_argument("conversation", metavar="CONVERSATION", help="the sources up to"
+                              " their last /: chat-42 for chat-42/turn-1 and chat-42/turn-2")
     revise = command("revise", _run_revise, _WRITES,
                      "correct one memory the scope sees: forget it and remember TEXT at its"
                      " level and task, in one transaction", user=True, task=True, embeds=True)

@@ -25,7 +25,8 @@ from helpers import ROOT, WRITER, cli, stamp_version, write_version_1
 from memory import MemoryStore, Scope, fixed_clock
 from model import Memory
 
-COMMANDS = ["stats", "list", "recall", "export", "remember", "import", "forget", "revise",
+COMMANDS = ["stats", "list", "recall", "export", "remember", "import", "forget",
+            "forget-conversation", "revise",
             "purge",
             "erase-user", "check", "compact", "reindex", "backup"]
 
@@ -204,6 +205,7 @@ def test_commands_never_create_a_store_by_typo(tmp_path: pathlib.Path) -> None:
     missing = tmp_path / "typo.db"
     for args in (["stats"], ["list", "--user", "a", "--task", "b"], ["check"],
                  ["forget", "--user", "a", "--task", "b", "1"],
+                 ["forget-conversation", "--user", "a", "--task", "b", "chat"],
                  ["erase-user", "--user", "a", "--yes"], ["export", "--user", "a"]):
         done = cli(args[0], str(missing), *args[1:])
         assert_clean_failure(done)
@@ -611,3 +613,18 @@ def test_a_write_without_the_recorded_embedder_says_so_and_reindex_fixes_it(
     fixed = cli("reindex", target, "--embedder", "embedders:concepts")
     assert fixed.returncode == 0 and "opened without one" not in fixed.stderr, fixed.stderr
     assert json.loads(cli("stats", target).stdout)["without_vectors"] == 0
+
+
+def test_a_conversation_is_listed_and_forgotten_as_one(target: str) -> None:
+    scope = ["--user", "alice", "--task", "trip"]
+    for n, source in enumerate(("chat-42/turn-1", "chat-42/turn-2", "chat-43/turn-1")):
+        assert cli("remember", target, *scope, f"note {n}", "--source", source).returncode == 0
+    assert cli("remember", target, "--user", "bob", "--task", "trip", "bob's",
+               "--source", "chat-42/turn-1").returncode == 0
+    listed = lines(cli("list", target, *scope, "--conversation", "chat-42").stdout)
+    assert [m["source"] for m in listed] == ["chat-42/turn-1", "chat-42/turn-2"]
+    done = cli("forget-conversation", target, *scope, "chat-42/")
+    assert done.returncode == 0 and done.stdout == "forgot 2 memories of the conversation\n"
+    assert [m["source"] for m in lines(cli("list", target, *scope).stdout)] == [
+        "chat-43/turn-1"]
+    assert len(lines(cli("list", target, "--user", "bob", "--task", "trip").stdout)) == 1

@@ -116,6 +116,39 @@ def test_forget_source_stays_in_scope(store: MemoryStore) -> None:
         store.forget_source(ALICE, " ")
 
 
+def test_forget_conversation_forgets_its_turns_in_scope_and_nothing_else(
+        store: MemoryStore) -> None:
+    mine = [store.remember(ALICE, "user", "Alice is vegetarian.", "chat-42/turn-1"),
+            store.remember(ALICE, "task", "Book the Lisbon hotel.", "chat-42/turn-2")]
+    kept = {
+        "another task's": store.remember(ALICE_WORK, "task", "Quarterly report.",
+                                         "chat-42/turn-3"),
+        "another user's": store.remember(BOB, "user", "Bob is vegetarian.", "chat-42/turn-1"),
+        "another conversation's": store.remember(ALICE, "user", "Alice likes jazz.",
+                                                 "chat-421/turn-1"),
+        "a nested one's": store.remember(ALICE, "user", "Alice hikes.", "chat-42/a/turn-1"),
+        "a source without /": store.remember(ALICE, "user", "Alice reads.", "chat-42"),
+    }
+    listed = store.memories(ALICE, conversation="chat-42")
+    assert [m["id"] for m in listed] == mine
+    assert store.memories(ALICE, conversation="chat-42/") == listed  # the same conversation
+    assert [m["id"] for m in store.memories(ALICE, conversation="chat-42", after=mine[0],
+                                            limit=5)] == mine[1:]
+    assert store.memories(BOB, conversation="chat-42")[0]["id"] == kept["another user's"]
+    assert store.forget_conversation(ALICE, "chat-42/") == 2
+    assert store.memories(ALICE, conversation="chat-42") == []
+    assert store.forget_conversation(ALICE, "chat-42") == 0
+    left = {m["id"] for scope in (ALICE, ALICE_WORK, BOB) for m in store.memories(scope)}
+    assert set(kept.values()) <= left and not set(mine) & left
+    assert store.recall(ALICE, "vegetarian lisbon hotel") == []
+    for bad in ("", " ", "/", None, 5, "x" * (memory.MAX_TEXT + 1)):
+        with pytest.raises(MemoryInputError, match="conversation"):
+            store.forget_conversation(ALICE, bad)  # type: ignore[arg-type]
+        if bad is not None:  # None: every conversation
+            with pytest.raises(MemoryInputError, match="conversation"):
+                store.memories(ALICE, conversation=bad)  # type: ignore[arg-type]
+
+
 def test_erase_user_removes_every_level_and_task(store: MemoryStore) -> None:
     seed(store)
     assert store.erase_user("alice") == 4
@@ -353,14 +386,18 @@ def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
     store.forget(ALICE, ids["a-trip"])
     store.forget(ALICE, ids["b-user"])
     store.forget_source(ALICE_WORK, "trip/turn-1")
+    store.memories(ALICE, conversation="trip")
+    store.forget_conversation(ALICE, "trip")
     scoped = len(statements)
     store.export_user("bob")
     store.erase_user("bob")
     store.db.set_trace_callback(None)
     touching = memory_statements(statements)
     assert len(touching) >= 8
-    grown = {s.split(" FROM ")[0] for s in touching if "AND id > " in s}
+    grown = {s.split(" FROM ")[0] for s in touching
+             if "AND id > " in s and "conversation = " not in s}
     assert grown == {"SELECT (SELECT count(*)", "SELECT id, conversation"}
+    assert sum("AND conversation = " in s for s in touching) == 2
     for statement in touching:
         assert "WHERE user_id = " in statement
     for statement in memory_statements(statements[:scoped]):

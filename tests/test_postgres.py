@@ -102,6 +102,8 @@ def test_results_match_sqlite_on_the_same_writes(url: str, tmp_path: pathlib.Pat
                 opened.count(ALICE), opened.memories(ALICE_WORK),
                 opened.revise(ALICE, first, "The hotel is by the station.", "fix"),
                 opened.forget_source(ALICE_WORK, "s"), opened.purge_expired(),
+                opened.memories(BOB, conversation="talk"),
+                opened.forget_conversation(BOB, "talk"),
                 opened.export_user("bob"), opened.stats()["memories"],
             ])
     assert answers[0] == answers[1]
@@ -125,12 +127,16 @@ def test_every_statement_carries_the_user_filter(store: MemoryStore) -> None:
     store.revise(ALICE, memory_id, "Book the hotel by the river.", "s")
     store.forget(ALICE, memory_id)
     store.forget_source(ALICE_WORK, "s")
+    store.memories(BOB, conversation="talk")
+    store.forget_conversation(BOB, "talk")
     store.export_user("alice")
     store.erase_user("bob")
     store.db.set_trace_callback(None)
     touching = [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
     assert len(touching) >= 15
-    grown = {s.split(" FROM ")[0] for s in touching if "AND id > " in s}
+    assert sum("AND conversation = %s" in s for s in touching) == 2
+    grown = {s.split(" FROM ")[0] for s in touching
+             if "AND id > " in s and "conversation = " not in s}
     assert grown == {"SELECT (SELECT count(*)", "SELECT id, conversation"}
     for statement in touching:
         # A read for many owners at once runs its body once for each row of its arrays.

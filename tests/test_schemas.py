@@ -109,3 +109,20 @@ def test_the_first_layout_of_version_4_is_read_as_it_is_when_read_only(
         found = reader.recall(Scope("bob", "trip"), recorded["query"], recorded["limit"])
         assert [[r["id"], r["score"]] for r in found] == recorded["recall"]["bob/trip"]
     assert path.read_bytes() == before
+
+
+def test_a_file_from_before_conversations_lists_one_when_read_as_it_is(
+        tmp_path: pathlib.Path) -> None:
+    path, recorded = release("version-5-a3b9158", tmp_path)
+    before = path.read_bytes()
+    with MemoryStore(path, read_only=True) as reader:
+        alice = Scope("alice", "trip")
+        every = reader.memories(alice)
+        for conversation in ("onboarding", "trip", "nowhere"):
+            assert reader.memories(alice, conversation=conversation) == [
+                m for m in every if m["source"].rpartition("/")[0] == conversation]
+        assert reader.memories(alice, conversation="onboarding")  # not all empty
+    assert path.read_bytes() == before
+    with MemoryStore(path) as upgraded:  # the column, once upgraded: the same answers
+        assert upgraded.memories(alice, conversation="trip") == [
+            m for m in every if m["source"].startswith("trip/")]
