@@ -4639,7 +4639,8 @@ def _load_records(args: argparse.Namespace) -> None:
 # The reference MCP memory server's file (memory.jsonl): a line an entity, {"type":
 # "entity", "name", "entityType", "observations": [...]}, or a relation, {"type":
 # "relation", "from", "to", "relationType"}. Each observation and each relation becomes
-# one memory naming its entity, with the source server-memory:<entity>.
+# one memory naming its entity, with the source server-memory:<entity>/<n>: the entity is
+# its conversation, so recall with context reads an entity's facts together.
 _SERVER_MEMORY = "server-memory"
 _SERVER_MEMORY_KEYS = {"entity": {"type", "name", "entityType", "observations"},
                        "relation": {"type", "from", "to", "relationType"}}
@@ -4676,10 +4677,13 @@ def _load_server_memory(args: argparse.Namespace) -> None:
     scope = Scope(args.user, args.task or _MCP_DEFAULT_TASK)
     level = "user" if args.task is None else "task"
     args.items = []
+    facts: collections.Counter[str] = collections.Counter()  # each entity's, so far
     for number, line in _json_lines(args.file):
         try:
             for text, entity in _server_memory_texts(line):
-                row = _new_row(scope, level, text, f"{_SERVER_MEMORY}:{entity}")
+                facts[entity] += 1
+                row = _new_row(scope, level, text,
+                               f"{_SERVER_MEMORY}:{entity}/{facts[entity]}")
                 args.items.append((scope, level, row.text, row.source))
         except MemoryInputError as exc:
             raise MemoryInputError(f"line {number}: {exc}") from None

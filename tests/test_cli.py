@@ -548,10 +548,13 @@ def test_import_from_the_reference_memory_servers_file(store_at: str,
     assert again.returncode == 0 and again.stdout == "imported 0 memories (3 already held)\n"
     listed = [json.loads(line) for line in cli("list", store_at, "--user", "carol",
                                                 "--task", "any").stdout.splitlines()]
+    # Each entity is a conversation, its facts numbered in the file's order.
     assert [(m["text"], m["source"], m["level"]) for m in listed] == [
-        ("Alice: prefers aisle seats", "server-memory:Alice", "user"),
-        ("Alice: is vegetarian", "server-memory:Alice", "user"),
-        ("Alice plans Lisbon trip", "server-memory:Alice", "user")]
+        ("Alice: prefers aisle seats", "server-memory:Alice/1", "user"),
+        ("Alice: is vegetarian", "server-memory:Alice/2", "user"),
+        ("Alice plans Lisbon trip", "server-memory:Alice/3", "user")]
+    assert len(lines(cli("list", store_at, "--user", "carol", "--task", "any",
+                         "--conversation", "server-memory:Alice").stdout)) == 3
     tasked = cli(*command, "--task", "trip")
     assert tasked.returncode == 0, tasked.stderr
     assert {json.loads(line)["level"] for line in cli(
