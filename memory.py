@@ -204,14 +204,15 @@ _STATEMENT_A_WORD_UP_TO = 64
 # the scope sees, the _CONTEXT_WINDOW nearest written before it and as many after; each
 # lends its own score times its side's weight. Chosen on LoCoMo's dev half, where
 # weights from 0.2 to 0.6 before and from 0 to 0.4 after all land within 0.01 of R@5.
-_CONTEXT_WINDOW = 2
-_CONTEXT_BEFORE = 0.6
-_CONTEXT_AFTER = 0.4
+# The weights by distance, the nearest first.
+_CONTEXT_BEFORE = (0.6, 0.6)
+_CONTEXT_AFTER = (0.4, 0.4)
+_CONTEXT_WINDOW = len(_CONTEXT_BEFORE)
 # Each neighbour's place from the memory and its weight, in ascending id order.
-_SHARES = tuple([(-shift, _CONTEXT_BEFORE) for shift in range(_CONTEXT_WINDOW, 0, -1)]
-                + [(shift, _CONTEXT_AFTER) for shift in range(1, _CONTEXT_WINDOW + 1)])
+_SHARES = tuple([(-shift, _CONTEXT_BEFORE[shift - 1]) for shift in range(_CONTEXT_WINDOW, 0, -1)]
+                + [(shift, _CONTEXT_AFTER[shift - 1]) for shift in range(1, _CONTEXT_WINDOW + 1)])
 # At most how many times the best own score among its neighbours a memory can score.
-_CONTEXT_REACH = 1 + _CONTEXT_WINDOW * (_CONTEXT_BEFORE + _CONTEXT_AFTER)
+_CONTEXT_REACH = 1 + sum(_CONTEXT_BEFORE) + sum(_CONTEXT_AFTER)
 # A scope's kept conversations find each id by a table over its ids' span (8 bytes an id
 # of the span) where the span is at most this many times the scope, else by binary search.
 _DENSE_SPAN = 4
@@ -2470,10 +2471,8 @@ def _scores_in_context(own: Mapping[int, float], limit: int,
                     continue
                 placed[scored] = (line, place)
                 score = float(mine(scored, 0))
-                for neighbour in line[max(0, place - window) : place]:
-                    score += _CONTEXT_BEFORE * mine(neighbour, 0)
-                for neighbour in line[place + 1 : place + 1 + window]:
-                    score += _CONTEXT_AFTER * mine(neighbour, 0)
+                for neighbour, weight in _lenders((line, place)):
+                    score += weight * mine(neighbour, 0)
                 if score > 0:
                     if len(best) < limit:
                         heapq.heappush(best, (score, scored))
@@ -2848,8 +2847,9 @@ def _lenders(placed: _Placed) -> list[tuple[int, float]]:
     """The neighbours of a memory sitting at `placed`, by id ascending, with weights."""
     line, place = placed
     before = line[max(0, place - _CONTEXT_WINDOW) : place]
-    return [*((n, _CONTEXT_BEFORE) for n in before),
-            *((n, _CONTEXT_AFTER) for n in line[place + 1 : place + 1 + _CONTEXT_WINDOW])]
+    after = line[place + 1 : place + 1 + _CONTEXT_WINDOW]
+    return [*zip(before, reversed(_CONTEXT_BEFORE[: len(before)]), strict=True),
+            *zip(after, _CONTEXT_AFTER, strict=False)]
 
 
 def _evidence(postings: list[tuple[str, array.array[int]]],

@@ -177,6 +177,11 @@ def conversation(m: Memory) -> str:
     return m.source[:m.source.rfind("/")] if "/" in m.source else ""
 
 
+# The weights of the two neighbours before a memory and the two after it, the nearest
+# first (a test sets others, and the store's alike, to try weights that fall with distance).
+CONTEXT_WEIGHTS = {"before": (0.6, 0.6), "after": (0.4, 0.4)}
+
+
 def neighbours(m: Memory, talks: dict[str, list[Memory]]) -> list[tuple[Memory, float]]:
     """The memories that lend `m` a share of their score under context, in id order,
     with their weights: of the visible ones in m's conversation (`talks`, each
@@ -186,7 +191,9 @@ def neighbours(m: Memory, talks: dict[str, list[Memory]]) -> list[tuple[Memory, 
         return []
     talk = talks[conversation(m)]
     at = talk.index(m)
-    return [(n, 0.6) for n in talk[max(0, at - 2):at]] + [(n, 0.4) for n in talk[at + 1:at + 3]]
+    before, after = CONTEXT_WEIGHTS["before"], CONTEXT_WEIGHTS["after"]
+    return ([(talk[at - d], before[d - 1]) for d in (2, 1) if at - d >= 0]
+            + [(talk[at + d], after[d - 1]) for d in (1, 2) if at + d < len(talk)])
 
 
 class Model:

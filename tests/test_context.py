@@ -17,6 +17,7 @@ import pytest
 from embedders import ConceptEmbedder
 
 import memory
+import model as model_module
 from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, WORD_RANKS, SetClock, cli
 from memory import MemoryInputError, MemoryStore, Scope, StoreError
 from model import Memory, Model, utc
@@ -133,7 +134,8 @@ def test_recall_with_context_is_off_unless_the_store_or_the_call_turns_it_on(
         MemoryStore(target, context="yes")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("scoring", ["numpy", "numpy, blocks of 2", "pure Python"])
+@pytest.mark.parametrize("scoring", ["numpy", "numpy, blocks of 2", "pure Python",
+                                     "numpy, falling weights", "pure Python, falling weights"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_recall_with_context_equals_scoring_every_visible_memory(
         target: str, seed: int, scoring: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,8 +146,16 @@ def test_recall_with_context_equals_scoring_every_visible_memory(
     finds her ids by a table over their span and bob's, far apart, by binary search.
     In blocks of 2, numpy seeks the best among the best maxima of blocks, as it does
     in a scope of thousands."""
-    if scoring == "pure Python":
+    if scoring.startswith("pure Python"):
         monkeypatch.setattr(memory, "_numpy", lambda: None)
+    if scoring.endswith("falling weights"):  # each neighbour by its distance
+        before, after = (0.6, 0.3), (0.4, 0.2)
+        monkeypatch.setitem(model_module.CONTEXT_WEIGHTS, "before", before)
+        monkeypatch.setitem(model_module.CONTEXT_WEIGHTS, "after", after)
+        monkeypatch.setattr(memory, "_CONTEXT_BEFORE", before)
+        monkeypatch.setattr(memory, "_CONTEXT_AFTER", after)
+        monkeypatch.setattr(memory, "_SHARES", ((-2, 0.3), (-1, 0.6), (1, 0.4), (2, 0.2)))
+        monkeypatch.setattr(memory, "_CONTEXT_REACH", 1 + sum(before) + sum(after))
     if scoring == "numpy, blocks of 2":
         monkeypatch.setattr(memory, "_BLOCK", 2)
     chance = random.Random(seed)
