@@ -227,6 +227,22 @@ def read_reply(process: subprocess.Popen[bytes], wanted: int, within: float) -> 
     raise AssertionError(f"no reply {wanted} within {within} s")
 
 
+def handshake(client: str) -> list[dict[str, Any]]:
+    """What a client sends first: initialize, then initialized."""
+    return [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {},
+                "clientInfo": {"name": client, "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+
+
+def send(process: subprocess.Popen[bytes], messages: list[dict[str, Any]]) -> None:
+    """Each message as one line of the server's stdin."""
+    assert process.stdin is not None
+    for message in messages:
+        process.stdin.write(json.dumps(message).encode() + b"\n")
+    process.stdin.flush()
+
+
 def test_the_server_exits_when_the_client_goes_and_keeps_what_it_acknowledged(
         tmp_path: pathlib.Path) -> None:
     path = tmp_path / "m.db"
@@ -235,17 +251,9 @@ def test_the_server_exits_when_the_client_goes_and_keeps_what_it_acknowledged(
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert process.stdin is not None
-        messages = [
-            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {},
-                "clientInfo": {"name": "raw\u0000", "version": "1"}}},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                "name": "remember", "arguments": {"text": "Acknowledged before the end"}}},
-        ]
-        for message in messages:
-            process.stdin.write(json.dumps(message).encode() + b"\n")
-        process.stdin.flush()
+        send(process, [*handshake("raw\u0000"), {
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "remember", "arguments": {"text": "Acknowledged before the end"}}}])
         reply = read_reply(process, 2, 60)
         kept = reply["result"]["structuredContent"]["id"]
         process.stdin.close()  # the client goes away mid-session
@@ -287,19 +295,11 @@ def test_an_embedder_that_prints_leaves_stdout_to_the_protocol(tmp_path: pathlib
                                    stderr=stderr)
         try:
             assert process.stdin is not None
-            messages = [
-                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "1"}}},
-                {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                    "name": "remember", "arguments": {"text": "Alice is vegetarian."}}},
-                {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-                    "name": "recall", "arguments": {"query": "meat-free dinner"}}},
-            ]
-            for message in messages:
-                process.stdin.write(json.dumps(message).encode() + b"\n")
-            process.stdin.flush()
+            send(process, [*handshake("raw"), {
+                "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                    "name": "remember", "arguments": {"text": "Alice is vegetarian."}}}, {
+                "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+                    "name": "recall", "arguments": {"query": "meat-free dinner"}}}])
             # Every line of stdout is JSON-RPC (read_reply parses each), in order.
             assert read_reply(process, 1, 60)["result"]["serverInfo"]["name"] == "memory"
             assert "id" in read_reply(process, 2, 60)["result"]["structuredContent"]

@@ -447,18 +447,14 @@ def test_keys_that_cannot_be_read_while_serving_refuse_the_request_with_401(
     (tmp_path / "rotated").mkdir()
     rotated = Issuer(tmp_path / "rotated", key_id="test-key-2")  # unseen: the file is read
     log = tmp_path / "log"
-    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"}}}
 
     async def statuses(url: str) -> list[int]:
         found = []
         async with httpx2.AsyncClient(timeout=60) as http:
             for broken in ("[]", "5", "{not json", json.dumps({"keys": [OCT_KEY]})):
                 issuer.jwks.write_text(broken)
-                answer = await http.post(url, json=body, headers={
-                    "Accept": "application/json, text/event-stream",
-                    "Authorization": f"Bearer {rotated.token('alice')}"})
+                answer = await http.post(url, json=INITIALIZE, headers={
+                    **ACCEPT, "Authorization": f"Bearer {rotated.token('alice')}"})
                 found.append(answer.status_code)
         return found
 
