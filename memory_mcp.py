@@ -163,10 +163,17 @@ _MCP_TOOLS = {
                     "memory_id", "text"),
         _mcp_object({"id": {"type": "integer"}}, "id"), False, True, False),
     "forget": _McpTool(
-        "Forget one memory, when the user asks or it no longer holds. Returns whether"
-        " it was forgotten (false: no memory with that id for this user).",
-        _mcp_object({"memory_id": _MCP_MEMORY_ID}, "memory_id"),
-        _mcp_object({"forgotten": {"type": "boolean"}}, "forgotten"), False, True, True),
+        "Forget one memory (memory_id), or every memory of one conversation (conversation:"
+        " the sources up to their last /, as remember's source names it), when the user"
+        " asks or it no longer holds. Returns whether any was forgotten (false: no memory"
+        " with that id, or of that conversation, for this user), and for a conversation how"
+        " many.",
+        _mcp_object({"memory_id": _MCP_MEMORY_ID, "conversation": {
+            "type": "string", "minLength": 1, "maxLength": MAX_TEXT, "description":
+            "a conversation: \"chat-42\" forgets the memories of sources chat-42/turn-1,"
+            " chat-42/turn-2, ..."}}),
+        _mcp_object({"forgotten": {"type": "boolean"}, "count": {"type": "integer"}},
+                    "forgotten"), False, True, True),
 }
 
 
@@ -261,8 +268,14 @@ class _Tools:
             raise MemoryInputError(_NOT_IN_SCOPE)
         return {"id": revised}, f"revised: the memory is now {revised}"
 
-    async def _forget(self, scope: Scope, client: str, memory_id: Any
-                      ) -> tuple[dict[str, Any], str]:
+    async def _forget(self, scope: Scope, client: str, memory_id: Any = None,
+                      conversation: Any = None) -> tuple[dict[str, Any], str]:
+        if (memory_id is None) == (conversation is None):
+            raise MemoryInputError("forget takes memory_id or conversation, one of them")
+        if conversation is not None:
+            count = await self.store.forget_conversation(scope, conversation)
+            return ({"forgotten": count > 0, "count": count},
+                    f"forgot {count} memories of the conversation")
         forgotten = await self.store.forget(scope, memory_id)
         return ({"forgotten": forgotten},
                 f"forgot memory {memory_id}" if forgotten else _NOT_IN_SCOPE)

@@ -121,6 +121,17 @@ def test_round_trip_with_structured_results(target: str, tmp_path: pathlib.Path)
             assert listed["memories"][0]["expires_at"] is not None
             assert await call(s, "forget", memory_id=trip) == {"forgotten": True}
             assert await call(s, "forget", memory_id=trip) == {"forgotten": False}
+            talk = [(await call(s, "remember", text=f"turn {n}", source=f"chat-42/turn-{n}")
+                     )["id"] for n in (1, 2)]
+            listed = (await call(s, "list_memories"))["memories"]
+            assert set(talk) <= {m["id"] for m in listed}
+            assert await call(s, "forget", conversation="chat-42") == {"forgotten": True,
+                                                                       "count": 2}
+            assert await call(s, "forget", conversation="chat-42/") == {"forgotten": False,
+                                                                        "count": 0}
+            for both_or_neither in ({}, {"memory_id": talk[0], "conversation": "chat-42"}):
+                assert await refused(s, "forget", **both_or_neither) == (
+                    "forget takes memory_id or conversation, one of them")
             assert (await call(s, "recall", query="Lisbon hotel")) == {"memories": []}
 
     run(session())
