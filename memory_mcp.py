@@ -150,7 +150,10 @@ _MCP_TOOLS = {
         f" memories; use recall to answer a question.",
         _mcp_object({"after": {**_MCP_MEMORY_ID, "minimum": 0, "description": "the last id"
                                " of the page before (0 for the first): list the memories"
-                               " after it"}}),
+                               " after it"},
+                     "conversation": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
+                                      "description": "only this conversation's memories"
+                                      " (sources up to their last /), `total` theirs"}}),
         _mcp_object({"memories": _mcp_memories(Memory),
                      "total": {"type": "integer"}}, "memories", "total"), True, False,
         True),
@@ -246,15 +249,17 @@ class _Tools:
         return {"memories": shown}, _mcp_lines(
             f"{len(shown)} memories recorded earlier, best first", shown)
 
-    async def _list_memories(self, scope: Scope, client: str, after: Any = None
-                             ) -> tuple[dict[str, Any], str]:
+    async def _list_memories(self, scope: Scope, client: str, after: Any = None,
+                             conversation: Any = None) -> tuple[dict[str, Any], str]:
         if after is not None:
-            page = await self.store.memories(scope, after=after, limit=_MCP_LISTED)
-            total = await self.store.count(scope)
+            page = await self.store.memories(scope, after=after, limit=_MCP_LISTED,
+                                             conversation=conversation)
+            total = await self.store.count(scope) if conversation is None else len(
+                await self.store.memories(scope, conversation=conversation))
             shown: list[dict[str, Any]] = [dict(memory) for memory in page]
             counted = f"{len(shown)} of {total} memories, those after memory {after},"
         else:
-            every = await self.store.memories(scope)
+            every = await self.store.memories(scope, conversation=conversation)
             shown, total = [dict(memory) for memory in every[-_MCP_LISTED:]], len(every)
             counted = (f"{total} memories" if len(shown) == total else
                        f"the newest {len(shown)} of {total} memories")

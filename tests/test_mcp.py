@@ -125,6 +125,10 @@ def test_round_trip_with_structured_results(target: str, tmp_path: pathlib.Path)
                      )["id"] for n in (1, 2)]
             listed = (await call(s, "list_memories"))["memories"]
             assert set(talk) <= {m["id"] for m in listed}
+            assert await call(s, "list_memories", conversation="chat-42") == {
+                "memories": [m for m in listed if m["id"] in talk], "total": 2}
+            paged = await call(s, "list_memories", conversation="chat-42", after=talk[0])
+            assert ([m["id"] for m in paged["memories"]], paged["total"]) == (talk[1:], 2)
             assert await call(s, "forget", conversation="chat-42") == {"forgotten": True,
                                                                        "count": 2}
             assert await call(s, "forget", conversation="chat-42/") == {"forgotten": False,
