@@ -4192,10 +4192,10 @@ class MemoryStore:
             if talk is not None and not older:
                 rows = db.execute(_SQL_VISIBLE_CONVERSATION, (*key, talk, first, asked)
                                   ).fetchall()
-            elif after is None and most is None or talk is not None:
-                rows = db.execute(_SQL_VISIBLE, key).fetchall()
-            else:
+            elif talk is None and (after is not None or most is not None):
                 rows = db.execute(_SQL_VISIBLE_PAGE, (*key, first, asked)).fetchall()
+            else:  # every memory of the scope, those of an older file filtered below
+                rows = db.execute(_SQL_VISIBLE, key).fetchall()
         found = [_MemoryRow(*row).memory() for row in rows if row[0] not in expired]
         if talk is not None and older:
             found = [memory for memory in found if memory["id"] > first
@@ -4627,9 +4627,7 @@ def _load_records(args: argparse.Namespace) -> None:
     except MemoryInputError as exc:
         assert exc.position is not None
         reason = str(exc).partition(": ")[2]
-        kind = records[exc.position].get("type") if isinstance(
-            records[exc.position], dict) else None
-        if isinstance(kind, str) and kind in _SERVER_MEMORY_KEYS:  # the memory server's file
+        if _server_memory_kind(records[exc.position]) is not None:  # the server's file
             reason += "; this looks like memory.jsonl of the MCP memory server: add --from"\
                 " server-memory --user U"
         raise MemoryInputError(f"line {line_of[exc.position]}: {reason}") from None
@@ -4647,10 +4645,16 @@ _SERVER_MEMORY_KEYS = {"entity": {"type", "name", "entityType", "observations"},
 _SERVER_MEMORY_NOUNS = {"entity": "an entity", "relation": "a relation"}
 
 
+def _server_memory_kind(line: Any) -> str | None:
+    """"entity" or "relation" for a line of memory.jsonl that is one, else None."""
+    kind = line.get("type") if isinstance(line, dict) else None
+    return kind if isinstance(kind, str) and kind in _SERVER_MEMORY_KEYS else None
+
+
 def _server_memory_texts(line: Any) -> list[tuple[str, str]]:
     """The (text, entity) of each memory one line of memory.jsonl holds."""
-    kind = line.get("type") if isinstance(line, dict) else None
-    if not isinstance(kind, str) or kind not in _SERVER_MEMORY_KEYS:
+    kind = _server_memory_kind(line)
+    if kind is None:
         raise MemoryInputError("not an entity or a relation (an object whose type is"
                                " 'entity' or 'relation')")
     wanted = _SERVER_MEMORY_KEYS[kind]

@@ -453,7 +453,8 @@ class _KnownUser:
         token = getattr(scope.get("user"), "access_token", None)
         if token is not None and token.subject is None:
             await _refuse(send, 403, "insufficient_scope",
-                          "the token's user claim is not a valid user id")
+                          "the token's user claim is not a valid user id",
+                          b'Bearer error="insufficient_scope"')
             return
         await self.app(scope, receive, send)
 
@@ -543,13 +544,14 @@ def _watched(send: Any, answer: dict[str, Any]) -> Any:
     return watching
 
 
-async def _refuse(send: Any, status: int, error: str, description: str) -> None:
-    """An OAuth-style JSON error response."""
+async def _refuse(send: Any, status: int, error: str, description: str,
+                  challenge: bytes | None = None) -> None:
+    """An OAuth-style JSON error response, with a WWW-Authenticate `challenge` if given."""
     body = json.dumps({"error": error, "error_description": description}).encode()
     headers = [(b"content-type", b"application/json"),
                (b"content-length", str(len(body)).encode())]
-    if status == 403:
-        headers.append((b"www-authenticate", b'Bearer error="insufficient_scope"'))
+    if challenge is not None:
+        headers.append((b"www-authenticate", challenge))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -699,15 +701,14 @@ def _host_entry(args: argparse.Namespace) -> dict[str, Any]:
         # server from a folder of its own.
         path = [os.path.abspath(folder)
                 for folder in os.environ.get("PYTHONPATH", "").split(os.pathsep) if folder]
-    command = os.path.join(os.path.dirname(sys.executable), "memory")
+    command, arguments = os.path.join(os.path.dirname(sys.executable), "memory"), ["mcp"]
     if not os.access(command, os.X_OK):
         # memory.py run from its folder, not installed: that folder on the module path.
-        command = sys.executable
+        command, arguments = sys.executable, ["-m", "memory", "mcp"]
         path.insert(0, os.path.dirname(os.path.abspath(sys.modules["memory"].__file__
                                                        or "memory.py")))
     if path:
         env["PYTHONPATH"] = os.pathsep.join(path)
-    arguments = ["mcp"] if command != sys.executable else ["-m", "memory", "mcp"]
     return {"command": command, "args": arguments, "env": env}
 
 
