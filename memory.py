@@ -90,7 +90,7 @@ __all__ = [
     "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -430,6 +430,30 @@ _SQLITE_VERSION_7 = (
     "CREATE INDEX memory_vectors_scope ON memory_vectors (user_id, task_id)",
 )
 
+# Version 8 gives a memory what the agent frameworks' records hold: a key its owner chose
+# (unique among the owner's memories, enforced by the index, so two writers racing on one
+# key leave one memory), metadata (a JSON object, as text), when it was last replaced, and
+# what it was embedded from (NULL: its text). memory_fields holds a term for each value at
+# each path of a memory's metadata (_terms), so that an equality filter is a range of an
+# index under the user, as a word is.
+_SQLITE_VERSION_8 = (
+    *_SQLITE_VERSION_7,
+    "ALTER TABLE memories ADD COLUMN key TEXT",
+    "ALTER TABLE memories ADD COLUMN metadata TEXT",
+    "ALTER TABLE memories ADD COLUMN updated_at TEXT",
+    "ALTER TABLE memories ADD COLUMN embed TEXT",
+    "CREATE UNIQUE INDEX memories_key ON memories (user_id, ifnull(task_id, ''), key)"
+    " WHERE key IS NOT NULL",
+    """CREATE TABLE memory_fields (
+    user_id TEXT NOT NULL,
+    term TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    task_id TEXT,
+    PRIMARY KEY (user_id, term, id)
+) WITHOUT ROWID""",
+    "CREATE INDEX memory_fields_id ON memory_fields (user_id, id)",
+)
+
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
@@ -437,6 +461,9 @@ _READS_AS_IT_IS = 4
 _CONVERSATIONS_FROM = 6
 # The version that holds vectors, which an embedder needs.
 _VECTORS_FROM = 7
+# The version whose memories may have keys and metadata: a file opened read-only before
+# it is read through a view that gives every memory none (_SQLITE_AS_RECORDS).
+_RECORDS_FROM = 8
 
 
 class _Layout(NamedTuple):
@@ -456,6 +483,7 @@ SQLITE_LAYOUTS = (
     _Layout(5, _SQLITE_VERSION_5),
     _Layout(6, _SQLITE_VERSION_6),
     _Layout(7, _SQLITE_VERSION_7),
+    _Layout(8, _SQLITE_VERSION_8),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -476,9 +504,38 @@ _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
 
 _SQL_INSERT = _sql(
     "INSERT INTO memories (id, user_id, task_id, text, source, created_at, expires_at,"
-    " text_key, conversation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    " text_key, conversation, key, metadata, updated_at, embed)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    postgresql="INSERT INTO memories (id, user_id, task_id, text, source, created_at,"
+    " expires_at, text_key, conversation, key, metadata, updated_at, embed)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)",
     postgresql_many="INSERT INTO memories (id, user_id, task_id, text, source, created_at,"
-    " expires_at, text_key, conversation) " + _from_arrays("bigint", *["text"] * 8))
+    " expires_at, text_key, conversation, key, metadata, updated_at, embed) SELECT i, u, t,"
+    " x, s, c, e, k, v, n, m::jsonb, a, b FROM unnest(" + ", ".join(
+        f"%b::{kind}[]" for kind in ("bigint", *["text"] * 12))
+    + ") AS given (i, u, t, x, s, c, e, k, v, n, m, a, b)")
+# The terms of memories' metadata (_terms), memory data as their memories are.
+_SQL_INSERT_FIELDS = _sql(
+    "INSERT INTO memory_fields (user_id, term, id, task_id) VALUES (?, ?, ?, ?)",
+    postgresql_many="INSERT INTO memory_fields (user_id, term, id, task_id) "
+    + _from_arrays("text", "text", "bigint", "text"))
+_SQL_FIELD_IDS = _sql(
+    f"SELECT term, id FROM memory_fields {_IN_SCOPE}"
+    " AND term IN (SELECT value FROM json_each(?))",
+    postgresql="SELECT term, id FROM memory_fields WHERE user_id = %s AND (task_id IS NULL"
+    " OR task_id = %s) AND term = ANY (ARRAY(SELECT jsonb_array_elements_text(%s::jsonb)))")
+_SQL_FORGET_FIELDS = _sql(
+    f"DELETE FROM memory_fields {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))")
+_SQL_DELETE_FIELDS_OF_USER = _sql(
+    "DELETE FROM memory_fields WHERE user_id = ? AND id IN (SELECT value FROM json_each(?))")
+_SQL_ERASE_FIELDS = _sql("DELETE FROM memory_fields WHERE user_id = ?")
+# The metadata of the scope's memories that have some (a range filter reads them), or of
+# some of them.
+_SQL_SCOPE_METADATA = _sql(
+    f"SELECT id, metadata FROM memories {_IN_SCOPE} AND metadata IS NOT NULL")
+_SQL_SOME_METADATA = _sql(
+    f"SELECT id, metadata FROM memories {_IN_SCOPE} AND metadata IS NOT NULL"
+    " AND id IN (SELECT value FROM json_each(?))")
 # The memories of the scope whose text has the key: those of the same text, and rarely
 # others (a key is a hash), which the store tells apart by their text.
 _SQL_SAME_TEXT = _sql(
@@ -507,19 +564,37 @@ class _MemoryRow(NamedTuple):
     source: str
     created_at: str
     expires_at: str | None
+    key: str | None
+    metadata: str | None  # JSON text, as both engines give it
+    updated_at: str | None
 
     def fields(self) -> _Fields:
         return _Fields(id=self.id, level=_level_of(self.task_id), text=self.text,
                        source=self.source, created_at=self.created_at)
 
+    def record(self) -> dict[str, Any]:
+        """A memory with a key or metadata carries both and updated_at; one with neither
+        has the seed's keys alone."""
+        if self.key is None and self.metadata is None:
+            return {}
+        return {"key": self.key, "metadata": _metadata_of(self.metadata),
+                "updated_at": self.updated_at}
+
     def memory(self) -> Memory:
-        return Memory(**self.fields(), expires_at=self.expires_at)
+        return cast(Memory, {**self.fields(), "expires_at": self.expires_at, **self.record()})
 
     def recalled(self, score: float) -> Recalled:
-        return cast(Recalled, {**self.fields(), "score": score})  # `why` is for explain
+        # `why` is for explain
+        return cast(Recalled, {**self.fields(), "score": score, **self.record()})
 
 
 _MEMORY_COLUMNS = ", ".join(_MemoryRow._fields)
+# The memory of an owner (the user level: task_id NULL) that holds a key, live or not.
+_SQL_KEYED = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND key = ?"
+                  " AND task_id IS ?")
+# The memories the scope sees that hold a key: its task's, then the user level's.
+_SQL_VISIBLE_KEY = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND key = ?"
+                        " ORDER BY task_id IS NULL")
 # The scope's memories that are no longer live, from the expiry index alone (it holds
 # task_id, and id is the rowid): few, since writes and purge_expired() delete them, and
 # returned as one JSON array, since a row apiece costs more than the lookup.
@@ -716,6 +791,13 @@ _SQL_VISIBLE = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER B
 _SQL_VISIBLE_PAGE = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id > ? ORDER BY id LIMIT ?")
 _SQL_VISIBLE_ID = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?")
+_SQL_VISIBLE_IDS = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE}"
+                        " AND id IN (SELECT value FROM json_each(?)) ORDER BY id")
+# A page between two ids, oldest or newest first.
+_SQL_VISIBLE_BETWEEN = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE}"
+                            " AND id > ? AND id < ? ORDER BY id LIMIT ?")
+_SQL_VISIBLE_DOWN = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE}"
+                         " AND id > ? AND id < ? ORDER BY id DESC LIMIT ?")
 _SQL_VISIBLE_SOURCE = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND source = ?")
 # The scope's memories of one conversation (their sources up to the last "/"), or a page.
@@ -731,10 +813,14 @@ _SQL_OWNER_TEXTS = _sql(
         " (task_id IS NULL OR task_id = wanted.task_key) AND task_id IS NOT DISTINCT FROM"
         " wanted.task_id"
         " ORDER BY id"))
-_SQL_OWNED = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? ORDER BY id")
+_SQL_OWNED = _sql(
+    f"SELECT {_MEMORY_COLUMNS}, embed FROM memories WHERE user_id = ? ORDER BY id")
 _SQL_OWNED_TEXTS = _sql(
     "SELECT id, user_id, task_id, text, created_at FROM memories WHERE user_id = ?"
     " ORDER BY id")
+# What reindex(embedder=) embeds each memory from: its text, as its `embed` says.
+_SQL_OWNED_EMBEDS = _sql(
+    "SELECT id, user_id, task_id, text, embed FROM memories WHERE user_id = ? ORDER BY id")
 _SQL_FORGET = _sql(
     f"DELETE FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))"
 )
@@ -833,6 +919,15 @@ _SQLITE_VERSION = "PRAGMA user_version"
 # is the only table that can have a row there (memory_words has no rowid).
 _SQLITE_LAST_ID = "SELECT coalesce(max(seq), 0) FROM sqlite_sequence"
 _SQLITE_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
+# A file from before version 8 opened read-only: its memories read as the newest layout's,
+# with no key, metadata or embedding choice, and no metadata terms (temp objects, which
+# a read-only connection may make, come before the file's under the same name).
+_SQLITE_AS_RECORDS = (
+    "CREATE TEMP VIEW memories AS SELECT *, NULL AS key, NULL AS metadata,"
+    " NULL AS updated_at, NULL AS embed FROM main.memories",
+    "CREATE TEMP TABLE memory_fields (user_id TEXT NOT NULL, term TEXT NOT NULL,"
+    " id INTEGER NOT NULL, task_id TEXT, PRIMARY KEY (user_id, term, id))",
+)
 
 _log = logging.getLogger("memory")
 _Row = TypeVar("_Row")
@@ -899,10 +994,21 @@ class _Fields(TypedDict):
     created_at: str
 
 
-class Memory(_Fields):
-    """A memory as `memories` and `get` return it: expires_at is None for never."""
+class _Keyed(TypedDict, total=False):
+    """What a memory with a key or metadata carries (both, None where it has one alone),
+    with when it was last replaced; a memory with neither has none of the three."""
 
+    key: str | None
+    metadata: dict[str, Any] | None
+    updated_at: str
+
+
+class _Stored(_Fields):
     expires_at: str | None
+
+
+class Memory(_Stored, _Keyed):
+    """A memory as `memories` and `get` return it: expires_at is None for never."""
 
 
 class _Matched(TypedDict):
@@ -937,15 +1043,19 @@ class _Explained(TypedDict, total=False):
     why: Why
 
 
-class Recalled(_Scored, _Explained):
+class Recalled(_Scored, _Explained, _Keyed):
     """A memory as `recall` returns it, with its score: distinct words shared with the
     query (rank "shared"), or their summed rarity (rank "idf"); with explain, `why`."""
 
 
-class Record(TypedDict):
-    """A memory as `export_user` writes it and `import_memories` reads it: task None at
-    user level, expires_at None for never."""
+class _RecordOptions(TypedDict, total=False):
+    key: str | None
+    metadata: dict[str, Any] | None
+    updated_at: str
+    embed: bool | list[str]
 
+
+class _RecordFields(TypedDict):
     id: int
     user: str
     task: str | None
@@ -954,6 +1064,12 @@ class Record(TypedDict):
     source: str
     created_at: str
     expires_at: str | None
+
+
+class Record(_RecordFields, _RecordOptions):
+    """A memory as `export_user` writes it and `import_memories` reads it: task None at
+    user level, expires_at None for never; a keyed memory, or one with metadata, has
+    key, metadata and updated_at too, and one not embedded from its text `embed`."""
 
 
 def _check_identifier(name: str, value: object) -> str:
@@ -1100,6 +1216,284 @@ def _check_ttl(ttl: object) -> float | None:
     return None if ttl is None else _check_seconds("ttl", ttl)
 
 
+# -- keys, metadata and filters ----------------------------------------------------------
+
+_MAX_KEY = 512
+_MAX_METADATA_BYTES = 64 * 1024
+_MAX_EMBED_TEXTS = 16
+_MAX_OFFSET = 10_000
+#: The longest text a store may be opened to take (MemoryStore(max_text=...)).
+_LONGEST_TEXT = 1_000_000
+# Integers past 2**53 are not exact in the doubles most JSON readers (and filters) use
+# (RFC 7493, I-JSON): refused rather than compared wrongly.
+_EXACT_INTEGERS = 2**53
+_DEEPEST_METADATA = 32
+_MOST_PATHS = 16
+_MOST_IN = 100
+# A term longer than this is kept as its hash: an index key stays small on either engine.
+_LONGEST_TERM = 200
+_ORDERED = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
+_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", *_ORDERED})
+
+
+def _check_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if type(key) is not str or not 0 < len(key) <= _MAX_KEY:
+        raise MemoryInputError(f"key must be a str of 1 to {_MAX_KEY} characters,"
+                               f" got {_described(key)}")
+    if any(unicodedata.category(c) == "Cc" for c in key):
+        raise MemoryInputError("key must not contain control characters")
+    return _check_text("key", key, _MAX_KEY, blank=True)
+
+
+def _check_json(name: str, value: object, depth: int = 0) -> None:
+    """MemoryInputError unless `value` is JSON a filter can compare: str keys; str, int
+    (within 2**53), finite float, bool, None, lists and objects, at most 32 deep."""
+    if depth > _DEEPEST_METADATA:
+        raise MemoryInputError(f"{name} is nested deeper than {_DEEPEST_METADATA} levels")
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        _check_text(f"a string in {name}", value, _LONGEST_TEXT, blank=True)
+    elif type(value) is int:
+        if abs(value) > _EXACT_INTEGERS:
+            raise MemoryInputError(f"an integer in {name} is beyond 2**53 (not exact in JSON)")
+    elif type(value) is float:
+        if not math.isfinite(value):
+            raise MemoryInputError(f"{name} holds a number that is not finite")
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_json(name, item, depth + 1)
+    elif isinstance(value, dict):
+        _check_object(name, value, depth)
+    else:
+        raise MemoryInputError(f"{name} holds a value of type {type(value).__name__},"
+                               " which JSON has not")
+
+
+def _check_object(name: str, value: dict[Any, Any], depth: int) -> None:
+    for item_key, item in value.items():
+        if type(item_key) is not str:
+            raise MemoryInputError(f"{name} has a key that is not a str but"
+                                   f" {type(item_key).__name__}")
+        _check_text(f"a key in {name}", item_key, _MAX_KEY, blank=True)
+        _check_json(name, item, depth + 1)
+
+
+def _compact(value: object, sort_keys: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                      sort_keys=sort_keys)
+
+
+def _check_metadata(metadata: object) -> str | None:
+    """The metadata as the compact JSON text the store keeps, or None for none."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise MemoryInputError(f"metadata must be a dict (a JSON object), got"
+                               f" {_described(metadata)}")
+    _check_json("metadata", metadata)
+    text = _compact(metadata)
+    if len(text.encode("utf-8")) > _MAX_METADATA_BYTES:
+        raise MemoryInputError(f"metadata is {len(text.encode('utf-8'))} bytes as compact"
+                               f" JSON, more than {_MAX_METADATA_BYTES}")
+    return text
+
+
+def _exact_integer(digits: str) -> int | float:
+    # PostgreSQL's jsonb writes a float such as 1e+20 as its digits: an integer past 2**53
+    # read back was a float (none is kept as an integer).
+    number = int(digits)
+    return number if abs(number) <= _EXACT_INTEGERS else float(number)
+
+
+def _metadata_of(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else cast(dict[str, Any], json.loads(
+        text, parse_int=_exact_integer))
+
+
+def _check_embed(embed: object) -> str | None:
+    """What a memory is embedded from, as the store records it: None for its text, "false"
+    for nothing, else the JSON list of the texts given instead."""
+    if embed is True:
+        return None
+    if embed is False:
+        return "false"
+    if isinstance(embed, (str, bytes)) or not isinstance(embed, (list, tuple)) \
+            or not 0 < len(embed) <= _MAX_EMBED_TEXTS:
+        raise MemoryInputError(f"embed must be True, False or a list of 1 to"
+                               f" {_MAX_EMBED_TEXTS} str, got {_described(embed)}")
+    for text in embed:
+        _check_text("a text of embed", text, _LONGEST_TEXT)
+    return _compact(list(embed))
+
+
+def _embedded_from(text: str, embed: str | None) -> list[str]:
+    """The texts a memory's vectors come from (none for embed=False)."""
+    if embed is None:
+        return [text]
+    return cast(list[str], [] if embed == "false" else json.loads(embed))
+
+
+def _normal(value: Any) -> Any:
+    """A JSON value as filters compare it: 1.0 is 1, and -0.0 is 0."""
+    if type(value) is float and value.is_integer() and abs(value) <= _EXACT_INTEGERS:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _normal(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_normal(item) for item in value]
+    return value
+
+
+def _term(path: Sequence[str], value: Any) -> str:
+    """The index's term for a value at a path (a list of keys): its normal JSON, or the
+    hash of a long one."""
+    term = _compact([list(path), _normal(value)], sort_keys=True)
+    if len(term) > _LONGEST_TERM:
+        return "#" + hashlib.sha256(term.encode("utf-8")).hexdigest()
+    return term
+
+
+def _terms(metadata: Any, path: tuple[str, ...] = ()) -> Iterator[str]:
+    """A term for the value at every path of the metadata's objects, nested ones too (not
+    into lists: a list is one value)."""
+    for key, value in metadata.items():
+        here = (*path, key)
+        yield _term(here, value)
+        if isinstance(value, dict):
+            yield from _terms(value, here)
+
+
+def _value_at(metadata: Any, path: Sequence[str]) -> tuple[bool, Any]:
+    for key in path:
+        if not isinstance(metadata, dict) or key not in metadata:
+            return False, None
+        metadata = metadata[key]
+    return True, metadata
+
+
+def _same_value(one: Any, other: Any) -> bool:
+    return bool(_compact(_normal(one), True) == _compact(_normal(other), True))
+
+
+def _comparable(one: Any, other: Any) -> bool:
+    """Whether an ordering operator compares the two: numbers with numbers, strings with
+    strings."""
+    def number(value: Any) -> bool:
+        return type(value) in (int, float)
+    return (number(one) and number(other)) or (type(one) is str and type(other) is str)
+
+
+class _Condition(NamedTuple):
+    """One path's test in a filter: `op` of _OPERATORS, `value` its operand ($in and $nin:
+    a list)."""
+
+    path: tuple[str, ...]
+    op: str
+    value: Any
+
+    def holds(self, metadata: Any) -> bool:
+        found, value = _value_at(metadata, self.path)
+        if self.op in _ORDERED:
+            return found and _comparable(value, self.value) and \
+                bool(_ORDERED[self.op](value, self.value))
+        if self.op in ("$eq", "$ne"):
+            equal = found and _same_value(value, self.value)
+        else:
+            equal = found and any(_same_value(value, item) for item in self.value)
+        return equal == (self.op in ("$eq", "$in"))
+
+    def terms(self) -> list[str]:
+        """The terms whose memories an equality holds for ($eq, $in) or fails ($ne, $nin)."""
+        return [_term(self.path, item) for item in
+                (self.value if self.op in ("$in", "$nin") else [self.value])]
+
+
+def _check_where(where: object) -> list[_Condition] | None:
+    """A filter as its conditions, or MemoryInputError naming what is wrong (never a
+    value): {path: value} is equality, {path: {op: value}} an operator's test."""
+    if where is None:
+        return None
+    if not isinstance(where, dict):
+        raise MemoryInputError(f"where must be a dict of paths, got {_described(where)}")
+    if len(where) > _MOST_PATHS:
+        raise MemoryInputError(f"where has {len(where)} paths, more than {_MOST_PATHS}")
+    conditions = []
+    for path, test in where.items():
+        if type(path) is not str or not 0 < len(path) <= _MAX_KEY:
+            raise MemoryInputError(f"a path of where must be a str of 1 to {_MAX_KEY}"
+                                   f" characters, got {_described(path)}")
+        keys = tuple(path.split("."))
+        if not all(keys):
+            raise MemoryInputError("a path of where has an empty key (a leading, trailing"
+                                   " or doubled '.')")
+        _check_text("a path of where", path, _MAX_KEY)
+        operators = isinstance(test, dict) and any(
+            isinstance(name, str) and name.startswith("$") for name in test)
+        if not operators:
+            _check_json("a value of where", test)
+            conditions.append(_Condition(keys, "$eq", test))
+            continue
+        assert isinstance(test, dict)
+        for op, value in test.items():
+            if op not in _OPERATORS:
+                raise MemoryInputError("where has an unknown operator (not one of"
+                                       f" {', '.join(sorted(_OPERATORS))}): {_described(op)}")
+            _check_json("a value of where", value)
+            if op in _ORDERED and not _comparable(value, value):
+                raise MemoryInputError(f"{op} compares a number or a str, got"
+                                       f" {_described(value)}")
+            if op in ("$in", "$nin") and (not isinstance(value, (list, tuple))
+                                          or len(value) > _MOST_IN):
+                raise MemoryInputError(f"{op} takes a list of at most {_MOST_IN} values,"
+                                       f" got {_described(value)}")
+            conditions.append(_Condition(keys, op, list(value) if op in ("$in", "$nin")
+                                         else value))
+    return conditions
+
+
+def _check_offset(offset: object) -> int:
+    if isinstance(offset, bool) or type(offset) is not int or not 0 <= offset <= _MAX_OFFSET:
+        raise MemoryInputError(f"offset must be an int from 0 to {_MAX_OFFSET}, got"
+                               f" {_described(offset)}"
+                               + (" out of range" if type(offset) is int else ""))
+    return offset
+
+
+def _check_max_text(max_text: object) -> int:
+    if isinstance(max_text, bool) or type(max_text) is not int \
+            or not MAX_TEXT <= max_text <= _LONGEST_TEXT:
+        raise MemoryInputError(f"max_text must be an int from {MAX_TEXT} to {_LONGEST_TEXT},"
+                               f" got {_described(max_text)}"
+                               + (" out of range" if type(max_text) is int else ""))
+    return max_text
+
+
+class _Admitted:
+    """The memories a filter admits: those of `allowed` (None: any) not in `excluded`."""
+
+    def __init__(self, allowed: set[int] | None, excluded: set[int]) -> None:
+        self.allowed, self.excluded = allowed, excluded
+
+    def __contains__(self, memory_id: object) -> bool:
+        return (self.allowed is None or memory_id in self.allowed) \
+            and memory_id not in self.excluded
+
+    def mask(self, ids: Any) -> Any:
+        """Which of numpy's `ids` are admitted."""
+        np = _numpy()
+        admitted = np.ones(len(ids), dtype=bool)
+        if self.allowed is not None:
+            admitted &= np.isin(ids, np.fromiter(self.allowed, dtype=np.int64,
+                                                 count=len(self.allowed)))
+        if self.excluded:
+            admitted &= ~np.isin(ids, np.fromiter(self.excluded, dtype=np.int64,
+                                                  count=len(self.excluded)))
+        return admitted
+
+
 class _NewMemory(NamedTuple):
     """A validated memory to write; created_at None: read the clock as it is written."""
 
@@ -1110,20 +1504,65 @@ class _NewMemory(NamedTuple):
     created_at: str | None = None
     ttl: float | None = None
     expires_at: str | None = None
-    vector: bytes | None = None  # the embedder's, as memory_vectors holds it
+    vector: bytes | None = None  # the embedder's, as memory_vectors holds it (or None)
+    key: str | None = None
+    metadata: str | None = None  # compact JSON
+    embed: str | None = None  # _check_embed's
+    updated_at: str | None = None
+    first_created: str | None = None  # the created_at of the keyed memory it replaces
 
 
-def _new_row(scope: Scope, level: str, text: str, source: str,
-             ttl: float | None = None) -> _NewMemory:
+def _new_row(scope: Scope, level: str, text: str, source: str, ttl: float | None = None,
+             *, key: object = None, metadata: object = None, embed: object = True,
+             max_text: int = MAX_TEXT) -> _NewMemory:
     """Validate one memory to write."""
     checked = _check_scope(scope)
     return _NewMemory(
         checked.user,
         checked.task if _check_level(level) == "task" else None,
-        _check_text("text", text, MAX_TEXT),
+        _check_text("text", text, max_text),
         _check_text("source", source, MAX_TEXT),
         ttl=_check_ttl(ttl),
+        key=_check_key(key),
+        metadata=_check_metadata(metadata),
+        embed=_check_embed(embed),
     )
+
+
+_ITEM_OPTIONS = ("ttl", "key", "metadata", "embed")
+
+
+def _item_row(item: object, max_text: int) -> _NewMemory:
+    """One item of remember_many: a tuple (scope, level, text, source[, ttl[, key[,
+    metadata[, embed]]]]) or a dict of remember's arguments by name."""
+    if isinstance(item, dict):
+        named = set(item)
+        if not {"scope", "level", "text", "source"} <= named \
+                or named - {"scope", "level", "text", "source", *_ITEM_OPTIONS}:
+            raise MemoryInputError("an item dict has scope, level, text and source, and may"
+                                   f" have {', '.join(_ITEM_OPTIONS)}; this one has"
+                                   f" {len(named)} keys, not those")
+        return _new_row(**item, max_text=max_text)
+    if not isinstance(item, tuple) or not 4 <= len(item) <= 4 + len(_ITEM_OPTIONS):
+        raise TypeError
+    scope, level, text, source, *options = item
+    return _new_row(scope, level, text, source, **dict(zip(_ITEM_OPTIONS, options,
+                                                           strict=False)),
+                    max_text=max_text)
+
+
+def _one_key_each(rows: list[_NewMemory], noun: str | None) -> None:
+    """MemoryInputError if two rows give one owner the same key: which would stay is not
+    the caller's to guess."""
+    first: dict[tuple[str, str | None, str], int] = {}
+    for position, row in enumerate(rows):
+        if row.key is None:
+            continue
+        owner = (row.user_id, row.task_id, row.key)
+        if owner in first:
+            raise MemoryInputError(f"{noun or 'item'}s {first[owner]} and {position} give one"
+                                   " owner the same key", position)
+        first[owner] = position
 
 
 def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[_Row]:
@@ -1138,8 +1577,9 @@ def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[
             raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
         except TypeError:
             raise MemoryInputError(
-                f"{noun} {position}: must be a tuple (scope, level, text, source[, ttl]),"
-                f" got {_described(item)}", position) from None
+                f"{noun} {position}: must be a tuple (scope, level, text, source[, ttl[, key"
+                f"[, metadata[, embed]]]]) or a dict of them, got {_described(item)}",
+                position) from None
     return rows
 
 
@@ -1240,16 +1680,20 @@ RECORD_KEYS = ("id", "user", "task", "level", "text", "source", "created_at", "e
 _REQUIRED_KEYS = frozenset(RECORD_KEYS) - {"id", "expires_at"}
 
 
-def _record_row(record: object) -> _NewMemory:
+_RECORD_OPTIONS = ("key", "metadata", "updated_at", "embed")
+
+
+def _record_row(record: object, max_text: int = MAX_TEXT) -> _NewMemory:
     """Validate one exported record as a row to write, keeping its created_at."""
     if not isinstance(record, dict):
         raise MemoryInputError(f"a record must be a JSON object, got {_described(record)}")
     missing = sorted(_REQUIRED_KEYS - set(record))
-    unknown = len(set(record) - set(RECORD_KEYS))
+    unknown = len(set(record) - set(RECORD_KEYS) - set(_RECORD_OPTIONS))
     if missing or unknown:
         raise MemoryInputError(
-            f"a record has the keys {', '.join(RECORD_KEYS)} (id, expires_at optional);"
-            f" this one lacks {missing or 'none'} and has {unknown} unknown"
+            f"a record has the keys {', '.join(RECORD_KEYS)} (id, expires_at optional)"
+            f" and may have {', '.join(_RECORD_OPTIONS)}; this one lacks"
+            f" {missing or 'none'} and has {unknown} unknown"
         )
     if "id" in record:
         _check_id(record["id"], "id")
@@ -1265,8 +1709,13 @@ def _record_row(record: object) -> _NewMemory:
     expires_at = record.get("expires_at")
     if expires_at is not None:
         expires_at = _instant("expires_at", _check_timestamp("expires_at", expires_at))
-    row = _new_row(scope, level, record["text"], record["source"])
-    return row._replace(created_at=created_at, expires_at=expires_at)
+    updated_at = record.get("updated_at")
+    if updated_at is not None:
+        updated_at = _check_timestamp("updated_at", updated_at)
+    row = _new_row(scope, level, record["text"], record["source"], key=record.get("key"),
+                   metadata=record.get("metadata"), embed=record.get("embed", True),
+                   max_text=max_text)
+    return row._replace(created_at=created_at, expires_at=expires_at, updated_at=updated_at)
 
 
 # -- clocks and words ------------------------------------------------------------------
@@ -1653,7 +2102,7 @@ def _index_words(db: _Session, rows: Iterable[tuple[int, str, str | None, str, s
         (row for row in rows if held[row[1], row[2]] >= index_from), rule), {})
 
 
-def _unindex(db: _Session, user_id: str, rows: list[tuple[Any, ...]], rule: _Rule,
+def _unindex(db: _Session, user_id: str, rows: Sequence[tuple[Any, ...]], rule: _Rule,
              index_from: int) -> None:
     """Remove the postings and counts of the user's memories `rows` (_MEMORY_COLUMNS): an
     owner left with fewer than `index_from` memories loses all its postings."""
@@ -1947,12 +2396,18 @@ def _upgrade_to_7(db: _SqliteEngine) -> None:
     _execute_script(db, _SQLITE_VERSION_7[len(_SQLITE_VERSION_6):])
 
 
+def _upgrade_to_8(db: _SqliteEngine) -> None:
+    """Version 7 gains keys, metadata and embedding choices (none yet: every memory is
+    embedded from its text) and the table of metadata terms."""
+    _execute_script(db, _SQLITE_VERSION_8[len(_SQLITE_VERSION_7):])
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
-    _upgrade_to_6, _upgrade_to_7,
+    _upgrade_to_6, _upgrade_to_7, _upgrade_to_8,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -2155,6 +2610,8 @@ class _SqliteEngine(_Engine, _Session):
             # Reads need nothing a later layout added, but for context and meaning.
             self.has_conversations = stamped >= _CONVERSATIONS_FROM
             self.has_vectors = stamped >= _VECTORS_FROM
+            if stamped < _RECORDS_FROM:
+                _execute_script(self, _SQLITE_AS_RECORDS)
             return
         if not writable:
             raise SchemaError(f"the file is at schema version {stamped} and opened read-only")
@@ -2334,6 +2791,9 @@ class _Recall(NamedTuple):
     #: Each word's weight as the scoring used it, filled in as it scores (the idf rank;
     #: each word weighs 1 under the shared rank): what explain reports.
     weights: dict[str, float]
+    #: The memories a filter admits to the best (None: every one): the others still
+    #: count in N and df and lend to their neighbours, as without the filter.
+    admitted: _Admitted | None = None
 
 
 class _WordRows:
@@ -2411,7 +2871,10 @@ def _scores_of_all(postings: list[tuple[str, array.array[int]]],
     """The `limit` best (score, id) pairs, best first, scoring every id of the query
     words' `postings` (all of their rows): the rule as written, counting at C speed."""
     scores = _own_scores(postings, recall)
-    return heapq.nlargest(recall.limit, zip(scores.values(), scores.keys(), strict=True))
+    admitted = recall.admitted
+    return heapq.nlargest(recall.limit, ((score, memory_id) for memory_id, score
+                                         in scores.items()
+                                         if admitted is None or memory_id in admitted))
 
 
 def _own_scores(postings: list[tuple[str, array.array[int]]],
@@ -2443,15 +2906,17 @@ _Nearest = tuple[list[int], list[int]]
 _Placed = tuple[list[int], int]
 
 
-def _scores_in_context(own: Mapping[int, float], limit: int,
-                       nearest: _Nearby) -> tuple[list[tuple[float, int]], dict[int, _Placed]]:
+def _scores_in_context(own: Mapping[int, float], limit: int, nearest: _Nearby,
+                       admitted: _Admitted | None = None
+                       ) -> tuple[list[tuple[float, int]], dict[int, _Placed]]:
     """The `limit` best (score, id) pairs, best first, where a memory's score is its
     `own` (0 if absent) plus, for each of its neighbours in ascending id order, the
     neighbour's own times its side's weight; and where each memory scored sits.
     Only memories that match or neighbour one that does can score, and a memory whose
     own score and whose neighbours' are all below the limit-th best over _CONTEXT_REACH
     cannot reach it: so the memories are taken best own score first, a growing batch at
-    a time (`nearest` gives the ids nearest each of a batch), until the next cannot."""
+    a time (`nearest` gives the ids nearest each of a batch), until the next cannot.
+    Only the `admitted` are among the best."""
     order = sorted(own, key=lambda memory_id: (own[memory_id], memory_id), reverse=True)
     mine = own.get
     window = _CONTEXT_WINDOW
@@ -2473,7 +2938,7 @@ def _scores_in_context(own: Mapping[int, float], limit: int,
                 score = float(mine(scored, 0))
                 for neighbour, weight in _lenders((line, place)):
                     score += weight * mine(neighbour, 0)
-                if score > 0:
+                if score > 0 and (admitted is None or scored in admitted):
                     if len(best) < limit:
                         heapq.heappush(best, (score, scored))
                     else:
@@ -2495,20 +2960,29 @@ class _Vectors:
     where installed, else in pure Python."""
 
     def __init__(self, rows: list[tuple[int, bytes]], dimensions: int) -> None:
-        if any(len(blob) != 4 * dimensions for _, blob in rows):
+        width = 4 * dimensions
+        if any(not blob or len(blob) % width for _, blob in rows):
             raise SchemaError("a stored vector's length is not the embedder's dimensions")
         np = _numpy()
-        self.size = 4 * dimensions * len(rows)
+        self.size = sum(len(blob) for _, blob in rows)
+        # A memory embedded from several texts has their vectors in one row, one after
+        # another: the rows of vectors beyond one a memory (`firsts`, where each memory's
+        # first vector is, None while every memory has one).
+        counts = [len(blob) // width for _, blob in rows]
         if np is None:
             self.ids: Any = [memory_id for memory_id, _ in rows]
-            self.rows: Any = [_floats(blob) for _, blob in rows]
+            self.rows: Any = [_floats(blob[at : at + width]) for _, blob in rows
+                              for at in range(0, len(blob), width)]
             self.norms: Any = [math.sqrt(sum(x * x for x in row)) for row in self.rows]
+            self.firsts: Any = list(itertools.accumulate(counts, initial=0))[:-1]
             return
         self.ids = np.fromiter((memory_id for memory_id, _ in rows), dtype=np.int64,
                                count=len(rows))
         self.rows = np.frombuffer(b"".join(blob for _, blob in rows), dtype="<f4").reshape(
-            len(rows), dimensions)
+            -1, dimensions)
         self.norms = np.linalg.norm(self.rows, axis=1)
+        self.firsts = None if len(self.rows) == len(rows) else np.concatenate(
+            [[0], np.cumsum(counts)[:-1]]).astype(np.int64)
 
     def extended(self, rows: list[tuple[int, bytes]], dimensions: int) -> _Vectors:
         """These vectors (numpy's) and those of `rows` (id, vector), whose ids are above
@@ -2519,26 +2993,38 @@ class _Vectors:
         grown.rows = np.concatenate([self.rows, more.rows])
         grown.norms = np.concatenate([self.norms, more.norms])
         grown.size = self.size + more.size
+        if self.firsts is not None or more.firsts is not None:
+            grown.firsts = np.concatenate([
+                np.arange(len(self.ids)) if self.firsts is None else self.firsts,
+                len(self.rows) + (np.arange(len(more.ids)) if more.firsts is None
+                                  else more.firsts)]).astype(np.int64)
         return grown
 
     def cosines(self, query: bytes) -> tuple[Any, Any]:
-        """The ids and each one's cosine with the query's vector."""
+        """The ids and each one's cosine with the query's vector (the best of its
+        vectors')."""
         if isinstance(self.rows, list):
             asked = _floats(query)
             length = math.sqrt(sum(x * x for x in asked))
-            return self.ids, [sum(map(operator.mul, row, asked)) / (norm * length)
-                              for row, norm in zip(self.rows, self.norms, strict=True)]
+            each = [sum(map(operator.mul, row, asked)) / (norm * length)
+                    for row, norm in zip(self.rows, self.norms, strict=True)]
+            ends = [*self.firsts[1:], len(each)]
+            return self.ids, [max(each[first:end])
+                              for first, end in zip(self.firsts, ends, strict=True)]
         np = _numpy()
         asked = np.frombuffer(query, dtype="<f4")
-        return self.ids, (self.rows @ asked) / (self.norms * np.linalg.norm(asked))
+        each = (self.rows @ asked) / (self.norms * np.linalg.norm(asked))
+        if self.firsts is None or not len(self.ids):
+            return self.ids, each
+        return self.ids, np.maximum.reduceat(each, self.firsts)
 
     def best(self, query: bytes, limit: int, expired: set[int],
-             bonus: tuple[Any, Any] = ((), ())
+             bonus: tuple[Any, Any] = ((), ()), admitted: _Admitted | None = None
              ) -> tuple[list[tuple[float, int]], dict[int, float]]:
-        """The `limit` best (score, id) pairs of the live ids, ties to the newer, where a
-        score is the cosine plus the id's `bonus` (ids and what each adds, each id once;
-        an id without a vector scores its bonus alone); and the cosine of each id
-        returned (0 without a vector)."""
+        """The `limit` best (score, id) pairs of the live ids (the `admitted` alone where
+        given), ties to the newer, where a score is the cosine plus the id's `bonus` (ids
+        and what each adds, each id once; an id without a vector scores its bonus alone);
+        and the cosine of each id returned (0 without a vector)."""
         ids, scores = self.cosines(query)
         if isinstance(ids, list):
             cosines = dict(zip(ids, map(float, scores), strict=True))
@@ -2546,7 +3032,8 @@ class _Vectors:
             for memory_id, more in zip(*bonus, strict=True):
                 fused[memory_id] = fused.get(memory_id, 0.0) + more
             best = heapq.nlargest(limit, ((score, memory_id) for memory_id, score
-                                          in fused.items() if memory_id not in expired))
+                                          in fused.items() if memory_id not in expired
+                                          and (admitted is None or memory_id in admitted)))
             return best, {memory_id: cosines.get(memory_id, 0.0) for _, memory_id in best}
         np = _numpy()
         fused = scores.astype(np.float64)
@@ -2559,9 +3046,11 @@ class _Vectors:
             fused[at[held]] += more[held]  # ids are distinct: no place is added to twice
         if expired and len(ids):
             fused[np.isin(ids, np.fromiter(expired, dtype=np.int64))] = -np.inf
+        if admitted is not None and len(ids):
+            fused[~admitted.mask(ids)] = -np.inf
         apart = [(score, memory_id) for score, memory_id
                  in zip(more[~held].tolist(), given[~held].tolist(), strict=True)
-                 if memory_id not in expired]
+                 if memory_id not in expired and (admitted is None or memory_id in admitted)]
         best = heapq.nlargest(limit, _top(ids, fused, limit) + apart)
         return best, dict(zip((memory_id for _, memory_id in best),
                               self.cosine_of([memory_id for _, memory_id in best], scores),
@@ -2792,10 +3281,13 @@ class _InContext(NamedTuple):
     scores: Any
     places: Callable[[Any], Any]  # where each of the ids given sits in these
 
-    def best(self, limit: int) -> list[tuple[float, int]]:
-        """The `limit` best (score, id) pairs that score above 0, best first."""
+    def best(self, limit: int, admitted: _Admitted | None = None) -> list[tuple[float, int]]:
+        """The `limit` best (score, id) pairs that score above 0, best first, of the
+        `admitted` alone where given."""
         np = _numpy()
         scores = self.scores
+        if admitted is not None:
+            scores = np.where(admitted.mask(self.ids), scores, 0.0)
         # Where the limit-th best scores, only those as high are taken out of the scope;
         # else those that score at all.
         if len(scores) > limit and (least := _limit_th_best(scores, limit)) > 0:
@@ -2881,10 +3373,11 @@ def _in_context(postings: list[tuple[str, array.array[int]]], recall: _Recall,
     else the best own scores first, their neighbours looked up (_scores_in_context)."""
     if isinstance(around, _Conversations):
         scored = around.in_context(around.own(postings, recall), recall.expired)
-        best = scored.best(recall.limit)
+        best = scored.best(recall.limit, recall.admitted)
         return _Scoring(best, *scored.explained(best), in_context=True)
     own = _own_scores(postings, recall)
-    return _Scoring(*_scores_in_context(own, recall.limit, around), own, in_context=True)
+    return _Scoring(*_scores_in_context(own, recall.limit, around, recall.admitted), own,
+                    in_context=True)
 
 
 class _Scoring(NamedTuple):
@@ -3194,6 +3687,24 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _by_id_or_key(scope: Scope, memory_id: object, key: object) -> tuple[str, tuple[Any, ...]]:
+    """The read of one memory by its id or by its key, exactly one of them given."""
+    if (memory_id is None) == (key is None):
+        raise MemoryInputError("give memory_id or key, one of them")
+    if key is not None:
+        return _SQL_VISIBLE_KEY, (scope.user, scope.task, _check_key(key))
+    return _SQL_VISIBLE_ID, (scope.user, scope.task, _check_id(memory_id))
+
+
+def _vectors_of_rows(embedder: Embedder, rows: list[tuple[Any, ...]]) -> dict[int, bytes]:
+    """Each memory's vectors (id, user, task, text, embed rows), as a write keeps them;
+    b"" for a memory embedded from nothing."""
+    asked = [_embedded_from(row[3], row[4]) for row in rows]
+    vectors = iter(_embedded(embedder, [text for texts in asked for text in texts]))
+    return {row[0]: b"".join(next(vectors) for _ in texts)
+            for row, texts in zip(rows, asked, strict=True)}
+
+
 def _level_of(task_id: str | None) -> Level:
     return "user" if task_id is None else "task"
 
@@ -3236,8 +3747,11 @@ class MemoryStore:
         rank: Rank | None = None,
         context: bool | None = None,
         embedder: Embedder | None = None,
+        max_text: int = MAX_TEXT,
     ) -> None:
         self.path = _check_path(path)
+        #: The longest text (in characters) this store takes.
+        self.max_text = _check_max_text(max_text)
         #: What turns texts into vectors for recall by meaning (None: words alone).
         self.embedder = None if embedder is None else _check_embedder(embedder)
         #: The rank recall uses when a call names none: "shared" (the literal rule's) or
@@ -3469,42 +3983,56 @@ class MemoryStore:
     # -- memories ------------------------------------------------------------------
 
     def remember(self, scope: Scope, level: Level, text: str, source: str, *,
-                 ttl: float | None = None, dedupe: bool = False) -> int:
+                 ttl: float | None = None, dedupe: bool = False, key: str | None = None,
+                 metadata: dict[str, Any] | None = None,
+                 embed: bool | Sequence[str] = True) -> int:
         """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
-        memory stops being live `ttl` seconds after its created_at. With `dedupe`, a live
+        memory stops being live `ttl` seconds after it is written. With `dedupe`, a live
         memory of the same user, level (and task, at task level) whose text is the same
         (NFKC, case folded, whitespace collapsed) is kept instead: its id is returned and
-        nothing is written."""
-        (memory_id,) = self._insert([_new_row(scope, level, text, source, ttl)],
-                                    dedupe=dedupe)
+        nothing is written (a keyed memory is never deduplicated: its key decides).
+
+        `key` names the memory within its owner (the user level, or the task): a live
+        memory the owner holds under it is replaced in the same transaction, the new one
+        keeping its created_at and updated now. `metadata`, a JSON object, is kept with
+        it for `where` filters. `embed`: True embeds the text, False nothing (meaning
+        never finds it), a list of texts each (its cosine is the best of theirs)."""
+        (memory_id,) = self._insert([_new_row(scope, level, text, source, ttl, key=key,
+                                              metadata=metadata, embed=embed,
+                                              max_text=self.max_text)], dedupe=dedupe)
         return memory_id
 
-    def remember_many(self, items: Iterable[tuple[Any, ...]], *,
+    def remember_many(self, items: Iterable[tuple[Any, ...] | dict[str, Any]], *,
                       dedupe: bool = False) -> list[int]:
-        """Keep many (scope, level, text, source[, ttl]) items in one transaction; all or
-        none. With `dedupe`, as remember's, for every item: an item repeating an earlier
-        one of the batch gets that one's id."""
-        return self._insert(_each_valid(items, lambda item: _new_row(*item), "item"), "item",
-                            dedupe)
+        """Keep many items in one transaction, all or none: each a tuple (scope, level,
+        text, source[, ttl[, key[, metadata[, embed]]]]) or a dict of remember's
+        arguments. With `dedupe`, as remember's, for every item: an item repeating an
+        earlier one of the batch gets that one's id. Two items giving one owner the same
+        key are refused."""
+        return self._insert(_each_valid(items, lambda item: _item_row(item, self.max_text),
+                                        "item"), "item", dedupe)
 
     def import_memories(self, records: Iterable[Record | dict[str, Any]], *,
                         dedupe: bool = False) -> list[int]:
         """Keep records as export_user writes them, each with its own created_at and
         expires_at, in one transaction; all or none. Their ids are not kept: the store
         gives new ones. A record already expired is kept, and is not live. With `dedupe`,
-        as remember_many's."""
-        return self._insert(_each_valid(records, _record_row, "record"), "record", dedupe)
+        as remember_many's. A keyed record whose owner holds its key live, or two records
+        giving one owner the same key, refuse the whole import."""
+        return self._insert(_each_valid(records, lambda record: _record_row(
+            record, self.max_text), "record"), "record", dedupe)
 
     def _insert(self, rows: list[_NewMemory], noun: str | None = None,
                 dedupe: bool = False) -> list[int]:
+        _one_key_each(rows, noun)
         rows = self._with_vectors(rows)
         with self._writing({row.user_id for row in rows}) as db:
             if self.embedder is not None:
                 self._check_embedder_of(db)
             same = self._same_texts(db, rows) if dedupe else {}
             fresh = [position for position in range(len(rows)) if position not in same]
-            new_ids = iter(self._write(db, [rows[p] for p in fresh], noun, fresh)
-                           if fresh else ())
+            written = self._replace_keyed(db, [rows[p] for p in fresh], noun, fresh)
+            new_ids = iter(self._write(db, written, noun, fresh) if fresh else ())
         ids: list[int] = []
         for position in range(len(rows)):
             kept = same.get(position)
@@ -3519,11 +4047,38 @@ class MemoryStore:
     def _with_vectors(self, rows: list[_NewMemory]) -> list[_NewMemory]:
         """The rows with their vectors from the store's embedder, if it has one: embedded
         before the write's transaction and outside the store's lock, so that a slow model
-        holds up no other call."""
+        holds up no other call. A memory embedded from several texts keeps their vectors
+        one after another in one blob; one embedded from none has none."""
         if self.embedder is None or not rows:
             return rows
-        vectors = _embedded(self.embedder, [row.text for row in rows])
-        return [row._replace(vector=vector) for row, vector in zip(rows, vectors, strict=True)]
+        asked = [_embedded_from(row.text, row.embed) for row in rows]
+        vectors = iter(_embedded(self.embedder, [text for texts in asked for text in texts]))
+        return [row._replace(vector=b"".join(next(vectors) for _ in texts) or None)
+                for row, texts in zip(rows, asked, strict=True)]
+
+    def _replace_keyed(self, db: _Session, rows: list[_NewMemory], noun: str | None,
+                       places: list[int]) -> list[_NewMemory]:
+        """Forget the memory each keyed row's owner holds under its key, in the write's
+        transaction; the row then keeps that memory's created_at, if it was live (an
+        import refuses it instead: MemoryInputError naming the row's place in the call)."""
+        keyed = [(position, row) for position, row in enumerate(rows) if row.key is not None]
+        if not keyed:
+            return rows
+        now = self._read_instant()
+        rows = list(rows)
+        for position, row in keyed:
+            key = _ScopeKey(row.user_id, row.task_id or "")
+            held = db.execute(_SQL_KEYED, (*key, row.key, row.task_id)).fetchall()
+            if not held:
+                continue
+            old = _MemoryRow(*held[0])
+            self._delete(db, key, held)
+            if now is None or old.expires_at is None or old.expires_at > now:
+                if noun == "record":  # an import keeps what it is given, or nothing
+                    raise MemoryInputError(f"record {places[position]}: its owner holds"
+                                           " its key already", places[position])
+                rows[position] = row._replace(first_created=old.created_at)
+        return rows
 
     def _same_texts(self, db: _Session, rows: list[_NewMemory]) -> dict[int, int]:
         """The rows (by position) whose text a live memory of the same user, level and task
@@ -3544,6 +4099,8 @@ class MemoryStore:
         same: dict[int, int] = {}
         first: dict[tuple[str, str | None, str], int] = {}
         for position, key in enumerate(keys):
+            if rows[position].key is not None:  # its key decides, not its text
+                continue
             if key in held:
                 same[position] = held[key]
             elif key in first:
@@ -3587,6 +4144,12 @@ class MemoryStore:
                            if rows[p].vector is not None]
                 if vectors:
                     db.executemany(_SQL_INSERT_VECTORS, vectors)
+                fields = [(rows[p].user_id, term, values[p][0], rows[p].task_id)
+                          for p in group.positions if rows[p].metadata is not None
+                          for term in sorted(set(_terms(json.loads(
+                              cast(str, rows[p].metadata)))))]
+                if fields:
+                    db.executemany(_SQL_INSERT_FIELDS, fields)
                 _add_postings(db, added, {owner: held[owner].newest for owner in added})
                 db.executemany(_SQL_COUNT_ADD, [(user, task or "", n)
                                                 for (user, task), n in group.added.items()])
@@ -3681,10 +4244,14 @@ class MemoryStore:
         return {**held, **(_ask_held(db, again, self._index_from)() if again else {})}
 
     def _dated(self, rows: list[_NewMemory]) -> list[_NewMemory]:
-        """The rows, each that has no created_at given the clock's reading."""
+        """The rows, each that has no created_at given the clock's reading; one that
+        replaces a keyed memory keeps its created_at and is updated at the reading."""
         dated, reading = [], None
         for row in rows:
-            if row.created_at is None:
+            if row.first_created is not None:
+                row = row._replace(created_at=row.first_created,
+                                   updated_at=(reading := self._write_reading(reading)))
+            elif row.created_at is None:
                 row = row._replace(created_at=(reading := self._write_reading(reading)))
             dated.append(row)
         return dated
@@ -3698,20 +4265,24 @@ class MemoryStore:
         for index, (memory_id, row) in enumerate(zip(ids, rows, strict=True)):
             position = index if places is None else places[index]
             created_at = cast(str, row.created_at)
+            updated_at = row.updated_at
+            if updated_at is None and (row.key is not None or row.metadata is not None):
+                updated_at = created_at
             expires_at = row.expires_at
             if row.ttl is not None:
                 try:
-                    expires_at = _expiry(created_at, row.ttl)
+                    expires_at = _expiry(updated_at or created_at, row.ttl)
                 except MemoryInputError as exc:
                     if noun is None:
                         raise
                     raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
             values.append((memory_id, *row[:4], created_at, expires_at, _text_key(row.text),
-                           _conversation_of(row.source)))
+                           _conversation_of(row.source), row.key, row.metadata, updated_at,
+                           row.embed))
         return values
 
     def _delete(self, db: _Session, key: _ScopeKey,
-                rows: list[tuple[Any, ...]]) -> int:
+                rows: Sequence[tuple[Any, ...]]) -> int:
         """Delete the scope's memories `rows` (id, task_id, text, ...) with their postings
         and counts; how many."""
         if not rows:
@@ -3719,6 +4290,8 @@ class MemoryStore:
         _unindex(db, key[0], rows, self._rule, self._index_from)
         ids = json.dumps([row[0] for row in rows])
         db.execute(_SQL_FORGET_VECTORS, (*key, ids))
+        if any(row[7] is not None for row in rows):  # _MemoryRow.metadata
+            db.execute(_SQL_FORGET_FIELDS, (*key, ids))
         return int(db.execute(_SQL_FORGET, (*key, ids)).rowcount)
 
     def _write_reading(self, previous: str | None = None) -> str:
@@ -3762,7 +4335,8 @@ class MemoryStore:
     @_read_again_if_cut_off
     def recall(self, scope: Scope, query: str, limit: int = 3, *, rank: Rank | None = None,
                min_score: float | None = None, budget: int | None = None,
-               explain: bool = False, context: bool | None = None) -> list[Recalled]:
+               explain: bool = False, context: bool | None = None,
+               where: dict[str, Any] | None = None, offset: int = 0) -> list[Recalled]:
         """The memories visible in the scope that match `query` best. rank="shared":
         a memory's score is the number of distinct words it shares with the query;
         rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
@@ -3787,9 +4361,19 @@ class MemoryStore:
         times the memory's idf score less its heaviest word's weight (one shared word
         counts nothing; with context, the neighbours' likewise) over the weight of all
         the query's words, the idf of each; over every memory the scope sees. Without
-        an embedder, as rank="idf"."""
+        an embedder, as rank="idf".
+
+        With `where`, the best of the memories whose metadata the filter admits, each
+        scored as without it: {path: value} is equality, {path: {op: value}} a test by
+        $eq $ne $gt $gte $lt $lte $in $nin (ordering compares numbers with numbers,
+        strings with strings); a path is a key or a dotted path into nested objects;
+        every path must hold; $ne and $nin hold where the path is missing. With
+        `offset`, the ranking from that place on (an int to 10,000): pages of one query
+        concatenate to the unpaged ranking."""
         scope = _check_scope(scope)
         _check_limit(limit)
+        conditions = _check_where(where)
+        offset = _check_offset(offset)
         ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
         in_context = self.context if context is None else _check_flag("context", context)
         if min_score is not None:
@@ -3825,7 +4409,12 @@ class MemoryStore:
             visible = sum(held.values()) - len(expired) if by_words == "idf" else 0
             unindexed = [task for task in (None, key.task)
                          if 0 < held.get(task or "", 0) < self._index_from]
-            asked = _Recall(key, listed, by_words, limit, expired, visible, {})
+            admitted = None if conditions is None else self._admitted(db, key, conditions)
+            if admitted is not None and admitted.allowed is not None \
+                    and not admitted.allowed - admitted.excluded:
+                return []
+            asked = _Recall(key, listed, by_words, offset + limit, expired, visible, {},
+                            admitted)
             apart = self._read_unindexed(db, asked, unindexed) if wanted else {}
             scope_held = (*sorted(held.items()), *newest.fetchone()) if newest else ()
             around = (self._around(db, key, now, scope_held)
@@ -3838,11 +4427,11 @@ class MemoryStore:
                 scoring = _in_context(self._all_postings(db, asked, apart), asked, around)
             else:
                 scoring = _Scoring(self._best(db, asked, row_map, apart))
-            found = db.last_statement(
-                _SQL_RECALLED, (*key, json.dumps([i for _, i in scoring.best])))
+            page = scoring.best[offset:]
+            found = db.last_statement(_SQL_RECALLED, (*key, json.dumps([i for _, i in page])))
             rows = {row[0]: _MemoryRow(*row) for row in found}
         results, left = [], _MAX_ID if budget is None else budget
-        for score, memory_id in scoring.best:
+        for score, memory_id in page:
             row = rows.get(memory_id)
             if row is None or (min_score is not None and score < min_score) \
                     or len(row.text) > left:
@@ -3927,7 +4516,8 @@ class MemoryStore:
         question's weight (_question)."""
         vectors, query = asked
         if rank == "meaning":
-            best, cosines = vectors.best(query, recall.limit, recall.expired)
+            best, cosines = vectors.best(query, recall.limit, recall.expired,
+                                         admitted=recall.admitted)
             return _Scoring(best, cosines=cosines)
         postings = self._all_postings(db, recall, unindexed)
         if isinstance(around, _Conversations):
@@ -3936,13 +4526,15 @@ class MemoryStore:
             question = _question(recall, words_asked)
             lending = scored.scores > 0
             best, cosines = vectors.best(query, recall.limit, recall.expired, (
-                scored.ids[lending], _HYBRID_WORDS * scored.scores[lending] / question))
+                scored.ids[lending], _HYBRID_WORDS * scored.scores[lending] / question),
+                recall.admitted)
             return _Scoring(best, *scored.explained(best), cosines, question, True)
         if around is None and _numpy() is not None:
             ids, evidence = _evidence_at_once(postings, recall)
             question = _question(recall, words_asked)
             best, cosines = vectors.best(query, recall.limit, recall.expired,
-                                         (ids, _HYBRID_WORDS * evidence / question))
+                                         (ids, _HYBRID_WORDS * evidence / question),
+                                         recall.admitted)
             return _Scoring(best, cosines=cosines, question=question)
         own = _evidence(postings, recall)
         said, placed = own, cast(dict[int, _Placed], {})
@@ -3952,7 +4544,8 @@ class MemoryStore:
             said = {memory_id: score for score, memory_id in in_order}
         question = _question(recall, words_asked)
         best, cosines = vectors.best(query, recall.limit, recall.expired, (
-            list(said), [_HYBRID_WORDS * score / question for score in said.values()]))
+            list(said), [_HYBRID_WORDS * score / question for score in said.values()]),
+            recall.admitted)
         return _Scoring(best, placed, own, cosines, question, around is not None)
 
     @staticmethod
@@ -4032,6 +4625,8 @@ class MemoryStore:
         every posting scored at once where the words hold at most _READ_ALL_UP_TO, else a
         top-k search over the map of their rows (from `row_map` if it was read already),
         or, once that reads more than a third of them, all of them scored at once."""
+        if recall.admitted is not None:  # the top-k search stops at the best of all
+            return _scores_of_all(self._all_postings(db, recall, unindexed), recall)
         mapped = None if row_map is None else _postings_map(row_map)
         postings = list(unindexed.items())
         read = sum(len(ids) for _, ids in postings)
@@ -4083,11 +4678,21 @@ class MemoryStore:
                      skip_common=db.skips_common_words).search()
 
     @_read_again_if_cut_off
-    def count(self, scope: Scope) -> int:
+    def count(self, scope: Scope, *, where: dict[str, Any] | None = None) -> int:
         """How many live memories are visible in the scope: the stored count less the
-        expired ones not yet purged, found through the expiry index."""
+        expired ones not yet purged, found through the expiry index. With `where`, those
+        whose metadata the filter admits (see recall)."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
+        conditions = _check_where(where)
+        if conditions is not None:
+            with self._snapshot({scope.user}) as db:
+                expired = self._expired(db, key, self._expiry_instant(db, key))
+                admitted = self._admitted(db, key, conditions)
+                if admitted.allowed is not None:
+                    return sum(memory_id in admitted for memory_id
+                               in admitted.allowed - expired)
+                return len(self._visible_where(db, key, conditions, expired))
         with self._snapshot({scope.user}) as db:
             (stored,) = db.execute(_SQL_COUNT, key).fetchone()
             now = self._expiry_instant(db, key)
@@ -4118,24 +4723,22 @@ class MemoryStore:
         self._writable()
         with self._snapshot(None) as db:
             users = [user for (user,) in db.execute(_SQL_USERS)]
-            rows = [row for user in users for row in db.execute(_SQL_OWNED_TEXTS, (user,))]
+            rows = [row for user in users for row in db.execute(_SQL_OWNED_EMBEDS, (user,))]
         vectors: dict[int, bytes] = {}
         for start in range(0, len(rows), EMBED_BATCH):
-            batch = rows[start : start + EMBED_BATCH]
-            vectors.update(zip((row[0] for row in batch),
-                               _embedded(embedder, [row[3] for row in batch]), strict=True))
+            vectors.update(_vectors_of_rows(embedder, rows[start : start + EMBED_BATCH]))
             if progress is not None:
-                progress(start + len(batch), len(rows))
+                progress(min(start + EMBED_BATCH, len(rows)), len(rows))
         with self._writing(None) as db:
             for (user,) in db.execute(_SQL_USERS).fetchall():
-                owned = db.execute(_SQL_OWNED_TEXTS, (user,)).fetchall()
-                late = [row for row in owned if row[0] not in vectors]
-                vectors.update(zip((row[0] for row in late),
-                                   _embedded(embedder, [row[3] for row in late]), strict=True))
+                owned = db.execute(_SQL_OWNED_EMBEDS, (user,)).fetchall()
+                vectors.update(_vectors_of_rows(embedder, [row for row in owned
+                                                           if row[0] not in vectors]))
                 db.execute(_SQL_ERASE_VECTORS, (user,))
                 db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
                                                       vectors[memory_id])
-                                                     for memory_id, _, task_id, *_ in owned])
+                                                     for memory_id, _, task_id, *_ in owned
+                                                     if vectors[memory_id]])
             db.execute(_SQL_SET_EMBEDDER, (_embedder_record(embedder),))
         self.embedder = embedder
         _log.info("embedded %d memories anew (%d dimensions)", len(vectors),
@@ -4160,31 +4763,94 @@ class MemoryStore:
     # -- seeing and forgetting -------------------------------------------------------
 
     @_read_again_if_cut_off
-    def get(self, scope: Scope, memory_id: int) -> Memory | None:
-        """The memory `memory_id` if the scope can see it and it is live (the keys of
-        memories()); None for any other id, whatever the reason: all answer alike."""
+    def get(self, scope: Scope, memory_id: int | None = None, *,
+            key: str | None = None) -> Memory | None:
+        """The memory `memory_id` (or the one holding `key`: the task's own, else the user
+        level's) if the scope can see it and it is live (the keys of memories()); None for
+        any other id or key, whatever the reason: all answer alike."""
         scope = _check_scope(scope)
-        key = _ScopeKey(scope.user, scope.task)
-        wanted = _check_id(memory_id)
+        select, arguments = _by_id_or_key(scope, memory_id, key)
+        scope_key = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
-            expired = self._expired(db, key, self._expiry_instant(db, key))
-            rows = db.execute(_SQL_VISIBLE_ID, (*key, wanted)).fetchall()
+            expired = self._expired(db, scope_key, self._expiry_instant(db, scope_key))
+            rows = db.execute(select, arguments).fetchall()
         return next((_MemoryRow(*row).memory() for row in rows
                      if row[0] not in expired), None)
 
+    def _admitted(self, db: _Session, key: _ScopeKey,
+                  conditions: list[_Condition]) -> _Admitted:
+        """The memories of the scope a filter admits: equalities from the index of terms
+        (those of $ne and $nin excluded), then the ordering tests on the metadata of the
+        memories left (the scope's, where no equality narrowed them)."""
+        exact = [condition for condition in conditions if condition.op not in _ORDERED]
+        terms = sorted({term for condition in exact for term in condition.terms()})
+        holders: dict[str, set[int]] = collections.defaultdict(set)
+        if terms:
+            for term, memory_id in db.execute(_SQL_FIELD_IDS, (*key, json.dumps(terms))):
+                holders[term].add(memory_id)
+        allowed: set[int] | None = None
+        excluded: set[int] = set()
+        for condition in exact:
+            held = set().union(*(holders[term] for term in condition.terms()))
+            if condition.op in ("$eq", "$in"):
+                allowed = held if allowed is None else allowed & held
+            else:
+                excluded |= held
+        ordered = [condition for condition in conditions if condition.op in _ORDERED]
+        if ordered:
+            found = (db.execute(_SQL_SCOPE_METADATA, key) if allowed is None else
+                     db.execute(_SQL_SOME_METADATA, (*key, json.dumps(sorted(allowed)))))
+            allowed = {memory_id for memory_id, text in found
+                       if all(condition.holds(_metadata_of(text)) for condition in ordered)}
+        return _Admitted(allowed, excluded)
+
+    def _visible_where(self, db: _Session, key: _ScopeKey, conditions: list[_Condition],
+                       expired: set[int]) -> list[_MemoryRow]:
+        """The live memories of the scope a filter admits, by id ascending."""
+        admitted = self._admitted(db, key, conditions)
+        if admitted.allowed is None:
+            rows = db.execute(_SQL_VISIBLE, key).fetchall()
+        else:
+            rows = db.execute(_SQL_VISIBLE_IDS, (*key, json.dumps(sorted(admitted.allowed)))
+                              ).fetchall()
+        return [_MemoryRow(*row) for row in rows
+                if row[0] not in expired and row[0] in admitted]
+
     @_read_again_if_cut_off
     def memories(self, scope: Scope, *, after: int | None = None, limit: int | None = None,
-                 conversation: str | None = None) -> list[Memory]:
+                 conversation: str | None = None, before: int | None = None,
+                 newest_first: bool = False, where: dict[str, Any] | None = None
+                 ) -> list[Memory]:
         """Every live memory visible in the scope, oldest first, with its expires_at; or
         a page of them: those with ids above `after` (an int from 0, the first page's),
         at most `limit` (an int from 1). Paging on from the last id of each page gives
         memories(scope) exactly. With `conversation`, only that conversation's (a source
-        up to its last "/": "chat-42" for "chat-42/turn-3")."""
+        up to its last "/": "chat-42" for "chat-42/turn-3"). With `newest_first`, newest
+        first, paging down with `before` (ids below it). With `where`, only the memories
+        whose metadata the filter admits (see recall)."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
         first = 0 if after is None else _check_id(after, "after", least=0)
         most = None if limit is None else _check_id(limit, "limit")
         talk = None if conversation is None else _check_conversation(conversation)
+        below = _MAX_ID if before is None else _check_id(before, "before")
+        newest = _check_flag("newest_first", newest_first)
+        conditions = _check_where(where)
+        if newest or before is not None or conditions is not None:
+            with self._snapshot({scope.user}) as db:
+                expired = self._expired(db, key, self._expiry_instant(db, key))
+                if conditions is not None:
+                    rows = self._visible_where(db, key, conditions, expired)
+                else:
+                    asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
+                    rows = [_MemoryRow(*row) for row in db.execute(
+                        _SQL_VISIBLE_DOWN if newest else _SQL_VISIBLE_BETWEEN,
+                        (*key, first, below, asked)) if row[0] not in expired]
+            found = [row.memory() for row in rows if first < row.id < below and (
+                talk is None or _conversation_of(row.source) == talk)]
+            if newest:
+                found.sort(key=operator.itemgetter("id"), reverse=True)
+            return found if most is None else found[:most]
         with self._snapshot({scope.user}) as db:
             expired = self._expired(db, key, self._expiry_instant(db, key))
             asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
@@ -4202,12 +4868,29 @@ class MemoryStore:
                      and _conversation_of(memory["source"]) == talk]
         return found if most is None else found[:most]
 
-    def forget(self, scope: Scope, memory_id: int) -> bool:
-        """Delete the memory if the scope can see it. False for any id it cannot see,
-        whether unknown, another task's, another user's or expired: all answer alike."""
+    def forget(self, scope: Scope, memory_id: int | None = None, *,
+               key: str | None = None) -> bool:
+        """Delete the memory (or the one holding `key`, as get finds it) if the scope can
+        see it. False for any id or key it cannot see, whether unknown, another task's,
+        another user's or expired: all answer alike."""
         scope = _check_scope(scope)
-        arguments = (scope.user, scope.task, _check_id(memory_id))
-        return bool(self._forget(scope, _SQL_VISIBLE_ID, arguments))
+        return bool(self._forget(scope, *_by_id_or_key(scope, memory_id, key), first=True))
+
+    def forget_where(self, scope: Scope, where: dict[str, Any]) -> int:
+        """Delete every live memory visible in the scope whose metadata the filter admits
+        (as recall's `where`), in one transaction; how many."""
+        scope = _check_scope(scope)
+        conditions = _check_where(where)
+        if conditions is None:
+            raise MemoryInputError("forget_where needs a filter (a dict of paths)")
+        key = _ScopeKey(scope.user, scope.task)
+        with self._writing({scope.user}) as db:
+            expired = self._expired(db, key, self._expiry_instant(db, key))
+            rows = self._visible_where(db, key, conditions, expired)
+            deleted = self._delete(db, key, rows)
+        self._scrub()
+        _log.info("forgot %d memories of user %s by a filter", deleted, scope.user)
+        return deleted
 
     def forget_source(self, scope: Scope, source: str) -> int:
         """Delete every memory visible in the scope that came from `source`."""
@@ -4223,11 +4906,13 @@ class MemoryStore:
         arguments = (scope.user, scope.task, _check_conversation(conversation), 0, _MAX_ID)
         return self._forget(scope, _SQL_VISIBLE_CONVERSATION, arguments)
 
-    def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...]) -> int:
+    def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...],
+                first: bool = False) -> int:
         key = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
             expired = self._expired(db, key, self._expiry_instant(db, key))
             rows = [row for row in db.execute(select, arguments) if row[0] not in expired]
+            rows = rows[:1] if first else rows
             deleted = self._delete(db, key, rows)
         self._scrub()
         _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
@@ -4239,12 +4924,15 @@ class MemoryStore:
         """Correct a memory: in one transaction, forget the memory `memory_id` if the scope
         can see it and remember `text` at its level and task, expiring when it did unless
         `ttl` is given (then `ttl` seconds from now); the new id (the newest), or None,
-        with nothing changed, for an id the scope cannot see."""
+        with nothing changed, for an id the scope cannot see. The new memory keeps the
+        old one's key (and so its created_at) and metadata, and is embedded from its
+        text."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
         # Validated before the transaction; its level (task) is the old memory's, set below.
-        (new,) = self._with_vectors([_new_row(scope, "user", text, source, ttl)])
+        (new,) = self._with_vectors([_new_row(scope, "user", text, source, ttl,
+                                              max_text=self.max_text)])
         with self._writing({scope.user}) as db:
             if self.embedder is not None:
                 self._check_embedder_of(db)
@@ -4255,8 +4943,10 @@ class MemoryStore:
                 return None
             self._delete(db, key, rows)
             old = _MemoryRow(*rows[0])
-            (revised,) = self._write(db, [new._replace(task_id=old.task_id,
-                                                       expires_at=old.expires_at)])
+            (revised,) = self._write(db, [new._replace(
+                task_id=old.task_id, expires_at=old.expires_at, key=old.key,
+                metadata=old.metadata,
+                first_created=None if old.key is None else old.created_at)])
         self._scrub()
         _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
         return revised
@@ -4276,6 +4966,7 @@ class MemoryStore:
                 _unindex(db, user, rows, self._rule, self._index_from)
                 ids = json.dumps([row[0] for row in rows])
                 db.execute(_SQL_DELETE_VECTORS_OF_USER, (user, ids))
+                db.execute(_SQL_DELETE_FIELDS_OF_USER, (user, ids))
                 purged += db.execute(_SQL_DELETE_OF_USER, (user, ids)).rowcount
         self._scrub()
         _log.info("purged %d expired memories", purged)
@@ -4287,6 +4978,7 @@ class MemoryStore:
         with self._writing({user}) as db:
             db.execute(_SQL_ERASE_POSTINGS, (user,))
             db.execute(_SQL_ERASE_VECTORS, (user,))
+            db.execute(_SQL_ERASE_FIELDS, (user,))
             db.execute(_SQL_ERASE_COUNTS, (user,))
             erased = db.execute(_SQL_ERASE, (user,)).rowcount
         self._scrub()
@@ -4301,10 +4993,17 @@ class MemoryStore:
         user = _check_identifier("user", user)
         with self._snapshot({user}) as db:
             rows = db.execute(_SQL_OWNED, (user,)).fetchall()
-        return [Record(id=memory_id, user=user, task=task_id, level=_level_of(task_id),
-                       text=text, source=source, created_at=created_at,
-                       expires_at=expires_at)
-                for memory_id, task_id, text, source, created_at, expires_at in rows]
+        records = []
+        for *columns, embed in rows:
+            row = _MemoryRow(*columns)
+            record = Record(id=row.id, user=user, task=row.task_id,
+                            level=_level_of(row.task_id), text=row.text, source=row.source,
+                            created_at=row.created_at, expires_at=row.expires_at)
+            record.update(cast(Record, row.record()))
+            if embed is not None:
+                record["embed"] = False if embed == "false" else json.loads(embed)
+            records.append(record)
+        return records
 
     def compact(self) -> None:
         """Rebuild the file so that no byte of what was deleted before remains in it or in

@@ -78,7 +78,7 @@ def _mcp_object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
             "additionalProperties": False}
 
 
-_JSON_TYPES = {int: "integer", float: "number", str: "string"}
+_JSON_TYPES = {int: "integer", float: "number", str: "string", dict: "object"}
 
 
 def _json_schema(hint: Any) -> dict[str, Any]:
@@ -89,7 +89,8 @@ def _json_schema(hint: Any) -> dict[str, Any]:
     if typing.is_typeddict(hint):
         return {"type": "object"}
     kinds = typing.get_args(hint) or (hint,)
-    named = [_JSON_TYPES[kind] for kind in kinds if kind is not type(None)]
+    named = [_JSON_TYPES[typing.get_origin(kind) or kind] for kind in kinds
+             if kind is not type(None)]
     return {"type": named[0] if len(kinds) == 1 else [*named, "null"]}
 
 

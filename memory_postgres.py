@@ -52,7 +52,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 4
+POSTGRES_SCHEMA_VERSION = 5
 # Version 1, to the letter (a new database is made by it and the steps after it, as an
 # upgraded one will be).
 _PG_SCHEMA = (
@@ -112,9 +112,10 @@ _PG_ENCODING = (
 # role, the application's role a member of it), the three tables of memory data with
 # row-level security enabled and forced, and exactly the store's policies on them.
 _PG_GUARDED = ("memories", "memory_words", "memory_counts")
-# Version 4's table of vectors is memory data too.
+# Version 4's table of vectors is memory data too, and version 5's of metadata terms.
 _PG_GUARDED_FROM_4 = (*_PG_GUARDED, "memory_vectors")
-_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *_PG_GUARDED_FROM_4)
+_PG_GUARDED_FROM_5 = (*_PG_GUARDED_FROM_4, "memory_fields")
+_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *_PG_GUARDED_FROM_5)
 _PG_OBJECTS = (
     "SELECT relname, relkind, relrowsecurity, relforcerowsecurity,"
     " pg_has_role(relowner, 'USAGE') FROM pg_class"
@@ -129,7 +130,8 @@ _PG_POLICIES = (
 _PG_POLICY = (
     "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
-_PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY}
+_PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY,
+                    5: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -157,6 +159,27 @@ _PG_ADD_VECTORS = (
     "ALTER TABLE memory_vectors ENABLE ROW LEVEL SECURITY",
     "ALTER TABLE memory_vectors FORCE ROW LEVEL SECURITY",
     "CREATE POLICY memory_vectors_scope ON memory_vectors USING (user_id = ANY ("
+    "string_to_array(current_setting('memory.user_ids', true), ',')) OR current_setting("
+    "'memory.operator', true) = 'on')",
+)
+# Version 5: keys, metadata and embedding choices, as SQLite's version 8 has them, the
+# metadata as jsonb; the table of metadata terms under the same guard.
+_PG_ADD_RECORDS = (
+    "ALTER TABLE memories ADD COLUMN key TEXT, ADD COLUMN metadata JSONB,"
+    " ADD COLUMN updated_at TEXT, ADD COLUMN embed TEXT",
+    "CREATE UNIQUE INDEX memories_key ON memories (user_id, coalesce(task_id, ''), key)"
+    " WHERE key IS NOT NULL",
+    """CREATE TABLE memory_fields (
+    user_id TEXT NOT NULL,
+    term TEXT NOT NULL,
+    id BIGINT NOT NULL,
+    task_id TEXT,
+    PRIMARY KEY (user_id, term, id)
+)""",
+    "CREATE INDEX memory_fields_id ON memory_fields (user_id, id)",
+    "ALTER TABLE memory_fields ENABLE ROW LEVEL SECURITY",
+    "ALTER TABLE memory_fields FORCE ROW LEVEL SECURITY",
+    "CREATE POLICY memory_fields_scope ON memory_fields USING (user_id = ANY ("
     "string_to_array(current_setting('memory.user_ids', true), ',')) OR current_setting("
     "'memory.operator', true) = 'on')",
 )
@@ -193,10 +216,12 @@ _PG_NEXT_IDS = "SELECT nextval('memories_id_seq') FROM generate_series(1, %s)"
 _PG_PRIVILEGED = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
 _PG_SIZE = (
     "SELECT sum(pg_total_relation_size(to_regclass(name)))::bigint FROM unnest("
-    "ARRAY['memories', 'memory_words', 'memory_counts', 'memory_vectors', 'store_settings'])"
+    "ARRAY['memories', 'memory_words', 'memory_counts', 'memory_vectors', 'memory_fields',"
+    " 'store_settings'])"
     " AS name"
 )
-_PG_VACUUM = "VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts, memory_vectors"
+_PG_VACUUM = ("VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts, memory_vectors,"
+              " memory_fields")
 _PG_READ_ONLY = "SET default_transaction_read_only = on"
 # A statement, and a wait for a lock, past the store's statement_timeout is cancelled by
 # the server (milliseconds, an integer).
@@ -296,10 +321,18 @@ def _add_vectors(db: _PostgresSession) -> None:
         db._send(statement)
 
 
+def _add_records(db: _PostgresSession) -> None:
+    """Version 4 gains keys, metadata and embedding choices (none yet) and the table of
+    metadata terms."""
+    for statement in _PG_ADD_RECORDS:
+        db._send(statement)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
     (4, _add_vectors),
+    (5, _add_records),
 ]
 
 
@@ -318,7 +351,9 @@ def _connection_options(url: str) -> dict[str, Any]:
 
 
 def _configure(connection: Any, settings: list[str]) -> None:
-    """Give a new connection the store's session settings."""
+    """Give a new connection the store's session settings; metadata comes back as the
+    JSON text the store reads on either engine (psycopg would parse jsonb itself)."""
+    connection.adapters.register_loader("jsonb", psycopg.types.string.TextLoader)
     for setting in settings:
         connection.execute(setting)
 
@@ -406,7 +441,8 @@ class _PostgresSession(_Session):
     def _check_layout(self, version: int) -> None:
         """SchemaError unless the store's objects are the store's own (_PG_OBJECTS) at
         `version`."""
-        guarded = set(_PG_GUARDED_FROM_4 if version >= 4 else _PG_GUARDED)
+        guarded = set(_PG_GUARDED_FROM_5 if version >= 5 else _PG_GUARDED_FROM_4
+                      if version >= 4 else _PG_GUARDED)
         # Every object the store may have is asked for: one of a later version is foreign.
         objects = self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),)).fetchall()
         trusted = len(objects) == len(guarded) + 2 and all(

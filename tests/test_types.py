@@ -73,16 +73,28 @@ def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Pa
                               rank="hybrid")[0]
         shown = store.get(ALICE, memory_id)
         (record,) = store.export_user("alice")
-    assert shown is not None
-    fields = list(typing.get_type_hints(memory.Recalled))
+        keyed_id = store.remember(BOB, "user", "Bob's hotel key.", "s", key="hotel",
+                                  metadata={"kind": "travel"}, embed=False)
+        keyed, (keyed_recalled,) = store.get(BOB, keyed_id), store.recall(BOB, "key")
+        (keyed_record,) = [r for r in store.export_user("bob") if r["id"] == keyed_id]
+    assert shown is not None and keyed is not None
+    # A memory with a key or metadata has the optional keys too; one without, none.
+    optional = list(typing.get_type_hints(memory._Keyed))
+    assert list(keyed) == list(typing.get_type_hints(memory.Memory))
+    assert list(keyed_recalled) == [key for key in typing.get_type_hints(memory.Recalled)
+                                    if key != "why"]
+    assert list(keyed_record) == list(typing.get_type_hints(memory.Record))
+    fields = [key for key in typing.get_type_hints(memory.Recalled) if key not in optional]
     assert list(recalled) == [key for key in fields if key in memory.Recalled.__required_keys__]
     why = list(typing.get_type_hints(memory.Why))
     assert list(explained) == fields and list(explained["why"]) == [
         key for key in why if key in memory.Why.__required_keys__]
     assert list(in_context["why"]) == why[:2]
     assert list(hybrid["why"]) == why
-    assert list(shown) == list(typing.get_type_hints(memory.Memory))
-    assert list(record) == list(typing.get_type_hints(memory.Record)) == list(memory.RECORD_KEYS)
+    assert list(shown) == [key for key in typing.get_type_hints(memory.Memory)
+                           if key not in optional]
+    assert list(record) == list(typing.get_type_hints(memory._RecordFields)) == list(
+        memory.RECORD_KEYS)
     assert memory.LEVELS == typing.get_args(memory.Level)
     assert memory.RANKS == typing.get_args(memory.Rank)
     assert memory.MATCHING == typing.get_args(memory.Matching)
