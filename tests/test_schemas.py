@@ -126,3 +126,31 @@ def test_a_file_from_before_conversations_lists_one_when_read_as_it_is(
     with MemoryStore(path) as upgraded:  # the column, once upgraded: the same answers
         assert upgraded.memories(alice, conversation="trip") == [
             m for m in every if m["source"].startswith("trip/")]
+
+
+def test_a_version_8_file_keeps_its_keys_metadata_and_what_each_was_embedded_from(
+        tmp_path: pathlib.Path) -> None:
+    path, recorded = release("version-8-055a6a4", tmp_path)
+    alice = Scope("alice", "trip")
+    with MemoryStore(path, read_only=True) as reader:
+        assert reader.get(alice, key="seat") == recorded["keyed"]
+        assert [m["id"] for m in reader.memories(alice, where={"kind": "preference"})] == [
+            recorded["keyed"]["id"]]
+        (exported,) = [r for r in reader.export_user("alice") if "key" in r]
+        assert exported["embed"] == ["aisle seat", "long flights"]
+
+
+def test_a_file_from_before_keys_reads_as_memories_without_any_when_read_only(
+        tmp_path: pathlib.Path) -> None:
+    path, recorded = release("version-7-d54e473", tmp_path)
+    before = path.read_bytes()
+    alice = Scope("alice", "trip")
+    with MemoryStore(path, read_only=True) as reader:
+        every = reader.memories(alice)
+        assert every and all("key" not in memory for memory in every)
+        assert reader.get(alice, key="seat") is None
+        assert reader.memories(alice, where={"kind": "preference"}) == []
+        assert reader.memories(alice, where={"kind": {"$ne": "preference"}}) == every
+        assert reader.count(alice, where={"kind": {"$gt": "a"}}) == 0
+        assert reader.memories(alice, newest_first=True) == every[::-1]
+    assert path.read_bytes() == before
