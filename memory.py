@@ -589,12 +589,21 @@ class _MemoryRow(NamedTuple):
 
 
 _MEMORY_COLUMNS = ", ".join(_MemoryRow._fields)
-# The memory of an owner (the user level: task_id NULL) that holds a key, live or not.
-_SQL_KEYED = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND key = ?"
-                  " AND task_id IS ?")
+# The memory of an owner (the user level: task_id NULL) that holds a key, live or not;
+# the owner named again as the key index has it, so that the look-up is its descent.
+_SQL_KEYED = _sql(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND task_id IS ?"
+    " AND ifnull(task_id, '') = ? AND key = ?",
+    postgresql=f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND (task_id IS"
+    " NULL OR task_id = %s) AND task_id IS NOT DISTINCT FROM %s AND coalesce(task_id, '')"
+    " = %s AND key = %s")
 # The memories the scope sees that hold a key: its task's, then the user level's.
-_SQL_VISIBLE_KEY = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND key = ?"
-                        " ORDER BY task_id IS NULL")
+_SQL_VISIBLE_KEY = _sql(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE}"
+    " AND ifnull(task_id, '') IN ('', ?) AND key = ? ORDER BY task_id IS NULL",
+    postgresql=f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND (task_id IS"
+    " NULL OR task_id = %s) AND coalesce(task_id, '') IN ('', %s) AND key = %s"
+    " ORDER BY task_id IS NULL")
 # The scope's memories that are no longer live, from the expiry index alone (it holds
 # task_id, and id is the rowid): few, since writes and purge_expired() delete them, and
 # returned as one JSON array, since a row apiece costs more than the lookup.
@@ -3692,7 +3701,7 @@ def _by_id_or_key(scope: Scope, memory_id: object, key: object) -> tuple[str, tu
     if (memory_id is None) == (key is None):
         raise MemoryInputError("give memory_id or key, one of them")
     if key is not None:
-        return _SQL_VISIBLE_KEY, (scope.user, scope.task, _check_key(key))
+        return _SQL_VISIBLE_KEY, (scope.user, scope.task, scope.task, _check_key(key))
     return _SQL_VISIBLE_ID, (scope.user, scope.task, _check_id(memory_id))
 
 
@@ -4068,7 +4077,8 @@ class MemoryStore:
         rows = list(rows)
         for position, row in keyed:
             key = _ScopeKey(row.user_id, row.task_id or "")
-            held = db.execute(_SQL_KEYED, (*key, row.key, row.task_id)).fetchall()
+            held = db.execute(_SQL_KEYED, (*key, row.task_id, row.task_id or "", row.key)
+                              ).fetchall()
             if not held:
                 continue
             old = _MemoryRow(*held[0])
@@ -5190,6 +5200,7 @@ class AsyncMemoryStore:
     get = _in_a_thread(MemoryStore.get)
     memories = _in_a_thread(MemoryStore.memories)
     forget = _in_a_thread(MemoryStore.forget)
+    forget_where = _in_a_thread(MemoryStore.forget_where)
     forget_source = _in_a_thread(MemoryStore.forget_source)
     forget_conversation = _in_a_thread(MemoryStore.forget_conversation)
     revise = _in_a_thread(MemoryStore.revise)
@@ -5245,6 +5256,19 @@ def _bounded_int(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def _json_argument(value: str) -> dict[str, Any]:
+    """A JSON object given on the command line (its text never in the error)."""
+    try:
+        parsed = json.loads(value, object_pairs_hook=_unique_keys)
+    except (ValueError, MemoryInputError):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {_described(value)}"
+                                         " that is not JSON (or names a key twice)") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got JSON of type"
+                                         f" {type(parsed).__name__}")
+    return parsed
+
+
 def _emit(value: object) -> None:
     print(json.dumps(value, ensure_ascii=False))
 
@@ -5256,7 +5280,9 @@ def _run_stats(store: MemoryStore, args: argparse.Namespace) -> int:
 
 def _run_list(store: MemoryStore, args: argparse.Namespace) -> int:
     for memory in store.memories(Scope(args.user, args.task), after=args.after,
-                                 limit=args.limit, conversation=args.conversation):
+                                 limit=args.limit, conversation=args.conversation,
+                                 before=args.before, newest_first=args.newest_first,
+                                 where=args.where):
         _emit(memory)
     return 0
 
@@ -5264,7 +5290,7 @@ def _run_list(store: MemoryStore, args: argparse.Namespace) -> int:
 def _run_recall(store: MemoryStore, args: argparse.Namespace) -> int:
     for memory in store.recall(Scope(args.user, args.task), args.query, args.limit,
                                rank=args.rank, budget=args.budget, explain=args.explain,
-                               context=args.context):
+                               context=args.context, where=args.where, offset=args.offset):
         _emit(memory)
     return 0
 
@@ -5410,7 +5436,8 @@ def _load_text(args: argparse.Namespace) -> None:
 
 def _run_remember(store: MemoryStore, args: argparse.Namespace) -> int:
     print(store.remember(Scope(args.user, args.task), args.level, args.text, args.source,
-                         ttl=args.ttl))
+                         ttl=args.ttl, key=args.key, metadata=args.metadata,
+                         embed=args.embed))
     return 0
 
 
@@ -5448,6 +5475,18 @@ def _run_forget(store: MemoryStore, args: argparse.Namespace) -> int:
     if not store.forget(Scope(args.user, args.task), args.id):
         raise StoreError(_NOT_IN_SCOPE)
     print(f"forgot memory {args.id}")
+    return 0
+
+
+def _run_forget_key(store: MemoryStore, args: argparse.Namespace) -> int:
+    if not store.forget(Scope(args.user, args.task), key=args.key):
+        raise StoreError("no memory with that key in this scope")
+    print("forgot the memory with that key")
+    return 0
+
+
+def _run_forget_where(store: MemoryStore, args: argparse.Namespace) -> int:
+    print(f"forgot {store.forget_where(Scope(args.user, args.task), args.where)} memories")
     return 0
 
 
@@ -5600,14 +5639,18 @@ def _open_ranked(args: argparse.Namespace, embedder: Embedder | None) -> MemoryS
     # store that exists keeps its rule.
     ranking = RECOMMENDED.copy()
     del ranking["matching"]
+    longest = getattr(args, "max_text", None) or MAX_TEXT
     if args.opens == _READS:
         return MemoryStore(args.path, read_only=True, embedder=embedder, **ranking)
     if args.opens == _CREATES:
         try:
-            return MemoryStore(args.path, create=False, embedder=embedder, **ranking)
+            return MemoryStore(args.path, create=False, embedder=embedder, max_text=longest,
+                               **ranking)
         except StoreNotFound:
-            return MemoryStore(args.path, embedder=embedder, **_recommended_here())
-    return MemoryStore(args.path, create=False, embedder=embedder, **ranking)
+            return MemoryStore(args.path, embedder=embedder, max_text=longest,
+                               **_recommended_here())
+    return MemoryStore(args.path, create=False, embedder=embedder, max_text=longest,
+                       **ranking)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -5648,6 +5691,13 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=_bounded_int(1, _MAX_ID), help="at most this many")
     listing.add_argument("--conversation", metavar="CONVERSATION", help="only the memories"
                          " whose source, up to its last /, is CONVERSATION")
+    listing.add_argument("--newest-first", action="store_true", help="newest first (page"
+                         " down with --before)")
+    listing.add_argument("--before", type=_bounded_int(1, _MAX_ID), metavar="ID",
+                         help="only those with ids below ID (the last of the page before)")
+    where = ("only the memories whose metadata the JSON filter admits: {\"path\": value}, or"
+             " {\"path\": {\"$op\": value}} with $eq $ne $gt $gte $lt $lte $in $nin")
+    listing.add_argument("--where", type=_json_argument, metavar="JSON", help=where)
     recall = command("recall", _run_recall, _READS,
                      "the memories that best match QUERY, as JSON Lines", user=True, task=True,
                      embeds=True)
@@ -5663,6 +5713,9 @@ def _parser() -> argparse.ArgumentParser:
     recall.add_argument("--context", action=argparse.BooleanOptionalAction,
                         help="score each memory with its neighbours in its conversation too"
                         " (default, as memory mcp; --no-context: alone)")
+    recall.add_argument("--where", type=_json_argument, metavar="JSON", help=where)
+    recall.add_argument("--offset", type=_bounded_int(0, _MAX_OFFSET), default=0,
+                        help=f"the ranking from this place on (0 to {_MAX_OFFSET}, default 0)")
     recall.add_argument("--explain", action="store_true",
                         help="give each memory `why`: the query words it matched, with what"
                         " each added to its score")
@@ -5677,6 +5730,16 @@ def _parser() -> argparse.ArgumentParser:
                           metavar="{" + ",".join(LEVELS) + "}", help="user (default) or task")
     remember.add_argument("--source", default="cli", help="where it came from (default cli)")
     remember.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
+    remember.add_argument("--key", help="the memory's key within its owner: a memory the owner"
+                          " holds under it is replaced")
+    remember.add_argument("--metadata", type=_json_argument, metavar="JSON",
+                          help="a JSON object kept with it, for --where")
+    remember.add_argument("--no-embed", dest="embed", action="store_false",
+                          help="give it no vector: recall by meaning never finds it")
+    longest = (f"the longest text the store takes ({MAX_TEXT} to {_LONGEST_TEXT},"
+               f" default {MAX_TEXT})")
+    remember.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
+                          metavar="CHARACTERS", help=longest)
     remember.set_defaults(load=_load_text)
     importing = command("import", _run_import, _CREATES,
                         "add JSON Lines records (as export writes them), all or none;"
@@ -5691,10 +5754,19 @@ def _parser() -> argparse.ArgumentParser:
     importing.add_argument("--user", type=_identifier, help="with --from server-memory: whose")
     importing.add_argument("--task", type=_identifier, help="with --from server-memory: task"
                            " memories of this task (default: the user's own level)")
+    importing.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
+                           metavar="CHARACTERS", help=longest)
     importing.set_defaults(load=_load_records)
     forget = command("forget", _run_forget, _WRITES, "forget one memory the scope sees",
                      user=True, task=True)
     forget.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
+    by_key = command("forget-key", _run_forget_key, _WRITES, "forget the memory the scope"
+                     " sees under KEY (the task's, else the user level's)", user=True, task=True)
+    by_key.add_argument("key", metavar="KEY")
+    by_filter = command("forget-where", _run_forget_where, _WRITES, "forget every memory the"
+                        " scope sees whose metadata the JSON filter admits, in one"
+                        " transaction", user=True, task=True)
+    by_filter.add_argument("where", metavar="JSON", type=_json_argument, help=where)
     conversation = command("forget-conversation", _run_forget_conversation, _WRITES,
                            "forget every memory the scope sees of one conversation, in one"
                            " transaction", user=True, task=True)
@@ -5707,6 +5779,8 @@ def _parser() -> argparse.ArgumentParser:
     revise.add_argument("text", metavar="TEXT")
     revise.add_argument("--source", required=True, help="where the correction came from")
     revise.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
+    revise.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
+                        metavar="CHARACTERS", help=longest)
     command("purge", _run_purge, _WRITES, "delete every memory that has expired")
     erase = command("erase-user", _run_erase_user, _WRITES,
                     "forget every memory of the user, in every task", user=True)
@@ -5744,6 +5818,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--user-claim", default="sub", metavar="CLAIM", help="with --issuer:"
                        " the claim that names the user (default sub)")
     serve.add_argument("--embedder", metavar="MODULE:FACTORY", help=embedding)
+    serve.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
+                       metavar="CHARACTERS", help=longest)
     serve.add_argument("--print-config", action="store_true",
                        help="print the mcpServers entry that starts this server as these"
                        " settings say (this interpreter's memory command, the store's"

@@ -73,6 +73,11 @@ _MCP_MEMORY_ID = {"type": "integer", "minimum": 1, "description": "a memory's id
                   " remember, recall or list_memories gave it"}
 
 
+_MCP_WHERE = {"type": "object", "description": "only memories whose metadata this filter"
+              " admits: {\"path\": value} for equality, or {\"path\": {\"$op\": value}} with"
+              " $eq $ne $gt $gte $lt $lte $in $nin; a dotted path reaches into objects"}
+
+
 def _mcp_object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": list(required),
             "additionalProperties": False}
@@ -128,6 +133,10 @@ _MCP_TOOLS = {
                        " client)"},
             "ttl_seconds": {"type": "number", "exclusiveMinimum": 0, "description":
                             "forget it after this many seconds (default: never)"},
+            "key": {"type": "string", "minLength": 1, "maxLength": 512, "description":
+                    "a name for the fact: remembering the same key again replaces it"},
+            "metadata": {"type": "object", "description": "JSON kept with the fact, which"
+                         " recall and list_memories can filter by (where)"},
         }, "text"),
         _mcp_object({"id": {"type": "integer"}}, "id"), False, False, False),
     "recall": _McpTool(
@@ -141,6 +150,7 @@ _MCP_TOOLS = {
                       "default": _MCP_RECALLED},
             "budget": {"type": "integer", "minimum": 1, "description": "the memories' texts"
                        " total at most this many characters (default: no bound)"},
+            "where": _MCP_WHERE,
         }, "query"),
         _mcp_object({"memories": _mcp_memories(Recalled)}, "memories"),
         True, False, True),
@@ -154,7 +164,9 @@ _MCP_TOOLS = {
                                " after it"},
                      "conversation": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
                                       "description": "only this conversation's memories"
-                                      " (sources up to their last /), `total` theirs"}}),
+                                      " (sources up to their last /), `total` theirs"},
+                     "where": {**_MCP_WHERE, "description": _MCP_WHERE["description"]
+                               + "; `total` counts those"}}),
         _mcp_object({"memories": _mcp_memories(Memory),
                      "total": {"type": "integer"}}, "memories", "total"), True, False,
         True),
@@ -193,12 +205,20 @@ def _mcp_quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False).translate(_MCP_LINE_BREAKS)
 
 
+def _mcp_quoted_json(value: Any) -> str:
+    """Metadata as the model reads it: JSON, its strings quoted as texts are."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True).translate(_MCP_LINE_BREAKS)
+
+
 def _mcp_lines(heading: str, memories: list[dict[str, Any]]) -> str:
     """The text the model reads: a heading saying what these are, then a line a memory."""
     lines = [f"{heading}. {_MCP_AS_DATA}"]
     for memory in memories:
         scored = f", score {memory['score']:.2f}" if "score" in memory else ""
-        lines.append(f"[{memory['id']}] {memory['level']}{scored}, source"
+        keyed = "" if memory.get("key") is None else f", key {_mcp_quoted(memory['key'])}"
+        if memory.get("metadata") is not None:
+            keyed += f", metadata {_mcp_quoted_json(memory['metadata'])}"
+        lines.append(f"[{memory['id']}] {memory['level']}{scored}{keyed}, source"
                      f" {_mcp_quoted(memory['source'])}, {memory['created_at']}:"
                      f" {_mcp_quoted(memory['text'])}")
     return "\n".join(lines)
@@ -232,18 +252,18 @@ class _Tools:
     # Arguments are as the model sent them, of any JSON type: the store checks each.
 
     async def _remember(self, scope: Scope, client: str, text: Any, level: Any = "user",
-                        source: Any = None, ttl_seconds: Any = None
-                        ) -> tuple[dict[str, Any], str]:
+                        source: Any = None, ttl_seconds: Any = None, key: Any = None,
+                        metadata: Any = None) -> tuple[dict[str, Any], str]:
         # Checked here too, so that its message names the argument as the model knows it.
         ttl = None if ttl_seconds is None else _check_seconds("ttl_seconds", ttl_seconds)
         kept = await self.store.remember(scope, level, text,
                                          client if source is None else source,
-                                         ttl=ttl, dedupe=True)
+                                         ttl=ttl, dedupe=True, key=key, metadata=metadata)
         return {"id": kept}, f"remembered as memory {kept}"
 
     async def _recall(self, scope: Scope, client: str, query: Any, limit: Any = _MCP_RECALLED,
-                      budget: Any = None) -> tuple[dict[str, Any], str]:
-        found = await self.store.recall(scope, query, limit, budget=budget)
+                      budget: Any = None, where: Any = None) -> tuple[dict[str, Any], str]:
+        found = await self.store.recall(scope, query, limit, budget=budget, where=where)
         shown: list[dict[str, Any]] = [dict(memory) for memory in found]
         if not shown:
             return {"memories": shown}, "no memory matches"
@@ -251,16 +271,18 @@ class _Tools:
             f"{len(shown)} memories recorded earlier, best first", shown)
 
     async def _list_memories(self, scope: Scope, client: str, after: Any = None,
-                             conversation: Any = None) -> tuple[dict[str, Any], str]:
+                             conversation: Any = None, where: Any = None
+                             ) -> tuple[dict[str, Any], str]:
         if after is not None:
             page = await self.store.memories(scope, after=after, limit=_MCP_LISTED,
-                                             conversation=conversation)
-            total = await self.store.count(scope) if conversation is None else len(
-                await self.store.memories(scope, conversation=conversation))
+                                             conversation=conversation, where=where)
+            total = await self.store.count(scope, where=where) if conversation is None \
+                else len(await self.store.memories(scope, conversation=conversation,
+                                                   where=where))
             shown: list[dict[str, Any]] = [dict(memory) for memory in page]
             counted = f"{len(shown)} of {total} memories, those after memory {after},"
         else:
-            every = await self.store.memories(scope, conversation=conversation)
+            every = await self.store.memories(scope, conversation=conversation, where=where)
             shown, total = [dict(memory) for memory in every[-_MCP_LISTED:]], len(every)
             counted = (f"{total} memories" if len(shown) == total else
                        f"the newest {len(shown)} of {total} memories")

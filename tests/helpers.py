@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 import memory
@@ -30,7 +31,8 @@ WORD_RANKS: tuple[memory.Rank, ...] = ("shared", "idf", "hybrid")
 # A statement that reads, counts, changes or deletes memories or their index rows;
 # an INSERT ... VALUES reads nothing, and sqlite_sequence holds no memory data.
 TOUCHES_MEMORY_DATA = re.compile(
-    r"\b(FROM|UPDATE|JOIN)\s+(memories|memory_words|memory_counts|memory_vectors)\b", re.I)
+    r"\b(FROM|UPDATE|JOIN)\s+"
+    r"(memories|memory_words|memory_counts|memory_vectors|memory_fields)\b", re.I)
 
 # SPEC Part 1's layout, frozen: what a version-1 file holds. Its index name is not part
 # of the contract, so the fixture names it differently from ours.
@@ -135,3 +137,7 @@ class SetClock:
 
     def now(self) -> str:
         return self.at
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock on by so many seconds."""
+        self.at = (datetime.fromisoformat(self.at) + timedelta(seconds=seconds)).isoformat()

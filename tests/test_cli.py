@@ -631,3 +631,37 @@ def test_a_conversation_is_listed_and_forgotten_as_one(target: str) -> None:
     assert [m["source"] for m in lines(cli("list", target, *scope).stdout)] == [
         "chat-43/turn-1"]
     assert len(lines(cli("list", target, "--user", "bob", "--task", "trip").stdout)) == 1
+
+
+def test_the_command_line_keeps_keys_and_metadata_and_filters_and_pages_by_them(
+        target: str) -> None:
+    scope = ("--user", "alice", "--task", "trip")
+    for text, metadata in (("Alice likes tea.", '{"kind": "preference", "n": 1}'),
+                           ("Alice likes coffee.", '{"kind": "preference", "n": 2}'),
+                           ("Tea at five.", '{"kind": "plan"}')):
+        assert cli("remember", target, *scope, "--key", text[:9], "--metadata", metadata,
+                   text).returncode == 0
+    assert cli("remember", target, *scope, "--key", "Alice lik", "--metadata",
+               '{"kind": "preference", "n": 3}', "Alice likes mint tea.").returncode == 0
+
+    def lines(*args: str) -> list[dict[str, Any]]:
+        done = cli(*args)
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    listed = lines("list", target, *scope, "--where", '{"kind": "preference"}')
+    assert [m["text"] for m in listed] == ["Alice likes mint tea."]
+    assert [m["text"] for m in lines("list", target, *scope, "--newest-first", "--limit",
+                                     "1")] == ["Alice likes mint tea."]
+    ranked = lines("recall", target, *scope, "tea", "--limit", "1", "--offset", "1")
+    assert len(ranked) == 1 and ranked[0]["text"] == "Tea at five."
+    assert lines("recall", target, *scope, "tea", "--where", '{"n": {"$gte": 3}}')[0][
+        "metadata"]["n"] == 3
+    bad = cli("list", target, *scope, "--where", "[\"s3cr3t\"]")
+    assert bad.returncode == 2 and "must be a JSON object" in bad.stderr
+    assert "s3cr3t" not in bad.stderr
+    assert cli("forget-key", target, *scope, "Alice lik").returncode == 0
+    forgot = cli("forget-where", target, *scope, '{"kind": "plan"}')
+    assert forgot.returncode == 0 and "forgot 1 memories" in forgot.stdout
+    assert lines("list", target, *scope) == []
+    assert cli("forget-key", target, *scope, "Alice lik").returncode == 1

@@ -388,6 +388,21 @@ def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
     store.forget_source(ALICE_WORK, "trip/turn-1")
     store.memories(ALICE, conversation="trip")
     store.forget_conversation(ALICE, "trip")
+    # The records frameworks keep: keys, metadata and their filters.
+    store.remember(ALICE, "user", "Alice sits by the aisle.", "s", key="seat",
+                   metadata={"kind": "preference", "n": 2})
+    store.remember(ALICE, "task", "Alice sits by the window.", "s", key="seat",
+                   metadata={"kind": "preference", "n": 3})
+    store.remember(ALICE, "user", "Alice sits up front.", "s", key="seat",
+                   metadata={"kind": "preference", "n": 4})
+    store.get(ALICE, key="seat")
+    store.recall(ALICE, "sits", where={"kind": "preference"}, offset=1)
+    store.recall(ALICE, "sits", where={"n": {"$gte": 3}, "kind": {"$ne": "x"}}, context=True)
+    store.memories(ALICE, where={"n": {"$lt": 4}}, newest_first=True, before=10**6)
+    store.memories(ALICE, newest_first=True, limit=2)
+    store.count(ALICE, where={"kind": {"$in": ["preference"]}})
+    store.forget(ALICE, key="seat")
+    store.forget_where(ALICE, {"kind": "preference"})
     scoped = len(statements)
     store.export_user("bob")
     store.erase_user("bob")
@@ -395,7 +410,7 @@ def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
     touching = memory_statements(statements)
     assert len(touching) >= 8
     grown = {s.split(" FROM ")[0] for s in touching
-             if "AND id > " in s and "conversation = " not in s}
+             if "AND id > " in s and "conversation = " not in s and "AND id < " not in s}
     assert grown == {"SELECT (SELECT count(*)", "SELECT id, conversation"}
     assert sum("AND conversation = " in s for s in touching) == 2
     for statement in touching:

@@ -86,8 +86,10 @@ def test_five_tools_with_schemas_and_annotations_and_no_scope_argument(
         assert not {"user", "user_id", "task", "task_id", "scope"} & properties.keys()
         assert tool.input_schema["additionalProperties"] is False
         assert tool.output_schema is not None and tool.description
-    assert set(tools["remember"].input_schema["properties"]) == {"text", "level", "source",
-                                                                 "ttl_seconds"}
+    assert set(tools["remember"].input_schema["properties"]) == {
+        "text", "level", "source", "ttl_seconds", "key", "metadata"}
+    for name in ("recall", "list_memories"):
+        assert tools[name].input_schema["properties"]["where"]["type"] == "object"
     assert tools["remember"].input_schema["properties"]["level"]["enum"] == list(LEVELS)
     assert tools["recall"].input_schema["properties"]["limit"]["maximum"] == MAX_LIMIT
     hints = {name: (tool.annotations.read_only_hint, tool.annotations.destructive_hint)
@@ -390,7 +392,8 @@ def test_a_store_is_created_only_where_there_is_none(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("MEMORY_EMBEDDER", raising=False)
     with pytest.raises(memory.StoreError, match="no connection"):
         memory._open_for(serving_args)
-    assert tries == [{"create": False, "embedder": None, "rank": "hybrid", "context": True}]
+    assert tries == [{"create": False, "embedder": None, "max_text": memory.MAX_TEXT,
+                      "rank": "hybrid", "context": True}]
 
 
 def test_list_memories_shows_the_newest_hundred_oldest_first_with_the_total(
@@ -517,3 +520,34 @@ def test_an_assistant_host_gets_recall_by_meaning_from_an_embedder_named_at_laun
     run(session())
     with MemoryStore(path, read_only=True) as store:
         assert (store.stats()["embedder"], store.stats()["without_vectors"]) == ("concepts-1", 0)
+
+
+def test_remember_takes_a_key_and_metadata_and_recall_and_list_filter_by_it(
+        tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.db")
+
+    async def session() -> list[Any]:
+        async with serving(tmp_path / "log", path, "--user", "alice", "--max-text",
+                           "5000") as s:
+            first = await call(s, "remember", text="Alice likes tea.", key="drink",
+                               metadata={"kind": "preference", "line": "a\u2028b"})
+            again = await call(s, "remember", text="Alice likes green tea.", key="drink",
+                               metadata={"kind": "preference", "line": "a\u2028b"})
+            await call(s, "remember", text="Tea at five.", metadata={"kind": "plan"})
+            long = await call(s, "remember", text="tea " * 1200)
+            return [first, again, long,
+                    await s.call_tool("recall", {"query": "tea",
+                                                 "where": {"kind": "preference"}}),
+                    await call(s, "list_memories", where={"kind": {"$ne": "preference"}}),
+                    await refused(s, "recall", query="tea", where={"kind": {"$regex": "x"}})]
+
+    first, again, long, recalled, listed, message = run(session())
+    assert again["id"] > first["id"] and long["id"]
+    (found,) = recalled.structured_content["memories"]
+    assert (found["id"], found["key"], found["metadata"]["kind"]) == (
+        again["id"], "drink", "preference")
+    (content,) = recalled.content
+    (line,) = content.text.splitlines()[1:]
+    assert '"drink"' in line and '"kind": "preference"' in line and "\u2028" not in line
+    assert listed["total"] == 2 and len(listed["memories"]) == 2
+    assert "unknown operator" in message

@@ -1,0 +1,164 @@
+"""What the framework records cost: filters, keys and long texts. Prints tables; never a test.
+
+    python3 bench/bench_records.py                 # SQLite and a throw-away PostgreSQL
+    python3 bench/bench_records.py --size 20000    # a smaller scope
+    python3 bench/bench_records.py --sqlite-only
+
+One user holds N memories (default 100,000) of Zipf-distributed words (20,000 words,
+exponent 1.1, 8 to 20 a text) in conversations of 20 turns, each with metadata: 1% of
+them {"ns": "target"}, the rest one of 99 other namespaces, and a number "n" from 0 to 999.
+In the same run, on the same rows, with RECOMMENDED's settings (no embedder):
+
+- recall of 2 to 4 query words, top 5, unfiltered; with an equality filter that 1% match;
+  with a range filter that 1% match (it reads the scope's metadata);
+- get(key) among 100 and 10,000 keyed memories, against what an adapter without keys does
+  (read the scope's memories and find the key in each text's JSON) at 100 and 1,000;
+- remember and recall of one text of 2,000, 20,000 and 200,000 characters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import json
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import memory  # noqa: E402
+from memory import MemoryStore, Scope  # noqa: E402
+from tables import format_table  # noqa: E402
+
+USER = Scope("alice", "bench")
+VOCABULARY = 20_000
+
+
+def zipf_words(seed: int) -> Callable[[int], list[str]]:
+    chooser = random.Random(seed)
+    weights = list(itertools.accumulate(1 / (rank ** 1.1) for rank in range(1, VOCABULARY + 1)))
+    names = [f"w{rank}" for rank in range(VOCABULARY)]
+    return lambda k: chooser.choices(names, cum_weights=weights, k=k)
+
+
+def rows(size: int) -> Iterator[tuple[Any, ...]]:
+    draw, chooser = zipf_words(1), random.Random(2)
+    for n in range(size):
+        namespace = "target" if n % 100 == 0 else f"ns-{n % 100}"
+        yield (USER, "user", " ".join(draw(chooser.randint(8, 20))), f"c{n // 20}/t{n}",
+               None, None, {"ns": namespace, "n": (n * 7919) % 1000})
+
+
+def p50_ms(call: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def filters(location: str, size: int, engine: str) -> list[dict[str, Any]]:
+    with MemoryStore(location, **memory._recommended_here()) as store:
+        batch = list(rows(size))
+        for start in range(0, size, 10_000):
+            store.remember_many(batch[start : start + 10_000])
+        draw, chooser = zipf_words(3), random.Random(4)
+        queries = [" ".join(draw(chooser.randint(2, 4))) for _ in range(60)]
+        cycle = itertools.cycle(queries)
+        for query in queries[:5]:  # the kept copies read once
+            store.recall(USER, query, 5)
+        plain = p50_ms(lambda: store.recall(USER, next(cycle), 5), len(queries))
+        equal = p50_ms(lambda: store.recall(USER, next(cycle), 5, where={"ns": "target"}),
+                       len(queries))
+        ranged = p50_ms(lambda: store.recall(USER, next(cycle), 5,
+                                             where={"n": {"$lt": 10}}), len(queries))
+        listed = p50_ms(lambda: store.memories(USER, where={"ns": "target"}, limit=20), 20)
+    return [{"engine": engine, "memories": size, "recall p50 ms": plain,
+             "with equality filter (1%)": equal, "ratio": equal / plain,
+             "with range filter (1%)": ranged, "range ratio": ranged / plain,
+             "list 20 filtered ms": listed}]
+
+
+def keys(location: Callable[[], str], engine: str) -> list[dict[str, Any]]:
+    table = []
+    for size in (100, 1_000, 10_000):
+        with MemoryStore(location()) as store:
+            store.remember_many([(USER, "user", f"value {n}", "s", None, f"item-{n}",
+                                  {"namespace": ["docs"]}) for n in range(size)])
+            wanted = itertools.cycle(random.Random(5).sample(range(size), min(size, 50)))
+            by_key = p50_ms(functools.partial(lambda asked: store.get(
+                USER, key=f"item-{next(asked)}"), wanted), 50)
+            row: dict[str, Any] = {"engine": engine, "keyed memories": size,
+                                   "get(key) p50 ms": by_key}
+            if size <= 1_000:  # the adapter's way without keys: a scan of the scope
+                store.remember_many([(USER, "user", json.dumps({"key": f"old-{n}", "v": n}),
+                                      "s") for n in range(size)])
+
+                def scan(asked: Iterator[int]) -> object:
+                    name = f'"old-{next(asked)}"'
+                    return next(m for m in store.memories(USER) if name in m["text"])
+                row["scan for a key in texts p50 ms"] = p50_ms(
+                    functools.partial(scan, wanted), 20)
+            table.append(row)
+    return table
+
+
+def long_texts(location: Callable[[], str], engine: str) -> list[dict[str, Any]]:
+    table = []
+    draw = zipf_words(6)
+    for length in (2_000, 20_000, 200_000):
+        with MemoryStore(location(), max_text=memory._LONGEST_TEXT,
+                         **memory._recommended_here()) as store:
+            store.remember_many([(USER, "user", " ".join(draw(12)), f"c/{n}")
+                                 for n in range(1_000)])
+            text = " ".join(draw(length // 4))[:length]
+            written = p50_ms(functools.partial(store.remember, USER, "user", text, "long/1"), 5)
+            recalled = p50_ms(lambda: store.recall(USER, " ".join(draw(3)), 5), 20)
+            table.append({"engine": engine, "text characters": length,
+                          "remember p50 ms": written, "recall p50 ms (1,000 short beside)":
+                          recalled})
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--sqlite-only", action="store_true")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="memory-bench-records-"))
+    files = (str(folder / f"{n}.db") for n in itertools.count())
+    engines: list[tuple[str, Callable[[], str]]] = [("SQLite", lambda: next(files))]
+    server = None
+    if not args.sqlite_only:
+        from pg_server import Server, server_binaries
+        binaries = server_binaries()
+        if binaries is None:
+            raise SystemExit("no PostgreSQL server binaries here: --sqlite-only")
+        server = Server(Path(tempfile.mkdtemp(prefix="memory-pg-bench-")), binaries, fsync=True)
+        server.start()
+        engines.append(("PostgreSQL", server.new_database))
+    print(f"memory.py {memory.__version__}, Python {platform.python_version()}")
+    try:
+        for title, measure in (("Filters", lambda name, where: filters(where(), args.size,
+                                                                           name)),
+                               ("Keys", lambda name, where: keys(where, name)),
+                               ("Long texts", lambda name, where: long_texts(where, name))):
+            table = [row for name, where in engines for row in measure(name, where)]
+            print(f"\n{title}\n\n{format_table(table)}")
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
