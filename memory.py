@@ -596,7 +596,12 @@ _SQL_KEYED = _sql(
     " AND ifnull(task_id, '') = ? AND key = ?",
     postgresql=f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND (task_id IS"
     " NULL OR task_id = %s) AND task_id IS NOT DISTINCT FROM %s AND coalesce(task_id, '')"
-    " = %s AND key = %s")
+    " = %s AND key = %s",
+    postgresql_each=_each_row(
+        "user_id text, task_key text, task_id text, owner text, key text",
+        f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = wanted.user_id AND (task_id"
+        " IS NULL OR task_id = wanted.task_key) AND task_id IS NOT DISTINCT FROM"
+        " wanted.task_id AND coalesce(task_id, '') = wanted.owner AND key = wanted.key"))
 # The memories the scope sees that hold a key: its task's, then the user level's.
 _SQL_VISIBLE_KEY = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE}"
@@ -1151,13 +1156,17 @@ def _check_level(level: object) -> Level:
     return _check_choice("level", level, LEVELS)
 
 
-def _check_limit(limit: object) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+def _check_within(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise MemoryInputError(
-            f"limit must be an int from 1 to {MAX_LIMIT}, got {_described(limit)}"
-            + (" out of range" if type(limit) is int else "")
+            f"{name} must be an int from {low} to {high}, got {_described(value)}"
+            + (" out of range" if type(value) is int else "")
         )
-    return limit
+    return value
+
+
+def _check_limit(limit: object) -> int:
+    return _check_within("limit", limit, 1, MAX_LIMIT)
 
 
 def _check_scope(scope: object) -> Scope:
@@ -1345,6 +1354,15 @@ def _embedded_from(text: str, embed: str | None) -> list[str]:
     return cast(list[str], [] if embed == "false" else json.loads(embed))
 
 
+def _memory_vectors(embedder: Embedder, memories: list[tuple[str, str | None]]
+                    ) -> list[bytes]:
+    """The vectors of each (text, embed) memory in one blob, one after another; b"" for
+    one embedded from nothing. Its texts go to the embedder together."""
+    asked = [_embedded_from(text, embed) for text, embed in memories]
+    vectors = iter(_embedded(embedder, [text for texts in asked for text in texts]))
+    return [b"".join(next(vectors) for _ in texts) for texts in asked]
+
+
 def _normal(value: Any) -> Any:
     """A JSON value as filters compare it: 1.0 is 1, and -0.0 is 0."""
     if type(value) is float and value.is_integer() and abs(value) <= _EXACT_INTEGERS:
@@ -1383,10 +1401,6 @@ def _value_at(metadata: Any, path: Sequence[str]) -> tuple[bool, Any]:
     return True, metadata
 
 
-def _same_value(one: Any, other: Any) -> bool:
-    return bool(_compact(_normal(one), True) == _compact(_normal(other), True))
-
-
 def _comparable(one: Any, other: Any) -> bool:
     """Whether an ordering operator compares the two: numbers with numbers, strings with
     strings."""
@@ -1397,22 +1411,18 @@ def _comparable(one: Any, other: Any) -> bool:
 
 class _Condition(NamedTuple):
     """One path's test in a filter: `op` of _OPERATORS, `value` its operand ($in and $nin:
-    a list)."""
+    a list). The equalities are looked up by their terms; the ordering tests are run on
+    each memory's metadata (holds)."""
 
     path: tuple[str, ...]
     op: str
     value: Any
 
     def holds(self, metadata: Any) -> bool:
+        """Whether an ordering test holds for the metadata."""
         found, value = _value_at(metadata, self.path)
-        if self.op in _ORDERED:
-            return found and _comparable(value, self.value) and \
-                bool(_ORDERED[self.op](value, self.value))
-        if self.op in ("$eq", "$ne"):
-            equal = found and _same_value(value, self.value)
-        else:
-            equal = found and any(_same_value(value, item) for item in self.value)
-        return equal == (self.op in ("$eq", "$in"))
+        return found and _comparable(value, self.value) and \
+            bool(_ORDERED[self.op](value, self.value))
 
     def terms(self) -> list[str]:
         """The terms whose memories an equality holds for ($eq, $in) or fails ($ne, $nin)."""
@@ -1461,23 +1471,6 @@ def _check_where(where: object) -> list[_Condition] | None:
             conditions.append(_Condition(keys, op, list(value) if op in ("$in", "$nin")
                                          else value))
     return conditions
-
-
-def _check_offset(offset: object) -> int:
-    if isinstance(offset, bool) or type(offset) is not int or not 0 <= offset <= _MAX_OFFSET:
-        raise MemoryInputError(f"offset must be an int from 0 to {_MAX_OFFSET}, got"
-                               f" {_described(offset)}"
-                               + (" out of range" if type(offset) is int else ""))
-    return offset
-
-
-def _check_max_text(max_text: object) -> int:
-    if isinstance(max_text, bool) or type(max_text) is not int \
-            or not MAX_TEXT <= max_text <= _LONGEST_TEXT:
-        raise MemoryInputError(f"max_text must be an int from {MAX_TEXT} to {_LONGEST_TEXT},"
-                               f" got {_described(max_text)}"
-                               + (" out of range" if type(max_text) is int else ""))
-    return max_text
 
 
 class _Admitted:
@@ -3705,15 +3698,6 @@ def _by_id_or_key(scope: Scope, memory_id: object, key: object) -> tuple[str, tu
     return _SQL_VISIBLE_ID, (scope.user, scope.task, _check_id(memory_id))
 
 
-def _vectors_of_rows(embedder: Embedder, rows: list[tuple[Any, ...]]) -> dict[int, bytes]:
-    """Each memory's vectors (id, user, task, text, embed rows), as a write keeps them;
-    b"" for a memory embedded from nothing."""
-    asked = [_embedded_from(row[3], row[4]) for row in rows]
-    vectors = iter(_embedded(embedder, [text for texts in asked for text in texts]))
-    return {row[0]: b"".join(next(vectors) for _ in texts)
-            for row, texts in zip(rows, asked, strict=True)}
-
-
 def _level_of(task_id: str | None) -> Level:
     return "user" if task_id is None else "task"
 
@@ -3760,7 +3744,7 @@ class MemoryStore:
     ) -> None:
         self.path = _check_path(path)
         #: The longest text (in characters) this store takes.
-        self.max_text = _check_max_text(max_text)
+        self.max_text = _check_within("max_text", max_text, MAX_TEXT, _LONGEST_TEXT)
         #: What turns texts into vectors for recall by meaning (None: words alone).
         self.embedder = None if embedder is None else _check_embedder(embedder)
         #: The rank recall uses when a call names none: "shared" (the literal rule's) or
@@ -4060,10 +4044,9 @@ class MemoryStore:
         one after another in one blob; one embedded from none has none."""
         if self.embedder is None or not rows:
             return rows
-        asked = [_embedded_from(row.text, row.embed) for row in rows]
-        vectors = iter(_embedded(self.embedder, [text for texts in asked for text in texts]))
-        return [row._replace(vector=b"".join(next(vectors) for _ in texts) or None)
-                for row, texts in zip(rows, asked, strict=True)]
+        vectors = _memory_vectors(self.embedder, [(row.text, row.embed) for row in rows])
+        return [row._replace(vector=vector or None)
+                for row, vector in zip(rows, vectors, strict=True)]
 
     def _replace_keyed(self, db: _Session, rows: list[_NewMemory], noun: str | None,
                        places: list[int]) -> list[_NewMemory]:
@@ -4074,20 +4057,24 @@ class MemoryStore:
         if not keyed:
             return rows
         now = self._read_instant()
+        with db.batch():
+            asked = db.ask_each(_SQL_KEYED, [
+                (row.user_id, row.task_id or "", row.task_id, row.task_id or "", row.key)
+                for _, row in keyed])
         rows = list(rows)
-        for position, row in keyed:
-            key = _ScopeKey(row.user_id, row.task_id or "")
-            held = db.execute(_SQL_KEYED, (*key, row.task_id, row.task_id or "", row.key)
-                              ).fetchall()
+        gone: dict[_ScopeKey, list[tuple[Any, ...]]] = collections.defaultdict(list)
+        for (position, row), held in zip(keyed, asked(), strict=True):
             if not held:
                 continue
             old = _MemoryRow(*held[0])
-            self._delete(db, key, held)
+            gone[_ScopeKey(row.user_id, row.task_id or "")] += held
             if now is None or old.expires_at is None or old.expires_at > now:
                 if noun == "record":  # an import keeps what it is given, or nothing
                     raise MemoryInputError(f"record {places[position]}: its owner holds"
                                            " its key already", places[position])
                 rows[position] = row._replace(first_created=old.created_at)
+        for key, held in gone.items():
+            self._delete(db, key, held)
         return rows
 
     def _same_texts(self, db: _Session, rows: list[_NewMemory]) -> dict[int, int]:
@@ -4383,7 +4370,7 @@ class MemoryStore:
         scope = _check_scope(scope)
         _check_limit(limit)
         conditions = _check_where(where)
-        offset = _check_offset(offset)
+        offset = _check_within("offset", offset, 0, _MAX_OFFSET)
         ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
         in_context = self.context if context is None else _check_flag("context", context)
         if min_score is not None:
@@ -4735,15 +4722,20 @@ class MemoryStore:
             users = [user for (user,) in db.execute(_SQL_USERS)]
             rows = [row for user in users for row in db.execute(_SQL_OWNED_EMBEDS, (user,))]
         vectors: dict[int, bytes] = {}
+
+        def embedded(rows: list[tuple[Any, ...]]) -> dict[int, bytes]:
+            """Each (id, user, task, text, embed) row's vectors, by id."""
+            return dict(zip((row[0] for row in rows), _memory_vectors(
+                embedder, [(text, embed) for *_, text, embed in rows]), strict=True))
+
         for start in range(0, len(rows), EMBED_BATCH):
-            vectors.update(_vectors_of_rows(embedder, rows[start : start + EMBED_BATCH]))
+            vectors.update(embedded(rows[start : start + EMBED_BATCH]))
             if progress is not None:
                 progress(min(start + EMBED_BATCH, len(rows)), len(rows))
         with self._writing(None) as db:
             for (user,) in db.execute(_SQL_USERS).fetchall():
                 owned = db.execute(_SQL_OWNED_EMBEDS, (user,)).fetchall()
-                vectors.update(_vectors_of_rows(embedder, [row for row in owned
-                                                           if row[0] not in vectors]))
+                vectors.update(embedded([row for row in owned if row[0] not in vectors]))
                 db.execute(_SQL_ERASE_VECTORS, (user,))
                 db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
                                                       vectors[memory_id])
