@@ -4843,8 +4843,9 @@ class MemoryStore:
                 expired = self._expired(db, key, self._expiry_instant(db, key))
                 if conditions is not None:
                     rows = self._visible_where(db, key, conditions, expired)
-                else:
-                    asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
+                else:  # a conversation is told apart below, so its page is not cut here
+                    asked = _MAX_ID if most is None or talk is not None else min(
+                        _MAX_ID, most + len(expired))
                     rows = [_MemoryRow(*row) for row in db.execute(
                         _SQL_VISIBLE_DOWN if newest else _SQL_VISIBLE_BETWEEN,
                         (*key, first, below, asked)) if row[0] not in expired]

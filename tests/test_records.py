@@ -281,6 +281,12 @@ def test_newest_first_pages_down_with_before(store: MemoryStore) -> None:
         before = page[-1]["id"]
     assert pages == store.memories(ALICE)[::-1]
     assert store.memories(ALICE, before=ids[2]) == store.memories(ALICE)[:2]
+    talk = store.remember_many([(ALICE, "user", f"chat {n}", f"chat/{n}") for n in range(3)])
+    store.remember_many([(ALICE, "user", f"later {n}", "other/1") for n in range(3)])
+    assert [m["id"] for m in store.memories(ALICE, conversation="chat", newest_first=True,
+                                            limit=2)] == talk[::-1][:2]
+    assert [m["id"] for m in store.memories(ALICE, conversation="chat", before=talk[2],
+                                            limit=5)] == talk[:2]
     for bad in (0, -1, True, "3"):
         with pytest.raises(MemoryInputError, match="before"):
             store.memories(ALICE, before=bad)  # type: ignore[arg-type]
