@@ -277,6 +277,7 @@ def test_the_server_exits_when_the_client_goes_and_keeps_what_it_acknowledged(
         send(process, [*handshake("raw\u0000"), {
             "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
                 "name": "remember", "arguments": {"text": "Acknowledged before the end"}}}])
+        read_reply(process, 1, 60)
         reply = read_reply(process, 2, 60)
         kept = reply["result"]["structuredContent"]["id"]
         process.stdin.close()  # the client goes away mid-session
