@@ -149,11 +149,12 @@ def main() -> None:
         engines.append(("PostgreSQL", server.new_database))
     print(f"memory.py {memory.__version__}, Python {platform.python_version()}")
     try:
-        for title, measure in (("Filters", lambda name, where: filters(where(), args.size,
-                                                                           name)),
-                               ("Keys", lambda name, where: keys(where, name)),
-                               ("Long texts", lambda name, where: long_texts(where, name))):
-            table = [row for name, where in engines for row in measure(name, where)]
+        tables = {"Filters": [row for name, where in engines
+                              for row in filters(where(), args.size, name)],
+                  "Keys": [row for name, where in engines for row in keys(where, name)],
+                  "Long texts": [row for name, where in engines
+                                 for row in long_texts(where, name)]}
+        for title, table in tables.items():
             print(f"\n{title}\n\n{format_table(table)}")
     finally:
         if server is not None:

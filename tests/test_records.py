@@ -258,7 +258,7 @@ def test_a_filter_holds_where_recall_searches_for_the_best_without_reading_all(
                           {"n": n % 7}) for n in range(5_000)])
     found = store.recall(ALICE, "hotel note", 5, rank="idf", context=False,
                          where={"n": 3})
-    assert len(found) == 5 and all(r["metadata"]["n"] == 3 for r in found)
+    assert len(found) == 5 and all((r["metadata"] or {}).get("n") == 3 for r in found)
 
 
 def test_a_key_is_looked_up_in_the_writer_s_owner_alone(store: MemoryStore) -> None:
