@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 
@@ -111,6 +112,20 @@ def test_errors_come_through_as_the_library_raises_them(tmp_path: object) -> Non
                 await store.remember(ALICE, "user", "  ", "s")
             assert await store.get(ALICE, 1) is None
         await store.close()  # closing again does nothing
+
+    asyncio.run(run())
+
+
+def test_it_opens_with_every_setting_a_memory_store_takes(tmp_path: object) -> None:
+    settings = inspect.signature(memory.MemoryStore).parameters
+    assert inspect.signature(AsyncMemoryStore).parameters == settings
+
+    async def run() -> None:
+        async with AsyncMemoryStore(f"{tmp_path}/m.db", max_text=5_000) as store:
+            memory_id = await store.remember(ALICE, "user", "x" * 5_000, "s")
+            assert (await store.get(ALICE, memory_id) or {}).get("text") == "x" * 5_000
+            with pytest.raises(MemoryInputError, match="text"):
+                await store.remember(ALICE, "user", "x" * 5_001, "s")
 
     asyncio.run(run())
 
