@@ -3714,318 +3714,116 @@ _WITHOUT_ITS_EMBEDDER = (
     " on the command line), or fix them with reindex(embedder=...)")
 
 
-class MemoryStore:
-    """Memories of many users in one SQLite file or one PostgreSQL database (a
-    postgresql:// URL), each operation confined to a scope.
+def _engine_options(engine: type[_Engine], **options: Any) -> dict[str, Any]:
+    """The options given (not None), each one the engine takes."""
+    given = {name: value for name, value in options.items() if value is not None}
+    for name in sorted(given.keys() - engine.options):
+        raise engine.refused(name)
+    return given
 
-    One store may be shared by threads; processes each open their own on the same file.
-    `read_only` opens an existing store without writing to it. `durable=False` trades the
-    last commits before a power loss (never before a process crash) for faster writes.
-    `create=False` refuses a path or database that holds no store yet, instead of making
-    one (a mistyped name then fails rather than starting an empty store).
-    """
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        clock: Callable[[], str] = system_clock,
-        *,
-        read_only: bool = False,
-        durable: bool = True,
-        matching: Matching | None = None,
-        create: bool = True,
-        statement_timeout: float | None = None,
-        pool_size: int | None = None,
-        pool_timeout: float | None = None,
-        rank: Rank | None = None,
-        context: bool | None = None,
-        embedder: Embedder | None = None,
-        max_text: int = MAX_TEXT,
-    ) -> None:
-        self.path = _check_path(path)
-        #: The longest text (in characters) this store takes.
-        self.max_text = _check_within("max_text", max_text, MAX_TEXT, _LONGEST_TEXT)
-        #: What turns texts into vectors for recall by meaning (None: words alone).
-        self.embedder = None if embedder is None else _check_embedder(embedder)
-        #: The rank recall uses when a call names none: "shared" (the literal rule's) or
-        #: "idf", the better one for most text.
-        self.rank: Rank = "shared" if rank is None else _check_choice("rank", rank, RANKS)
-        if self.rank == "meaning" and self.embedder is None:
-            raise MemoryInputError("rank='meaning' needs an embedder")
-        #: Whether recall scores a memory with its conversation's when a call says not.
-        self.context = False if context is None else _check_flag("context", context)
-        engine = _engine_for(self.path)
-        given = {name: value for name, value in (("statement_timeout", statement_timeout),
-                                                 ("pool_size", pool_size),
-                                                 ("pool_timeout", pool_timeout))
-                 if value is not None}
-        for name in given.keys() - engine.options:
-            raise engine.refused(name)
-        if matching is not None:
-            _check_choice("matching", matching, MATCHING)
-            if matching == "stems":
-                _stemmer()  # its extra, before anything is opened or created
-        if isinstance(clock, dict):  # MemoryStore(path, RECOMMENDED): the ** forgotten
-            raise MemoryInputError("clock must be callable, got a dict where the clock goes:"
-                                   " for settings such as RECOMMENDED, unpack them:"
-                                   " MemoryStore(path, **RECOMMENDED)")
-        if not callable(clock):
-            raise MemoryInputError(f"clock must be callable, got {type(clock).__name__}")
-        self.clock = clock
-        # Reads need the time (to tell what has expired) but must not take a tick.
-        self._clock_for_reads: Callable[[], str] = getattr(clock, "now", clock)
-        self.read_only = bool(read_only)
-        self.durable = bool(durable)
-        self._lock = threading.RLock()
-        # close() waits for the calls in flight (but those of its own thread, which would
-        # wait for it), so a call another thread started ends as it would have.
-        self._idle = threading.Condition(self._lock)
-        self._calls = 0
-        self._own = threading.local()
-        self._pid = os.getpid()
-        self._file: tuple[int, int] | None = None
-        # What recall read last of the scopes it served (_kept), by kind and scope.
-        self._kept_copies: collections.OrderedDict[
-            tuple[type, _ScopeKey], tuple[Any, _Vectors | _Conversations]] = \
-            collections.OrderedDict()
-        self._recorded = "exact"  # the rule as the file records it, with its version
-        self._rule = _RULES["exact"]
-        self._index_from = 0  # the file's: from how many memories an owner is indexed
-        self._embedder_at_open: str | None = None  # what the file recorded when opened
-        self._db: _Engine | None = self._connect(engine, matching, bool(create), given)
-        _OPEN_STORES.add(self)
-        try:
-            self._take_embedder()
-        except BaseException:
-            self.close()
-            raise
-        if _recorded_rule(self._recorded)[0] in _SUPERSEDED and not self.read_only:
-            # Built by a version of its rule that split words wrongly: brought up to
-            # date in one transaction, as `memory reindex` would. Read-only, it reads by
-            # that version.
-            _log.info("the word index was built by an earlier version of matching=%s:"
-                      " reindexing", self.matching)
-            try:
-                self.reindex(self.matching)
-            except BaseException:
-                self.close()
-                raise
+def _check_matching(matching: object) -> None:
+    _check_choice("matching", matching, MATCHING)
+    if matching == "stems":
+        _stemmer()  # its extra, before anything is opened or created
 
-    def _connect(self, engine_type: type[_Engine], matching: Matching | None, create: bool,
-                 options: dict[str, Any]) -> _Engine:
-        """Open and prepare the engine for the path, then follow its rule."""
-        engine = engine_type.open(self.path, read_only=self.read_only, durable=self.durable,
-                                  matching=matching, create=create, **options)
-        try:
-            self._file = engine.file
-            with engine.session() as db:
-                self._adopt_rule(db)
-                self._embedder_at_open = self._recorded_embedder(db)
-            if matching is not None and matching != self.matching:
-                raise MemoryInputError(f"matching={matching!r} was asked for, but the store's"
-                                       f" word index uses matching={self.matching!r};"
-                                       " open it without matching, or run `memory reindex"
-                                       " PATH --matching ...` to rebuild it by another rule")
-        except BaseException:
-            engine.close()
-            raise
-        _log.info("opened a store on %s read_only=%s", engine.name, self.read_only)
-        return engine
 
-    def _adopt_rule(self, db: _Session, found: Any = None) -> None:
-        """Use the file's matching rule, from the first column of `found` (a cursor that
-        has read it) or read now: another process may have reindexed it."""
-        recorded = db.recorded_rule(found)
-        if recorded is None:
-            raise SchemaError("the file records no matching rule")
-        if recorded != self._recorded:
-            rule, self._index_from = _recorded_rule(recorded)
-            self._rule, self._recorded = _rule_of(rule), recorded
+def _check_clock(clock: object) -> Callable[[], str]:
+    if isinstance(clock, dict):  # MemoryStore(path, RECOMMENDED): the ** forgotten
+        raise MemoryInputError("clock must be callable, got a dict where the clock goes:"
+                               " for settings such as RECOMMENDED, unpack them:"
+                               " MemoryStore(path, **RECOMMENDED)")
+    if not callable(clock):
+        raise MemoryInputError(f"clock must be callable, got {type(clock).__name__}")
+    return cast(Callable[[], str], clock)
 
-    def _take_embedder(self) -> None:
-        """Record the store's embedder in a file that records none; StoreError, the file
-        unchanged, if it records another. Without one, on a file that records one, say
-        at open that writes will leave memories that meaning cannot find."""
-        if self.embedder is None:
-            recorded = self._embedder_at_open
-            if not self.read_only and recorded is not None:
-                _log.warning(_WITHOUT_ITS_EMBEDDER, json.loads(recorded)["dimensions"])
-            return
-        with self._snapshot(None) as db:
-            recorded = self._recorded_embedder(db)
-        if recorded is None and not self.read_only:
-            with self._writing(None) as db:
-                recorded = self._recorded_embedder(db)  # again, under the write lock
-                if recorded is None:
-                    db.execute(_SQL_SET_EMBEDDER, (_embedder_record(self.embedder),))
-                    _log.info("recorded the store's embedder (%d dimensions)",
-                              self.embedder.dimensions)
-                    return
-        self._refuse_unless_recorded(recorded)
 
-    @staticmethod
-    def _recorded_embedder(db: _Session) -> str | None:
-        if not db.has_vectors:
-            return None
-        row = db.execute(_SQL_EMBEDDER).fetchone()
-        return None if row is None else str(row[0])
+def _recorded_embedder(db: _Session) -> str | None:
+    """The embedder the file records (_embedder_record), if any."""
+    if not db.has_vectors:
+        return None
+    row = db.execute(_SQL_EMBEDDER).fetchone()
+    return None if row is None else str(row[0])
 
-    def _check_embedder_of(self, db: _Session) -> None:
-        """StoreError unless the file records the store's embedder (another process may
-        have moved it to another by reindex)."""
-        self._refuse_unless_recorded(self._recorded_embedder(db))
 
-    def _refuse_unless_recorded(self, recorded: str | None) -> None:
-        assert self.embedder is not None
-        if recorded is None:
-            raise StoreError("the store records no embedder and was opened read-only: open"
-                             " it once to write with one")
-        if recorded != _embedder_record(self.embedder):
-            kept = json.loads(recorded)
-            raise StoreError(
-                "the store's vectors come from another embedder than this one: the store"
-                f" records {str(kept['name'])[:200]!r} of {kept['dimensions']} dimensions;"
-                " open it with that one, or move it to this one with reindex(embedder=...)"
-                " (memory reindex PATH --embedder MODULE:FACTORY)")
+def _refuse_unless_recorded(embedder: Embedder, recorded: str | None) -> None:
+    """StoreError unless `recorded` is the record of `embedder`."""
+    if recorded is None:
+        raise StoreError("the store records no embedder and was opened read-only: open"
+                         " it once to write with one")
+    if recorded != _embedder_record(embedder):
+        kept = json.loads(recorded)
+        raise StoreError(
+            "the store's vectors come from another embedder than this one: the store"
+            f" records {str(kept['name'])[:200]!r} of {kept['dimensions']} dimensions;"
+            " open it with that one, or move it to this one with reindex(embedder=...)"
+            " (memory reindex PATH --embedder MODULE:FACTORY)")
 
-    # -- the object ----------------------------------------------------------------
+
+def _expired_of(db: _Session, key: _ScopeKey, now: str | None) -> set[int]:
+    """The ids the scope would see but that are no longer live at `now` (none if None,
+    see MemoryStore._expiry_instant)."""
+    return _ask_expired(db, key, now)()
+
+
+def _ask_expired(db: _Session, key: _ScopeKey, now: str | None) -> Callable[[], set[int]]:
+    """_expired_of, asked now and read when the returned function is called: in a batch,
+    once the batch has gone."""
+    if now is None:
+        return set
+    found = db.execute(_SQL_EXPIRED, (*key, now))
+    return lambda: set(json.loads(found.fetchone()[0]))
+
+
+class _Page(NamedTuple):
+    """Which of a scope's memories memories() lists, checked."""
+
+    after: int
+    before: int
+    limit: int | None
+    conversation: str | None
+    newest_first: bool
+    conditions: list[_Condition] | None
+    #: Whether `after` or `limit` was given (a page of the oldest first).
+    paged: bool
+    #: Whether `before` was given (a page down from it).
+    down: bool
+
+
+class _Part:
+    """A part of one store's work, reading its rule as the store follows it (another
+    process may reindex the file, and the store adopts the rule at each transaction)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
 
     @property
-    def matching(self) -> Matching:
-        """The matching rule the file's word index serves (its version aside)."""
-        return self._rule.matching
+    def _rule(self) -> _Rule:
+        return self._store._rule
 
     @property
-    def db(self) -> Any:
-        """The open engine, which tests trace (set_trace_callback) and, on SQLite, where
-        the engine is its own session, run statements on."""
-        with self._lock:
-            if self._db is None:
-                raise StoreError("MemoryStore is closed")
-            if self._pid != os.getpid():
-                raise StoreError(f"this store was opened before this process forked; {_FORKED}")
-            return self._db
+    def _index_from(self) -> int:
+        return self._store._index_from
 
-    def close(self) -> None:
-        """Close the store once the calls other threads are running have ended; a call
-        after it raises StoreError. Closing again does nothing."""
-        with self._lock:
-            engine, self._db = self._db, None
-            _OPEN_STORES.discard(self)
-            if engine is not None and self._pid != os.getpid():
-                _INHERITED.append(engine)
-                return
-            self._idle.wait_for(lambda: self._calls <= getattr(self._own, "calls", 0))
-            if engine is not None:
-                engine.close()
 
-    def __del__(self) -> None:
-        # A store dropped open is ended here, in the thread that dropped it: left to its
-        # pool's own finalizer, which may run in one of the pool's threads, it fails there
-        # ("cannot join current thread") and prints a traceback.
-        if getattr(self, "_db", None) is not None and self._pid == os.getpid():
-            warnings.warn("a MemoryStore was dropped without close()", ResourceWarning,
-                          source=self, stacklevel=2)
-            with contextlib.suppress(Exception):
-                self.close()
+class _Writes(_Part):
+    """A store's write path: new memories embedded, deduplicated, replacing their keys'
+    holders, dated, purging some expired ones of their scopes, and written with their
+    postings, vectors, metadata terms and counts; deletes; the index and vectors rebuilt."""
 
-    def __enter__(self) -> MemoryStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[_Session]:
-        """The session one call runs on (SQLite's connection, one call at a time, or a
-        pooled PostgreSQL connection); close() waits for it to end."""
-        with self._lock:
-            engine = self.db
-            self._calls += 1
-        own = self._own
-        own.calls = getattr(own, "calls", 0) + 1
-        try:
-            with engine.session() as db:
-                yield db
-        finally:
-            own.calls -= 1
-            with self._lock:
-                self._calls -= 1
-                self._idle.notify_all()
-
-    @contextlib.contextmanager
-    def _writing(self, users: set[str] | None) -> Iterator[_Session]:
-        """A write transaction for `users` (None: every user, an operator's call)."""
-        self._writable()
-        with self._reading() as db, _transaction(db, write=True):
-            self._adopt_rule(db, db.confine(users, write=True))
-            yield db
-
-    @contextlib.contextmanager
-    def _snapshot(self, users: set[str] | None) -> Iterator[_Session]:
-        """A read transaction for `users`: one consistent view, under the current rule."""
-        with self._reading() as db, _transaction(db, write=False):
-            self._adopt_rule(db, db.confine(users, write=False))
-            yield db
-
-    def _writable(self) -> None:
-        if self.read_only:
-            raise StoreError("the store was opened with read_only=True and does not write;"
-                             " open it without read_only to change it")
-
-    # -- memories ------------------------------------------------------------------
-
-    def remember(self, scope: Scope, level: Level, text: str, source: str, *,
-                 ttl: float | None = None, dedupe: bool = False, key: str | None = None,
-                 metadata: dict[str, Any] | None = None,
-                 embed: bool | Sequence[str] = True) -> int:
-        """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
-        memory stops being live `ttl` seconds after it is written. With `dedupe`, a live
-        memory of the same user, level (and task, at task level) whose text is the same
-        (NFKC, case folded, whitespace collapsed) is kept instead: its id is returned and
-        nothing is written (a keyed memory is never deduplicated: its key decides).
-
-        `key` names the memory within its owner (the user level, or the task): a live
-        memory the owner holds under it is replaced in the same transaction, the new one
-        keeping its created_at and updated now. `metadata`, a JSON object, is kept with
-        it for `where` filters. `embed`: True embeds the text, False nothing (meaning
-        never finds it), a list of texts each (its cosine is the best of theirs)."""
-        (memory_id,) = self._insert([_new_row(scope, level, text, source, ttl, key=key,
-                                              metadata=metadata, embed=embed,
-                                              max_text=self.max_text)], dedupe=dedupe)
-        return memory_id
-
-    def remember_many(self, items: Iterable[tuple[Any, ...] | dict[str, Any]], *,
-                      dedupe: bool = False) -> list[int]:
-        """Keep many items in one transaction, all or none: each a tuple (scope, level,
-        text, source[, ttl[, key[, metadata[, embed]]]]) or a dict of remember's
-        arguments. With `dedupe`, as remember's, for every item: an item repeating an
-        earlier one of the batch gets that one's id. Two items giving one owner the same
-        key are refused."""
-        return self._insert(_each_valid(items, lambda item: _item_row(item, self.max_text),
-                                        "item"), "item", dedupe)
-
-    def import_memories(self, records: Iterable[Record | dict[str, Any]], *,
-                        dedupe: bool = False) -> list[int]:
-        """Keep records as export_user writes them, each with its own created_at and
-        expires_at, in one transaction; all or none. Their ids are not kept: the store
-        gives new ones. A record already expired is kept, and is not live. With `dedupe`,
-        as remember_many's. A keyed record whose owner holds its key live, or two records
-        giving one owner the same key, refuse the whole import."""
-        return self._insert(_each_valid(records, lambda record: _record_row(
-            record, self.max_text), "record"), "record", dedupe)
-
-    def _insert(self, rows: list[_NewMemory], noun: str | None = None,
-                dedupe: bool = False) -> list[int]:
+    def insert(self, rows: list[_NewMemory], noun: str | None = None,
+               dedupe: bool = False) -> list[int]:
+        """Write the checked `rows` in one transaction, all or none; their ids, in order
+        (with `dedupe`, a live memory's where it holds the same text)."""
         _one_key_each(rows, noun)
-        rows = self._with_vectors(rows)
-        with self._writing({row.user_id for row in rows}) as db:
-            if self.embedder is not None:
-                self._check_embedder_of(db)
+        rows = self.with_vectors(rows)
+        with self._store._writing({row.user_id for row in rows}) as db:
+            if self._store.embedder is not None:
+                self._store._check_embedder_of(db)
             same = self._same_texts(db, rows) if dedupe else {}
             fresh = [position for position in range(len(rows)) if position not in same]
             written = self._replace_keyed(db, [rows[p] for p in fresh], noun, fresh)
-            new_ids = iter(self._write(db, written, noun, fresh) if fresh else ())
+            new_ids = iter(self.write(db, written, noun, fresh) if fresh else ())
         ids: list[int] = []
         for position in range(len(rows)):
             kept = same.get(position)
@@ -4037,14 +3835,14 @@ class MemoryStore:
                   _id_span(ids), len(same))
         return ids
 
-    def _with_vectors(self, rows: list[_NewMemory]) -> list[_NewMemory]:
+    def with_vectors(self, rows: list[_NewMemory]) -> list[_NewMemory]:
         """The rows with their vectors from the store's embedder, if it has one: embedded
         before the write's transaction and outside the store's lock, so that a slow model
         holds up no other call. A memory embedded from several texts keeps their vectors
         one after another in one blob; one embedded from none has none."""
-        if self.embedder is None or not rows:
+        if self._store.embedder is None or not rows:
             return rows
-        vectors = _memory_vectors(self.embedder, [(row.text, row.embed) for row in rows])
+        vectors = _memory_vectors(self._store.embedder, [(row.text, row.embed) for row in rows])
         return [row._replace(vector=vector or None)
                 for row, vector in zip(rows, vectors, strict=True)]
 
@@ -4056,7 +3854,7 @@ class MemoryStore:
         keyed = [(position, row) for position, row in enumerate(rows) if row.key is not None]
         if not keyed:
             return rows
-        now = self._read_instant()
+        now = self._store._read_instant()
         with db.batch():
             asked = db.ask_each(_SQL_KEYED, [
                 (row.user_id, row.task_id or "", row.task_id, row.task_id or "", row.key)
@@ -4074,13 +3872,13 @@ class MemoryStore:
                                            " its key already", places[position])
                 rows[position] = row._replace(first_created=old.created_at)
         for key, held in gone.items():
-            self._delete(db, key, held)
+            self.delete(db, key, held)
         return rows
 
     def _same_texts(self, db: _Session, rows: list[_NewMemory]) -> dict[int, int]:
         """The rows (by position) whose text a live memory of the same user, level and task
         holds, each with that memory's id, or ~p for a repeat of the batch's row p."""
-        now = self._read_instant()
+        now = self._store._read_instant()
         keys = [(row.user_id, row.task_id, _same_text(row.text)) for row in rows]
         distinct = dict(zip(keys, rows, strict=True))  # each key's last row: the same key
         with db.batch():
@@ -4106,8 +3904,8 @@ class MemoryStore:
                 first[key] = position
         return same
 
-    def _write(self, db: _Session, rows: list[_NewMemory], noun: str | None = None,
-               places: list[int] | None = None) -> list[int]:
+    def write(self, db: _Session, rows: list[_NewMemory], noun: str | None = None,
+              places: list[int] | None = None) -> list[int]:
         """The last step of a write transaction: purge some expired memories of the rows'
         scopes, write the rows, reading the clock once for each that has no created_at,
         and commit (with the last statements, in one round trip on PostgreSQL). A bulk
@@ -4116,7 +3914,7 @@ class MemoryStore:
         engine's users_per_batch, each group's statements seeing only its users: on
         PostgreSQL one round trip asks what every group's write needs to know, and one
         more writes them all."""
-        now = self._read_instant()
+        now = self._store._read_instant()
         rows = self._dated(rows)  # before the words are asked for: a rule may read the date
         positions: dict[str, list[int]] = collections.defaultdict(list)
         for position, row in enumerate(rows):
@@ -4234,7 +4032,7 @@ class MemoryStore:
             found = due.pop(key.user, None)
             if found is None:  # a later scope, asked after the earlier one's purge
                 found = db.execute(_SQL_EXPIRED_ROWS, (*key, now, PURGE_PER_WRITE)).fetchall()
-            if self._delete(db, key, found):
+            if self.delete(db, key, found):
                 purged.add(key.user)
         again = {owner: by_word for owner, by_word in group.words.items()
                  if owner[0] in purged}
@@ -4278,8 +4076,30 @@ class MemoryStore:
                            row.embed))
         return values
 
-    def _delete(self, db: _Session, key: _ScopeKey,
-                rows: Sequence[tuple[Any, ...]]) -> int:
+    def replace(self, db: _Session, key: _ScopeKey, old: _MemoryRow, new: _NewMemory) -> int:
+        """Forget `old`, a memory of the scope, and write `new` at its level and task,
+        expiring when it did (unless `new` has a ttl), with its key (and so its
+        created_at) and metadata; the new id."""
+        self.delete(db, key, [old])
+        (revised,) = self.write(db, [new._replace(
+            task_id=old.task_id, expires_at=old.expires_at, key=old.key,
+            metadata=old.metadata, first_created=None if old.key is None else old.created_at)])
+        return revised
+
+    def purge_expired(self, db: _Session, now: str) -> int:
+        """Delete every memory no longer live at `now`, user by user; how many."""
+        purged = 0
+        for (user,) in db.execute(_SQL_EXPIRED_USERS, (now,)).fetchall():
+            rows = db.execute(_SQL_EXPIRED_OF_USER, (user, now)).fetchall()
+            _unindex(db, user, rows, self._rule, self._index_from)
+            ids = json.dumps([row[0] for row in rows])
+            db.execute(_SQL_DELETE_VECTORS_OF_USER, (user, ids))
+            db.execute(_SQL_DELETE_FIELDS_OF_USER, (user, ids))
+            purged += db.execute(_SQL_DELETE_OF_USER, (user, ids)).rowcount
+        return purged
+
+    def delete(self, db: _Session, key: _ScopeKey,
+               rows: Sequence[tuple[Any, ...]]) -> int:
         """Delete the scope's memories `rows` (id, task_id, text, ...) with their postings
         and counts; how many."""
         if not rows:
@@ -4295,167 +4115,165 @@ class MemoryStore:
         # A bad reading is the caller's input, like a bad text: MemoryInputError, and the
         # transaction it was read in rolls back, so nothing is written. A batch reads the
         # clock per memory, mostly getting the reading before it, checked already.
-        reading = self.clock()
+        reading = self._store.clock()
         if type(reading) is str and reading == previous:
             return previous
         return _check_timestamp("clock reading", reading)
 
-    def _read_instant(self) -> str | None:
-        """The time for a read, without a tick: a fixed-width UTC instant, or None when the
-        clock gives no UTC offset (then nothing can be judged expired)."""
-        reading = _check_timestamp("clock reading", self._clock_for_reads())
-        return _utc_form("clock reading", reading)
+    def reembed(self, embedder: Embedder,
+                progress: Callable[[int, int], None] | None) -> None:
+        """Give every memory a vector from `embedder` (see MemoryStore.reindex)."""
+        self._store._writable()
+        with self._store._snapshot(None) as db:
+            users = [user for (user,) in db.execute(_SQL_USERS)]
+            rows = [row for user in users for row in db.execute(_SQL_OWNED_EMBEDS, (user,))]
+        vectors: dict[int, bytes] = {}
 
-    def _expired(self, db: _Session, key: _ScopeKey,
-                 now: str | None) -> set[int]:
-        """The ids the scope would see but that are no longer live at `now` (none if
-        None, see _expiry_instant)."""
-        return self._ask_expired(db, key, now)()
+        def embedded(rows: list[tuple[Any, ...]]) -> dict[int, bytes]:
+            """Each (id, user, task, text, embed) row's vectors, by id."""
+            return dict(zip((row[0] for row in rows), _memory_vectors(
+                embedder, [(text, embed) for *_, text, embed in rows]), strict=True))
 
-    def _ask_expired(self, db: _Session, key: _ScopeKey,
-                     now: str | None) -> Callable[[], set[int]]:
-        """_expired, asked now and read when the returned function is called: in a
-        batch, once the batch has gone."""
-        if now is None:
-            return set
-        found = db.execute(_SQL_EXPIRED, (*key, now))
-        return lambda: set(json.loads(found.fetchone()[0]))
+        for start in range(0, len(rows), EMBED_BATCH):
+            vectors.update(embedded(rows[start : start + EMBED_BATCH]))
+            if progress is not None:
+                progress(min(start + EMBED_BATCH, len(rows)), len(rows))
+        with self._store._writing(None) as db:
+            for (user,) in db.execute(_SQL_USERS).fetchall():
+                owned = db.execute(_SQL_OWNED_EMBEDS, (user,)).fetchall()
+                vectors.update(embedded([row for row in owned if row[0] not in vectors]))
+                db.execute(_SQL_ERASE_VECTORS, (user,))
+                db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
+                                                      vectors[memory_id])
+                                                     for memory_id, _, task_id, *_ in owned
+                                                     if vectors[memory_id]])
+            db.execute(_SQL_SET_EMBEDDER, (_embedder_record(embedder),))
+        self._store.embedder = embedder
+        _log.info("embedded %d memories anew (%d dimensions)", len(vectors),
+                  embedder.dimensions)
 
-    def _expiry_instant(self, db: _Session, key: _ScopeKey) -> str | None:
-        """The time to judge the scope's memories at; None if none of them can expire."""
-        now = self._read_instant()
-        if now is None and db.execute(_SQL_ANY_EXPIRING, key).fetchone():
-            raise MemoryInputError("the clock's reading has no UTC offset, so whether"
-                                   " a memory has expired is unknown")
-        return now
+    def reindex_words(self, matching: Matching,
+                      progress: Callable[[int, int], None] | None) -> None:
+        """Rebuild every user's word index under `matching`, in one transaction."""
+        recorded = _recording(_check_choice("matching", matching, MATCHING))
+        rule = _rule_of(_RECORDED[matching])
+        with self._store._writing(None) as db:
+            users = [user for (user,) in db.execute(_SQL_USERS)]
+            for done, user in enumerate(users, start=1):
+                db.execute(_SQL_ERASE_POSTINGS, (user,))
+                _index_words(db, db.execute(_SQL_OWNED_TEXTS, (user,)), rule, INDEX_FROM)
+                if progress is not None:
+                    progress(done, len(users))
+            db.execute(_SQL_SET_MATCHING, (recorded,))
+            store = self._store
+            store._rule, store._recorded, store._index_from = rule, recorded, INDEX_FROM
+        _log.info("reindexed %d users with matching=%s", len(users), matching)
 
-    @_read_again_if_cut_off
-    def recall(self, scope: Scope, query: str, limit: int = 3, *, rank: Rank | None = None,
-               min_score: float | None = None, budget: int | None = None,
-               explain: bool = False, context: bool | None = None,
-               where: dict[str, Any] | None = None, offset: int = 0) -> list[Recalled]:
-        """The memories visible in the scope that match `query` best. rank="shared":
-        a memory's score is the number of distinct words it shares with the query;
-        rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
-        (df + 0.5)), N the memories the scope sees, df those of them holding the word;
-        None: the store's rank. Ties: the newer memory first. With `min_score`, a memory
-        scoring below it is left out. With `budget`, the texts of those returned total at
-        most that many characters: best first, one that does not fit what is left is
-        skipped. With `explain`, each result has `why`: `matched`, the query's words (in
-        the rule's form) that it holds, each with what it added to the score.
 
-        With `context` (None: the store's), a memory's score is its own plus, for each
-        of its neighbours in ascending id order, 0.6 times the neighbour's own score for
-        each of the two written before it and 0.4 for each of the two after it: its
-        neighbours are the nearest live memories the scope sees of its conversation
-        (its source up to the last "/"; a memory whose source has none has none). A
-        memory can then score by its neighbours alone; explain's `why` gives `lent`,
-        each neighbour's id with what it added, where one did.
+class _Planner(_Part):
+    """How a store's recall reads a scope: its words' postings, its vectors and
+    conversations (copies of them kept while the scope is unchanged), the memories a
+    filter admits, and which search scores them."""
 
-        rank="meaning" (which needs the store's embedder): a memory's score is the cosine
-        of its vector with the query's, over every live memory the scope sees that has
-        one. rank="hybrid": with an embedder, the cosine (0 without a vector) plus 3
-        times the memory's idf score less its heaviest word's weight (one shared word
-        counts nothing; with context, the neighbours' likewise) over the weight of all
-        the query's words, the idf of each; over every memory the scope sees. Without
-        an embedder, as rank="idf".
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store)
+        # What recall read last of the scopes it served (_kept), by kind and scope.
+        self._copies: collections.OrderedDict[
+            tuple[type, _ScopeKey], tuple[Any, _Vectors | _Conversations]] = \
+            collections.OrderedDict()
 
-        With `where`, the best of the memories whose metadata the filter admits, each
-        scored as without it: {path: value} is equality, {path: {op: value}} a test by
-        $eq $ne $gt $gte $lt $lte $in $nin (ordering compares numbers with numbers,
-        strings with strings); a path is a key or a dotted path into nested objects;
-        every path must hold; $ne and $nin hold where the path is missing. With
-        `offset`, the ranking from that place on (an int to 10,000): pages of one query
-        concatenate to the unpaged ranking."""
-        scope = _check_scope(scope)
-        _check_limit(limit)
-        conditions = _check_where(where)
-        offset = _check_within("offset", offset, 0, _MAX_OFFSET)
-        ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
-        in_context = self.context if context is None else _check_flag("context", context)
-        if min_score is not None:
-            min_score = _check_score(min_score)
-        if budget is not None:
-            budget = _check_id(budget, "budget")
-        _check_flag("explain", explain)
-        _check_text("query", query, MAX_QUERY, blank=True)
-        key = _ScopeKey(scope.user, scope.task)
-        meant = self._query_vector(ranked, query)
-        by_words: Rank = "idf" if ranked == "hybrid" else ranked
-        with self._snapshot({scope.user}) as db:
-            wanted = self._rule.words(query)
-            if not wanted and meant is None:
-                return []
-            if meant is not None:
-                self._check_embedder_of(db)
-            now = self._expiry_instant(db, key)
-            listed = (json.dumps(sorted(wanted)), *key)
-            with db.batch():  # sent together, the results read after
-                # PostgreSQL sends a whole result at once, so there the rows' map comes
-                # first; SQLite's postings are read until they are too many.
-                row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
-                           if db.reads_map_first else None)
-                counted = db.execute(_SQL_SCOPE_COUNTS, key)
-                expired_ids = self._ask_expired(db, key, now)
-                # What tells whether the store's copy of the scope is good (_kept).
-                kept = meant is not None or (in_context and _numpy() is not None)
-                newest = db.execute(_SQL_NEWEST_IN_SCOPE, (key.user, *key)) if kept else None
-            expired = expired_ids()
-            held = dict(counted.fetchall())
-            # N and df count live memories only.
-            visible = sum(held.values()) - len(expired) if by_words == "idf" else 0
-            unindexed = [task for task in (None, key.task)
-                         if 0 < held.get(task or "", 0) < self._index_from]
-            admitted = None if conditions is None else self._admitted(db, key, conditions)
-            if admitted is not None and admitted.allowed is not None \
-                    and not admitted.allowed - admitted.excluded:
-                return []
-            asked = _Recall(key, listed, by_words, offset + limit, expired, visible, {},
-                            admitted)
-            apart = self._read_unindexed(db, asked, unindexed) if wanted else {}
-            scope_held = (*sorted(held.items()), *newest.fetchone()) if newest else ()
-            around = (self._around(db, key, now, scope_held)
-                      if in_context and ranked != "meaning" else None)
-            if meant is not None:
-                vectors = self._vectors_of(db, key, scope_held)
-                scoring = self._by_meaning(db, asked, ranked, (vectors, meant), apart, around,
-                                           len(wanted))
-            elif around is not None:
-                scoring = _in_context(self._all_postings(db, asked, apart), asked, around)
-            else:
-                scoring = _Scoring(self._best(db, asked, row_map, apart))
-            page = scoring.best[offset:]
-            found = db.last_statement(_SQL_RECALLED, (*key, json.dumps([i for _, i in page])))
-            rows = {row[0]: _MemoryRow(*row) for row in found}
-        results, left = [], _MAX_ID if budget is None else budget
-        for score, memory_id in page:
-            row = rows.get(memory_id)
-            if row is None or (min_score is not None and score < min_score) \
-                    or len(row.text) > left:
-                continue
-            left -= len(row.text)
-            result = row.recalled(score)
-            if explain:
-                holds = sorted(wanted & self._rule.of_memory(row.text, row.created_at))
-                result["why"] = scoring.why(memory_id, {word: asked.weights.get(word, 1)
-                                                        for word in holds})
-            results.append(result)
-        return results
+    def plan(self, db: _Session, key: _ScopeKey, wanted: set[str], meant: bytes | None,
+             rank: Rank, context: bool, conditions: list[_Condition] | None,
+             most: int) -> tuple[_Recall, _Scoring] | None:
+        """How recall scores the scope's memories for the query's `wanted` words and its
+        vector (`meant`), with its `most` best scored: what it asks of the scope, the
+        scoring's best; None where the filter admits no memory."""
+        by_words: Rank = "idf" if rank == "hybrid" else rank
+        if meant is not None:
+            self._store._check_embedder_of(db)
+        now = self._store._expiry_instant(db, key)
+        listed = (json.dumps(sorted(wanted)), *key)
+        with db.batch():  # sent together, the results read after
+            # PostgreSQL sends a whole result at once, so there the rows' map comes
+            # first; SQLite's postings are read until they are too many.
+            row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
+                       if db.reads_map_first else None)
+            counted = db.execute(_SQL_SCOPE_COUNTS, key)
+            expired_ids = _ask_expired(db, key, now)
+            # What tells whether the store's copy of the scope is good (_kept).
+            kept = meant is not None or (context and _numpy() is not None)
+            newest = db.execute(_SQL_NEWEST_IN_SCOPE, (key.user, *key)) if kept else None
+        expired = expired_ids()
+        held = dict(counted.fetchall())
+        # N and df count live memories only.
+        visible = sum(held.values()) - len(expired) if by_words == "idf" else 0
+        unindexed = [task for task in (None, key.task)
+                     if 0 < held.get(task or "", 0) < self._index_from]
+        admitted = None if conditions is None else self.admitted(db, key, conditions)
+        if admitted is not None and admitted.allowed is not None \
+                and not admitted.allowed - admitted.excluded:
+            return None
+        asked = _Recall(key, listed, by_words, most, expired, visible, {}, admitted)
+        apart = self._read_unindexed(db, asked, unindexed) if wanted else {}
+        scope_held = (*sorted(held.items()), *newest.fetchone()) if newest else ()
+        around = (self._around(db, key, now, scope_held)
+                  if context and rank != "meaning" else None)
+        if meant is not None:
+            vectors = self._vectors_of(db, key, scope_held)
+            scoring = self._by_meaning(db, asked, rank, (vectors, meant), apart, around,
+                                       len(wanted))
+        elif around is not None:
+            scoring = _in_context(self._all_postings(db, asked, apart), asked, around)
+        else:
+            scoring = _Scoring(self._best(db, asked, row_map, apart))
+        return asked, scoring
 
-    def _query_vector(self, rank: Rank, query: str) -> bytes | None:
+    def page(self, db: _Session, key: _ScopeKey, page: _Page) -> list[Memory]:
+        """The live memories of the scope on `page` (see MemoryStore.memories)."""
+        expired = _expired_of(db, key, self._store._expiry_instant(db, key))
+        first, below, most, talk = page.after, page.before, page.limit, page.conversation
+        if page.newest_first or page.down or page.conditions is not None:
+            if page.conditions is not None:
+                rows = self.visible_where(db, key, page.conditions, expired)
+            else:  # a conversation is told apart below, so its page is not cut here
+                asked = _MAX_ID if most is None or talk is not None else min(
+                    _MAX_ID, most + len(expired))
+                rows = [_MemoryRow(*row) for row in db.execute(
+                    _SQL_VISIBLE_DOWN if page.newest_first else _SQL_VISIBLE_BETWEEN,
+                    (*key, first, below, asked)) if row[0] not in expired]
+            found = [row.memory() for row in rows if first < row.id < below and (
+                talk is None or _conversation_of(row.source) == talk)]
+            if page.newest_first:
+                found.sort(key=operator.itemgetter("id"), reverse=True)
+            return found if most is None else found[:most]
+        asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
+        older = not db.has_conversations  # a file from before them, read as it is
+        if talk is not None and not older:
+            rows = db.execute(_SQL_VISIBLE_CONVERSATION, (*key, talk, first, asked)).fetchall()
+        elif talk is None and page.paged:
+            rows = db.execute(_SQL_VISIBLE_PAGE, (*key, first, asked)).fetchall()
+        else:  # every memory of the scope, those of an older file filtered below
+            rows = db.execute(_SQL_VISIBLE, key).fetchall()
+        found = [_MemoryRow(*row).memory() for row in rows if row[0] not in expired]
+        if talk is not None and older:
+            found = [memory for memory in found if memory["id"] > first
+                     and _conversation_of(memory["source"]) == talk]
+        return found if most is None else found[:most]
+
+    def query_vector(self, rank: Rank, query: str) -> bytes | None:
         """The query's vector where the rank reads meaning, made outside the lock as a
         write's are; None where it does not (hybrid without an embedder, a blank query)."""
-        if rank == "meaning" and self.embedder is None:
+        if rank == "meaning" and self._store.embedder is None:
             raise MemoryInputError("rank='meaning' needs a store opened with an embedder")
-        if self.embedder is None or rank not in ("meaning", "hybrid") or not query.strip():
+        if self._store.embedder is None or rank not in ("meaning", "hybrid") or not query.strip():
             return None
-        (meant,) = _embedded(self.embedder, [query])
+        (meant,) = _embedded(self._store.embedder, [query])
         return meant
 
     def _vectors_of(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]) -> _Vectors:
         """The scope's vectors, from the store's copy where it is good (_kept)."""
-        assert self.embedder is not None
-        dimensions, record = self.embedder.dimensions, _embedder_record(self.embedder)
+        assert self._store.embedder is not None
+        dimensions, record = self._store.embedder.dimensions, _embedder_record(self._store.embedder)
 
         def extended(kept_held: tuple[Any, ...], kept: _Vectors) -> _Vectors | None:
             kept_scope, kept_record = kept_held
@@ -4471,6 +4289,7 @@ class MemoryStore:
                                            dimensions), extended)
 
     @staticmethod
+
     def _only_written_after(db: _Session, key: _ScopeKey, held: tuple[Any, ...],
                             kept_held: tuple[Any, ...]) -> bool:
         """Whether the scope, which holds `held` (its counts and newest id) where a kept
@@ -4490,19 +4309,19 @@ class MemoryStore:
         newest id (`held`, _SQL_NEWEST_IN_SCOPE, and what else it was read by) are as when
         it was read, else what `extend` makes of the copy (given what held then; None
         where it cannot), else read now; with numpy, kept."""
-        with self._lock:
-            kept = self._kept_copies.get((kind, key))
+        with self._store._lock:
+            kept = self._copies.get((kind, key))
             if kept is not None and kept[0] == held:
-                self._kept_copies.move_to_end((kind, key))
+                self._copies.move_to_end((kind, key))
                 return cast(_Kept, kept[1])
         extended = None if kept is None or extend is None else extend(kept[0],
                                                                     cast(_Kept, kept[1]))
         copy = read() if extended is None else extended
         if _numpy() is not None and copy.size <= KEPT_BYTES:
-            with self._lock:
-                self._kept_copies[kind, key] = (held, copy)
-                while sum(v.size for _, v in self._kept_copies.values()) > KEPT_BYTES:
-                    self._kept_copies.popitem(last=False)
+            with self._store._lock:
+                self._copies[kind, key] = (held, copy)
+                while sum(v.size for _, v in self._copies.values()) > KEPT_BYTES:
+                    self._copies.popitem(last=False)
         return copy
 
     def _by_meaning(self, db: _Session, recall: _Recall, rank: Rank,
@@ -4546,6 +4365,7 @@ class MemoryStore:
         return _Scoring(best, placed, own, cosines, question, around is not None)
 
     @staticmethod
+
     def _all_postings(db: _Session, recall: _Recall, unindexed: dict[str, array.array[int]]
                       ) -> list[tuple[str, array.array[int]]]:
         """All of the query words' postings: the `unindexed` ones and, one run a word,
@@ -4593,6 +4413,7 @@ class MemoryStore:
             db.execute(_SQL_SCOPE_CONVERSATIONS, key).fetchall()), extended)
 
     @staticmethod
+
     def _nearest(db: _Session, key: _ScopeKey, now: str | None,
                  ids: list[int]) -> dict[int, _Nearest]:
         """The ids nearest each of the memories `ids` in its conversation (_SQL_AROUND)."""
@@ -4674,113 +4495,8 @@ class MemoryStore:
                      budget=sum(held.values()) // _TOP_K_BUDGET,
                      skip_common=db.skips_common_words).search()
 
-    @_read_again_if_cut_off
-    def count(self, scope: Scope, *, where: dict[str, Any] | None = None) -> int:
-        """How many live memories are visible in the scope: the stored count less the
-        expired ones not yet purged, found through the expiry index. With `where`, those
-        whose metadata the filter admits (see recall)."""
-        scope = _check_scope(scope)
-        key = _ScopeKey(scope.user, scope.task)
-        conditions = _check_where(where)
-        if conditions is not None:
-            with self._snapshot({scope.user}) as db:
-                expired = self._expired(db, key, self._expiry_instant(db, key))
-                admitted = self._admitted(db, key, conditions)
-                if admitted.allowed is not None:
-                    return sum(memory_id in admitted for memory_id
-                               in admitted.allowed - expired)
-                return len(self._visible_where(db, key, conditions, expired))
-        with self._snapshot({scope.user}) as db:
-            (stored,) = db.execute(_SQL_COUNT, key).fetchone()
-            now = self._expiry_instant(db, key)
-            if now is None:
-                return int(stored)
-            (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*key, now)).fetchone()
-            return int(stored) - int(expired)
-
-    def reindex(self, matching: Matching | None = None,
-                progress: Callable[[int, int], None] | None = None, *,
-                embedder: Embedder | None = None) -> None:
-        """Rebuild the word index under the `matching` rule, user by user, in one
-        transaction; `progress(users done, users)` is called after each user. With
-        `embedder`, first give every memory a vector from it: each memory is embedded,
-        EMBED_BATCH at a time (`progress(memories done, memories)` after each batch),
-        outside any transaction, then one transaction replaces every vector and records
-        the embedder, which the store uses from then on; until it commits, the old
-        vectors serve. A memory written meanwhile is embedded in that transaction."""
-        if matching is None and embedder is None:
-            raise MemoryInputError("reindex needs matching, embedder or both")
-        if embedder is not None:
-            self._reembed(_check_embedder(embedder), progress)
-        if matching is not None:
-            self._reindex_words(matching, progress)
-
-    def _reembed(self, embedder: Embedder,
-                 progress: Callable[[int, int], None] | None) -> None:
-        self._writable()
-        with self._snapshot(None) as db:
-            users = [user for (user,) in db.execute(_SQL_USERS)]
-            rows = [row for user in users for row in db.execute(_SQL_OWNED_EMBEDS, (user,))]
-        vectors: dict[int, bytes] = {}
-
-        def embedded(rows: list[tuple[Any, ...]]) -> dict[int, bytes]:
-            """Each (id, user, task, text, embed) row's vectors, by id."""
-            return dict(zip((row[0] for row in rows), _memory_vectors(
-                embedder, [(text, embed) for *_, text, embed in rows]), strict=True))
-
-        for start in range(0, len(rows), EMBED_BATCH):
-            vectors.update(embedded(rows[start : start + EMBED_BATCH]))
-            if progress is not None:
-                progress(min(start + EMBED_BATCH, len(rows)), len(rows))
-        with self._writing(None) as db:
-            for (user,) in db.execute(_SQL_USERS).fetchall():
-                owned = db.execute(_SQL_OWNED_EMBEDS, (user,)).fetchall()
-                vectors.update(embedded([row for row in owned if row[0] not in vectors]))
-                db.execute(_SQL_ERASE_VECTORS, (user,))
-                db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
-                                                      vectors[memory_id])
-                                                     for memory_id, _, task_id, *_ in owned
-                                                     if vectors[memory_id]])
-            db.execute(_SQL_SET_EMBEDDER, (_embedder_record(embedder),))
-        self.embedder = embedder
-        _log.info("embedded %d memories anew (%d dimensions)", len(vectors),
-                  embedder.dimensions)
-
-    def _reindex_words(self, matching: Matching,
-                       progress: Callable[[int, int], None] | None) -> None:
-        recorded = _recording(_check_choice("matching", matching, MATCHING))
-        rule = _rule_of(_RECORDED[matching])
-        with self._writing(None) as db:
-            users = [user for (user,) in db.execute(_SQL_USERS)]
-            for done, user in enumerate(users, start=1):
-                db.execute(_SQL_ERASE_POSTINGS, (user,))
-                _index_words(db, db.execute(_SQL_OWNED_TEXTS, (user,)), rule, INDEX_FROM)
-                if progress is not None:
-                    progress(done, len(users))
-            db.execute(_SQL_SET_MATCHING, (recorded,))
-            self._rule, self._recorded = rule, recorded
-            self._index_from = INDEX_FROM
-        _log.info("reindexed %d users with matching=%s", len(users), matching)
-
-    # -- seeing and forgetting -------------------------------------------------------
-
-    @_read_again_if_cut_off
-    def get(self, scope: Scope, memory_id: int | None = None, *,
-            key: str | None = None) -> Memory | None:
-        """The memory `memory_id` (or the one holding `key`: the task's own, else the user
-        level's) if the scope can see it and it is live (the keys of memories()); None for
-        any other id or key, whatever the reason: all answer alike."""
-        scope = _check_scope(scope)
-        select, arguments = _by_id_or_key(scope, memory_id, key)
-        scope_key = _ScopeKey(scope.user, scope.task)
-        with self._snapshot({scope.user}) as db:
-            expired = self._expired(db, scope_key, self._expiry_instant(db, scope_key))
-            rows = db.execute(select, arguments).fetchall()
-        return next((_MemoryRow(*row).memory() for row in rows
-                     if row[0] not in expired), None)
-
-    def _admitted(self, db: _Session, key: _ScopeKey,
-                  conditions: list[_Condition]) -> _Admitted:
+    def admitted(self, db: _Session, key: _ScopeKey,
+                 conditions: list[_Condition]) -> _Admitted:
         """The memories of the scope a filter admits: equalities from the index of terms
         (those of $ne and $nin excluded), then the ordering tests on the metadata of the
         memories left (the scope's, where no equality narrowed them)."""
@@ -4806,10 +4522,18 @@ class MemoryStore:
                        if all(condition.holds(_metadata_of(text)) for condition in ordered)}
         return _Admitted(allowed, excluded)
 
-    def _visible_where(self, db: _Session, key: _ScopeKey, conditions: list[_Condition],
-                       expired: set[int]) -> list[_MemoryRow]:
+    def count(self, db: _Session, key: _ScopeKey, conditions: list[_Condition]) -> int:
+        """How many live memories of the scope a filter admits."""
+        expired = _expired_of(db, key, self._store._expiry_instant(db, key))
+        admitted = self.admitted(db, key, conditions)
+        if admitted.allowed is not None:
+            return sum(memory_id in admitted for memory_id in admitted.allowed - expired)
+        return len(self.visible_where(db, key, conditions, expired))
+
+    def visible_where(self, db: _Session, key: _ScopeKey, conditions: list[_Condition],
+                      expired: set[int]) -> list[_MemoryRow]:
         """The live memories of the scope a filter admits, by id ascending."""
-        admitted = self._admitted(db, key, conditions)
+        admitted = self.admitted(db, key, conditions)
         if admitted.allowed is None:
             rows = db.execute(_SQL_VISIBLE, key).fetchall()
         else:
@@ -4817,6 +4541,416 @@ class MemoryStore:
                               ).fetchall()
         return [_MemoryRow(*row) for row in rows
                 if row[0] not in expired and row[0] in admitted]
+
+
+class MemoryStore:
+    """Memories of many users in one SQLite file or one PostgreSQL database (a
+    postgresql:// URL), each operation confined to a scope.
+
+    One store may be shared by threads; processes each open their own on the same file.
+    `read_only` opens an existing store without writing to it. `durable=False` trades the
+    last commits before a power loss (never before a process crash) for faster writes.
+    `create=False` refuses a path or database that holds no store yet, instead of making
+    one (a mistyped name then fails rather than starting an empty store).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        clock: Callable[[], str] = system_clock,
+        *,
+        read_only: bool = False,
+        durable: bool = True,
+        matching: Matching | None = None,
+        create: bool = True,
+        statement_timeout: float | None = None,
+        pool_size: int | None = None,
+        pool_timeout: float | None = None,
+        rank: Rank | None = None,
+        context: bool | None = None,
+        embedder: Embedder | None = None,
+        max_text: int = MAX_TEXT,
+    ) -> None:
+        self.path = _check_path(path)
+        #: The longest text (in characters) this store takes.
+        self.max_text = _check_within("max_text", max_text, MAX_TEXT, _LONGEST_TEXT)
+        #: What turns texts into vectors for recall by meaning (None: words alone).
+        self.embedder = None if embedder is None else _check_embedder(embedder)
+        #: The rank recall uses when a call names none: "shared" (the literal rule's) or
+        #: "idf", the better one for most text.
+        self.rank: Rank = "shared" if rank is None else _check_choice("rank", rank, RANKS)
+        if self.rank == "meaning" and self.embedder is None:
+            raise MemoryInputError("rank='meaning' needs an embedder")
+        #: Whether recall scores a memory with its conversation's when a call says not.
+        self.context = False if context is None else _check_flag("context", context)
+        engine = _engine_for(self.path)
+        given = _engine_options(engine, statement_timeout=statement_timeout,
+                                pool_size=pool_size, pool_timeout=pool_timeout)
+        if matching is not None:
+            _check_matching(matching)
+        self.clock = _check_clock(clock)
+        # Reads need the time (to tell what has expired) but must not take a tick.
+        self._clock_for_reads: Callable[[], str] = getattr(clock, "now", clock)
+        self.read_only = bool(read_only)
+        self.durable = bool(durable)
+        self._lock = threading.RLock()
+        # close() waits for the calls in flight (but those of its own thread, which would
+        # wait for it), so a call another thread started ends as it would have.
+        self._idle = threading.Condition(self._lock)
+        self._calls = 0
+        self._own = threading.local()
+        self._pid = os.getpid()
+        self._file: tuple[int, int] | None = None
+        self._writes, self._planner = _Writes(self), _Planner(self)
+        self._recorded = "exact"  # the rule as the file records it, with its version
+        self._rule = _RULES["exact"]
+        self._index_from = 0  # the file's: from how many memories an owner is indexed
+        self._embedder_at_open: str | None = None  # what the file recorded when opened
+        self._db: _Engine | None = self._connect(engine, matching, bool(create), given)
+        _OPEN_STORES.add(self)
+        try:
+            self._take_embedder()
+            if _recorded_rule(self._recorded)[0] in _SUPERSEDED and not self.read_only:
+                # Built by a version of its rule that split words wrongly: brought up to
+                # date in one transaction, as `memory reindex` would. Read-only, it reads
+                # by that version.
+                _log.info("the word index was built by an earlier version of matching=%s:"
+                          " reindexing", self.matching)
+                self.reindex(self.matching)
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self, engine_type: type[_Engine], matching: Matching | None, create: bool,
+                 options: dict[str, Any]) -> _Engine:
+        """Open and prepare the engine for the path, then follow its rule."""
+        engine = engine_type.open(self.path, read_only=self.read_only, durable=self.durable,
+                                  matching=matching, create=create, **options)
+        try:
+            self._file = engine.file
+            with engine.session() as db:
+                self._adopt_rule(db)
+                self._embedder_at_open = _recorded_embedder(db)
+            if matching is not None and matching != self.matching:
+                raise MemoryInputError(f"matching={matching!r} was asked for, but the store's"
+                                       f" word index uses matching={self.matching!r};"
+                                       " open it without matching, or run `memory reindex"
+                                       " PATH --matching ...` to rebuild it by another rule")
+        except BaseException:
+            engine.close()
+            raise
+        _log.info("opened a store on %s read_only=%s", engine.name, self.read_only)
+        return engine
+
+    def _adopt_rule(self, db: _Session, found: Any = None) -> None:
+        """Use the file's matching rule, from the first column of `found` (a cursor that
+        has read it) or read now: another process may have reindexed it."""
+        recorded = db.recorded_rule(found)
+        if recorded is None:
+            raise SchemaError("the file records no matching rule")
+        if recorded != self._recorded:
+            rule, self._index_from = _recorded_rule(recorded)
+            self._rule, self._recorded = _rule_of(rule), recorded
+
+    def _take_embedder(self) -> None:
+        """Record the store's embedder in a file that records none; StoreError, the file
+        unchanged, if it records another. Without one, on a file that records one, say
+        at open that writes will leave memories that meaning cannot find."""
+        if self.embedder is None:
+            recorded = self._embedder_at_open
+            if not self.read_only and recorded is not None:
+                _log.warning(_WITHOUT_ITS_EMBEDDER, json.loads(recorded)["dimensions"])
+            return
+        with self._snapshot(None) as db:
+            recorded = _recorded_embedder(db)
+        if recorded is None and not self.read_only:
+            with self._writing(None) as db:
+                recorded = _recorded_embedder(db)  # again, under the write lock
+                if recorded is None:
+                    db.execute(_SQL_SET_EMBEDDER, (_embedder_record(self.embedder),))
+                    _log.info("recorded the store's embedder (%d dimensions)",
+                              self.embedder.dimensions)
+                    return
+        _refuse_unless_recorded(self.embedder, recorded)
+
+    def _check_embedder_of(self, db: _Session) -> None:
+        """StoreError unless the file records the store's embedder (another process may
+        have moved it to another by reindex)."""
+        assert self.embedder is not None
+        _refuse_unless_recorded(self.embedder, _recorded_embedder(db))
+
+    # -- the object ----------------------------------------------------------------
+
+    @property
+    def matching(self) -> Matching:
+        """The matching rule the file's word index serves (its version aside)."""
+        return self._rule.matching
+
+    @property
+    def db(self) -> Any:
+        """The open engine, which tests trace (set_trace_callback) and, on SQLite, where
+        the engine is its own session, run statements on."""
+        with self._lock:
+            if self._db is None:
+                raise StoreError("MemoryStore is closed")
+            if self._pid != os.getpid():
+                raise StoreError(f"this store was opened before this process forked; {_FORKED}")
+            return self._db
+
+    def close(self) -> None:
+        """Close the store once the calls other threads are running have ended; a call
+        after it raises StoreError. Closing again does nothing."""
+        with self._lock:
+            engine, self._db = self._db, None
+            _OPEN_STORES.discard(self)
+            if engine is not None and self._pid != os.getpid():
+                _INHERITED.append(engine)
+                return
+            self._idle.wait_for(lambda: self._calls <= getattr(self._own, "calls", 0))
+            if engine is not None:
+                engine.close()
+
+    def __del__(self) -> None:
+        # A store dropped open is ended here, in the thread that dropped it: left to its
+        # pool's own finalizer, which may run in one of the pool's threads, it fails there
+        # ("cannot join current thread") and prints a traceback.
+        if getattr(self, "_db", None) is not None and self._pid == os.getpid():
+            warnings.warn("a MemoryStore was dropped without close()", ResourceWarning,
+                          source=self, stacklevel=2)
+            with contextlib.suppress(Exception):
+                self.close()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[_Session]:
+        """The session one call runs on (SQLite's connection, one call at a time, or a
+        pooled PostgreSQL connection); close() waits for it to end."""
+        with self._lock:
+            engine = self.db
+            self._calls += 1
+        own = self._own
+        own.calls = getattr(own, "calls", 0) + 1
+        try:
+            with engine.session() as db:
+                yield db
+        finally:
+            own.calls -= 1
+            with self._lock:
+                self._calls -= 1
+                self._idle.notify_all()
+
+    @contextlib.contextmanager
+    def _writing(self, users: set[str] | None) -> Iterator[_Session]:
+        """A write transaction for `users` (None: every user, an operator's call)."""
+        self._writable()
+        with self._reading() as db, _transaction(db, write=True):
+            self._adopt_rule(db, db.confine(users, write=True))
+            yield db
+
+    @contextlib.contextmanager
+    def _snapshot(self, users: set[str] | None) -> Iterator[_Session]:
+        """A read transaction for `users`: one consistent view, under the current rule."""
+        with self._reading() as db, _transaction(db, write=False):
+            self._adopt_rule(db, db.confine(users, write=False))
+            yield db
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StoreError("the store was opened with read_only=True and does not write;"
+                             " open it without read_only to change it")
+
+    # -- memories ------------------------------------------------------------------
+
+    def remember(self, scope: Scope, level: Level, text: str, source: str, *,
+                 ttl: float | None = None, dedupe: bool = False, key: str | None = None,
+                 metadata: dict[str, Any] | None = None,
+                 embed: bool | Sequence[str] = True) -> int:
+        """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
+        memory stops being live `ttl` seconds after it is written. With `dedupe`, a live
+        memory of the same user, level (and task, at task level) whose text is the same
+        (NFKC, case folded, whitespace collapsed) is kept instead: its id is returned and
+        nothing is written (a keyed memory is never deduplicated: its key decides).
+
+        `key` names the memory within its owner (the user level, or the task): a live
+        memory the owner holds under it is replaced in the same transaction, the new one
+        keeping its created_at and updated now. `metadata`, a JSON object, is kept with
+        it for `where` filters. `embed`: True embeds the text, False nothing (meaning
+        never finds it), a list of texts each (its cosine is the best of theirs)."""
+        row = _new_row(scope, level, text, source, ttl, key=key, metadata=metadata,
+                       embed=embed, max_text=self.max_text)
+        (memory_id,) = self._writes.insert([row], dedupe=dedupe)
+        return memory_id
+
+    def remember_many(self, items: Iterable[tuple[Any, ...] | dict[str, Any]], *,
+                      dedupe: bool = False) -> list[int]:
+        """Keep many items in one transaction, all or none: each a tuple (scope, level,
+        text, source[, ttl[, key[, metadata[, embed]]]]) or a dict of remember's
+        arguments. With `dedupe`, as remember's, for every item: an item repeating an
+        earlier one of the batch gets that one's id. Two items giving one owner the same
+        key are refused."""
+        return self._writes.insert(_each_valid(items, lambda item: _item_row(item, self.max_text),
+                                        "item"), "item", dedupe)
+
+    def import_memories(self, records: Iterable[Record | dict[str, Any]], *,
+                        dedupe: bool = False) -> list[int]:
+        """Keep records as export_user writes them, each with its own created_at and
+        expires_at, in one transaction; all or none. Their ids are not kept: the store
+        gives new ones. A record already expired is kept, and is not live. With `dedupe`,
+        as remember_many's. A keyed record whose owner holds its key live, or two records
+        giving one owner the same key, refuse the whole import."""
+        return self._writes.insert(_each_valid(records, lambda record: _record_row(
+            record, self.max_text), "record"), "record", dedupe)
+
+    def _read_instant(self) -> str | None:
+        """The time for a read, without a tick: a fixed-width UTC instant, or None when the
+        clock gives no UTC offset (then nothing can be judged expired)."""
+        reading = _check_timestamp("clock reading", self._clock_for_reads())
+        return _utc_form("clock reading", reading)
+
+    def _expiry_instant(self, db: _Session, key: _ScopeKey) -> str | None:
+        """The time to judge the scope's memories at; None if none of them can expire."""
+        now = self._read_instant()
+        if now is None and db.execute(_SQL_ANY_EXPIRING, key).fetchone():
+            raise MemoryInputError("the clock's reading has no UTC offset, so whether"
+                                   " a memory has expired is unknown")
+        return now
+
+    @_read_again_if_cut_off
+    def recall(self, scope: Scope, query: str, limit: int = 3, *, rank: Rank | None = None,
+               min_score: float | None = None, budget: int | None = None,
+               explain: bool = False, context: bool | None = None,
+               where: dict[str, Any] | None = None, offset: int = 0) -> list[Recalled]:
+        """The memories visible in the scope that match `query` best. rank="shared":
+        a memory's score is the number of distinct words it shares with the query;
+        rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
+        (df + 0.5)), N the memories the scope sees, df those of them holding the word;
+        None: the store's rank. Ties: the newer memory first. With `min_score`, a memory
+        scoring below it is left out. With `budget`, the texts of those returned total at
+        most that many characters: best first, one that does not fit what is left is
+        skipped. With `explain`, each result has `why`: `matched`, the query's words (in
+        the rule's form) that it holds, each with what it added to the score.
+
+        With `context` (None: the store's), a memory's score is its own plus, for each
+        of its neighbours in ascending id order, 0.6 times the neighbour's own score for
+        each of the two written before it and 0.4 for each of the two after it: its
+        neighbours are the nearest live memories the scope sees of its conversation
+        (its source up to the last "/"; a memory whose source has none has none). A
+        memory can then score by its neighbours alone; explain's `why` gives `lent`,
+        each neighbour's id with what it added, where one did.
+
+        rank="meaning" (which needs the store's embedder): a memory's score is the cosine
+        of its vector with the query's, over every live memory the scope sees that has
+        one. rank="hybrid": with an embedder, the cosine (0 without a vector) plus 3
+        times the memory's idf score less its heaviest word's weight (one shared word
+        counts nothing; with context, the neighbours' likewise) over the weight of all
+        the query's words, the idf of each; over every memory the scope sees. Without
+        an embedder, as rank="idf".
+
+        With `where`, the best of the memories whose metadata the filter admits, each
+        scored as without it: {path: value} is equality, {path: {op: value}} a test by
+        $eq $ne $gt $gte $lt $lte $in $nin (ordering compares numbers with numbers,
+        strings with strings); a path is a key or a dotted path into nested objects;
+        every path must hold; $ne and $nin hold where the path is missing. With
+        `offset`, the ranking from that place on (an int to 10,000): pages of one query
+        concatenate to the unpaged ranking."""
+        scope = _check_scope(scope)
+        _check_limit(limit)
+        conditions = _check_where(where)
+        offset = _check_within("offset", offset, 0, _MAX_OFFSET)
+        ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
+        in_context = self.context if context is None else _check_flag("context", context)
+        if min_score is not None:
+            min_score = _check_score(min_score)
+        if budget is not None:
+            budget = _check_id(budget, "budget")
+        _check_flag("explain", explain)
+        _check_text("query", query, MAX_QUERY, blank=True)
+        key = _ScopeKey(scope.user, scope.task)
+        meant = self._planner.query_vector(ranked, query)
+        with self._snapshot({scope.user}) as db:
+            wanted = self._rule.words(query)
+            if not wanted and meant is None:
+                return []
+            planned = self._planner.plan(db, key, wanted, meant, ranked, in_context,
+                                         conditions, offset + limit)
+            if planned is None:  # the filter admits no memory
+                return []
+            asked, scoring = planned
+            page = scoring.best[offset:]
+            found = db.last_statement(_SQL_RECALLED, (*key, json.dumps([i for _, i in page])))
+            rows = {row[0]: _MemoryRow(*row) for row in found}
+        results, left = [], _MAX_ID if budget is None else budget
+        for score, memory_id in page:
+            row = rows.get(memory_id)
+            if row is None or (min_score is not None and score < min_score) \
+                    or len(row.text) > left:
+                continue
+            left -= len(row.text)
+            result = row.recalled(score)
+            if explain:
+                holds = sorted(wanted & self._rule.of_memory(row.text, row.created_at))
+                result["why"] = scoring.why(memory_id, {word: asked.weights.get(word, 1)
+                                                        for word in holds})
+            results.append(result)
+        return results
+
+    @_read_again_if_cut_off
+    def count(self, scope: Scope, *, where: dict[str, Any] | None = None) -> int:
+        """How many live memories are visible in the scope: the stored count less the
+        expired ones not yet purged, found through the expiry index. With `where`, those
+        whose metadata the filter admits (see recall)."""
+        scope = _check_scope(scope)
+        key = _ScopeKey(scope.user, scope.task)
+        conditions = _check_where(where)
+        if conditions is not None:
+            with self._snapshot({scope.user}) as db:
+                return self._planner.count(db, key, conditions)
+        with self._snapshot({scope.user}) as db:
+            (stored,) = db.execute(_SQL_COUNT, key).fetchone()
+            now = self._expiry_instant(db, key)
+            if now is None:
+                return int(stored)
+            (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*key, now)).fetchone()
+            return int(stored) - int(expired)
+
+    def reindex(self, matching: Matching | None = None,
+                progress: Callable[[int, int], None] | None = None, *,
+                embedder: Embedder | None = None) -> None:
+        """Rebuild the word index under the `matching` rule, user by user, in one
+        transaction; `progress(users done, users)` is called after each user. With
+        `embedder`, first give every memory a vector from it: each memory is embedded,
+        EMBED_BATCH at a time (`progress(memories done, memories)` after each batch),
+        outside any transaction, then one transaction replaces every vector and records
+        the embedder, which the store uses from then on; until it commits, the old
+        vectors serve. A memory written meanwhile is embedded in that transaction."""
+        if matching is None and embedder is None:
+            raise MemoryInputError("reindex needs matching, embedder or both")
+        if embedder is not None:
+            self._writes.reembed(_check_embedder(embedder), progress)
+        if matching is not None:
+            self._writes.reindex_words(matching, progress)
+
+    # -- seeing and forgetting -------------------------------------------------------
+
+    @_read_again_if_cut_off
+    def get(self, scope: Scope, memory_id: int | None = None, *,
+            key: str | None = None) -> Memory | None:
+        """The memory `memory_id` (or the one holding `key`: the task's own, else the user
+        level's) if the scope can see it and it is live (the keys of memories()); None for
+        any other id or key, whatever the reason: all answer alike."""
+        scope = _check_scope(scope)
+        select, arguments = _by_id_or_key(scope, memory_id, key)
+        scope_key = _ScopeKey(scope.user, scope.task)
+        with self._snapshot({scope.user}) as db:
+            expired = _expired_of(db, scope_key, self._expiry_instant(db, scope_key))
+            rows = db.execute(select, arguments).fetchall()
+        return next((_MemoryRow(*row).memory() for row in rows
+                     if row[0] not in expired), None)
 
     @_read_again_if_cut_off
     def memories(self, scope: Scope, *, after: int | None = None, limit: int | None = None,
@@ -4831,45 +4965,15 @@ class MemoryStore:
         first, paging down with `before` (ids below it). With `where`, only the memories
         whose metadata the filter admits (see recall)."""
         scope = _check_scope(scope)
-        key = _ScopeKey(scope.user, scope.task)
-        first = 0 if after is None else _check_id(after, "after", least=0)
-        most = None if limit is None else _check_id(limit, "limit")
-        talk = None if conversation is None else _check_conversation(conversation)
-        below = _MAX_ID if before is None else _check_id(before, "before")
-        newest = _check_flag("newest_first", newest_first)
-        conditions = _check_where(where)
-        if newest or before is not None or conditions is not None:
-            with self._snapshot({scope.user}) as db:
-                expired = self._expired(db, key, self._expiry_instant(db, key))
-                if conditions is not None:
-                    rows = self._visible_where(db, key, conditions, expired)
-                else:  # a conversation is told apart below, so its page is not cut here
-                    asked = _MAX_ID if most is None or talk is not None else min(
-                        _MAX_ID, most + len(expired))
-                    rows = [_MemoryRow(*row) for row in db.execute(
-                        _SQL_VISIBLE_DOWN if newest else _SQL_VISIBLE_BETWEEN,
-                        (*key, first, below, asked)) if row[0] not in expired]
-            found = [row.memory() for row in rows if first < row.id < below and (
-                talk is None or _conversation_of(row.source) == talk)]
-            if newest:
-                found.sort(key=operator.itemgetter("id"), reverse=True)
-            return found if most is None else found[:most]
+        page = _Page(0 if after is None else _check_id(after, "after", least=0),
+                     _MAX_ID if before is None else _check_id(before, "before"),
+                     None if limit is None else _check_id(limit, "limit"),
+                     None if conversation is None else _check_conversation(conversation),
+                     _check_flag("newest_first", newest_first), _check_where(where),
+                     after is not None or limit is not None,
+                     before is not None)
         with self._snapshot({scope.user}) as db:
-            expired = self._expired(db, key, self._expiry_instant(db, key))
-            asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
-            older = not db.has_conversations  # a file from before them, read as it is
-            if talk is not None and not older:
-                rows = db.execute(_SQL_VISIBLE_CONVERSATION, (*key, talk, first, asked)
-                                  ).fetchall()
-            elif talk is None and (after is not None or most is not None):
-                rows = db.execute(_SQL_VISIBLE_PAGE, (*key, first, asked)).fetchall()
-            else:  # every memory of the scope, those of an older file filtered below
-                rows = db.execute(_SQL_VISIBLE, key).fetchall()
-        found = [_MemoryRow(*row).memory() for row in rows if row[0] not in expired]
-        if talk is not None and older:
-            found = [memory for memory in found if memory["id"] > first
-                     and _conversation_of(memory["source"]) == talk]
-        return found if most is None else found[:most]
+            return self._planner.page(db, _ScopeKey(scope.user, scope.task), page)
 
     def forget(self, scope: Scope, memory_id: int | None = None, *,
                key: str | None = None) -> bool:
@@ -4888,9 +4992,9 @@ class MemoryStore:
             raise MemoryInputError("forget_where needs a filter (a dict of paths)")
         key = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
-            expired = self._expired(db, key, self._expiry_instant(db, key))
-            rows = self._visible_where(db, key, conditions, expired)
-            deleted = self._delete(db, key, rows)
+            expired = _expired_of(db, key, self._expiry_instant(db, key))
+            rows = self._planner.visible_where(db, key, conditions, expired)
+            deleted = self._writes.delete(db, key, rows)
         self._scrub()
         _log.info("forgot %d memories of user %s by a filter", deleted, scope.user)
         return deleted
@@ -4913,10 +5017,10 @@ class MemoryStore:
                 first: bool = False) -> int:
         key = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
-            expired = self._expired(db, key, self._expiry_instant(db, key))
+            expired = _expired_of(db, key, self._expiry_instant(db, key))
             rows = [row for row in db.execute(select, arguments) if row[0] not in expired]
             rows = rows[:1] if first else rows
-            deleted = self._delete(db, key, rows)
+            deleted = self._writes.delete(db, key, rows)
         self._scrub()
         _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
                   [row[0] for row in rows])
@@ -4934,22 +5038,17 @@ class MemoryStore:
         key = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
         # Validated before the transaction; its level (task) is the old memory's, set below.
-        (new,) = self._with_vectors([_new_row(scope, "user", text, source, ttl,
-                                              max_text=self.max_text)])
+        (new,) = self._writes.with_vectors([_new_row(scope, "user", text, source, ttl,
+                                                     max_text=self.max_text)])
         with self._writing({scope.user}) as db:
             if self.embedder is not None:
                 self._check_embedder_of(db)
-            expired = self._expired(db, key, self._expiry_instant(db, key))
+            expired = _expired_of(db, key, self._expiry_instant(db, key))
             found = db.execute(_SQL_VISIBLE_ID, (*key, wanted))
             rows = [row for row in found if row[0] not in expired]
             if not rows:
                 return None
-            self._delete(db, key, rows)
-            old = _MemoryRow(*rows[0])
-            (revised,) = self._write(db, [new._replace(
-                task_id=old.task_id, expires_at=old.expires_at, key=old.key,
-                metadata=old.metadata,
-                first_created=None if old.key is None else old.created_at)])
+            revised = self._writes.replace(db, key, _MemoryRow(*rows[0]), new)
         self._scrub()
         _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
         return revised
@@ -4962,15 +5061,8 @@ class MemoryStore:
         if now is None:
             raise MemoryInputError("the clock's reading has no UTC offset, so whether a memory"
                                    " has expired is unknown")
-        purged = 0
         with self._writing(None) as db:
-            for (user,) in db.execute(_SQL_EXPIRED_USERS, (now,)).fetchall():
-                rows = db.execute(_SQL_EXPIRED_OF_USER, (user, now)).fetchall()
-                _unindex(db, user, rows, self._rule, self._index_from)
-                ids = json.dumps([row[0] for row in rows])
-                db.execute(_SQL_DELETE_VECTORS_OF_USER, (user, ids))
-                db.execute(_SQL_DELETE_FIELDS_OF_USER, (user, ids))
-                purged += db.execute(_SQL_DELETE_OF_USER, (user, ids)).rowcount
+            purged = self._writes.purge_expired(db, now)
         self._scrub()
         _log.info("purged %d expired memories", purged)
         return purged
@@ -5033,7 +5125,7 @@ class MemoryStore:
         with self._snapshot(None) as db:
             total, task_level, users = db.execute(_SQL_STATS).fetchone()
             version, size = db.version(), db.size()
-            recorded = self._recorded_embedder(db)
+            recorded = _recorded_embedder(db)
             (vectors,) = db.execute(_SQL_VECTOR_COUNT).fetchone() if db.has_vectors else (0,)
         rule = _recorded_rule(self._recorded)[0]
         embedder = None if recorded is None else json.loads(recorded)
@@ -5112,12 +5204,14 @@ class AsyncMemoryStore:
         rank: Rank | None = None,
         context: bool | None = None,
         embedder: Embedder | None = None,
+        max_text: int = MAX_TEXT,
     ) -> None:
         # MemoryStore's keywords written out, so that a type checker checks them here too.
         self._opening = functools.partial(
             MemoryStore, path, clock, read_only=read_only, durable=durable, matching=matching,
             create=create, statement_timeout=statement_timeout, pool_size=pool_size,
-            pool_timeout=pool_timeout, rank=rank, context=context, embedder=embedder)
+            pool_timeout=pool_timeout, rank=rank, context=context, embedder=embedder,
+            max_text=max_text)
         self._store: MemoryStore | None = None
         # Thread primitives, not asyncio's: open, the calls and close may come from any
         # loop. One store is opened whoever opens it, and close() waits for the calls

@@ -339,7 +339,7 @@ def python_alone_per_second(store: MemoryStore, items: list[tuple[Any, ...]]) ->
     for start in range(0, len(items), 10_000):
         rows = memory._each_valid(items[start:start + 10_000],
                                   lambda item: memory._new_row(*item), "item")
-        store._write(NoStatements(), rows)
+        store._writes.write(NoStatements(), rows)
     return len(items) / (time.perf_counter() - began)
 
 
