@@ -109,6 +109,11 @@ def _mcp_memories(shape: type) -> dict[str, Any]:
         "properties": {name: _json_schema(hint) for name, hint in fields.items()}}}
 
 
+def _mcp_fact(longest: int) -> dict[str, Any]:
+    """remember's text, as long as the store takes (`memory mcp --max-text`)."""
+    return {"type": "string", "description": f"the fact, at most {longest} characters"}
+
+
 class _McpTool(NamedTuple):
     description: str
     arguments: dict[str, Any]
@@ -126,8 +131,7 @@ _MCP_TOOLS = {
         " current task only. Remembering the same text again keeps one memory. Returns"
         " the memory's id.",
         _mcp_object({
-            "text": {"type": "string", "description": f"the fact, at most {MAX_TEXT}"
-                     " characters"},
+            "text": _mcp_fact(MAX_TEXT),
             "level": {"enum": list(LEVELS), "default": "user"},
             "source": {"type": "string", "description": "where it came from (default: this"
                        " client)"},
@@ -314,7 +318,11 @@ def _server(store: AsyncMemoryStore, scope_of: Callable[[], Scope], serves: str)
     scope_of() (the launch scope, or the verified token's user in the launch task), never
     anything the client sends. `serves` names whose memories they are, for the model."""
     tools = _Tools(store)
-    listed = [types.Tool(name=name, description=tool.description, input_schema=tool.arguments,
+    sized = {**_MCP_TOOLS["remember"].arguments}
+    sized["properties"] = {**sized["properties"], "text": _mcp_fact(store.store.max_text)}
+    arguments = {name: sized if name == "remember" else tool.arguments
+                 for name, tool in _MCP_TOOLS.items()}
+    listed = [types.Tool(name=name, description=tool.description, input_schema=arguments[name],
                          output_schema=tool.result, annotations=types.ToolAnnotations(
                              read_only_hint=tool.reads_only, destructive_hint=tool.destroys,
                              idempotent_hint=tool.idempotent,

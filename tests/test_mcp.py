@@ -543,6 +543,9 @@ def test_remember_takes_a_key_and_metadata_and_recall_and_list_filter_by_it(
                                metadata={"kind": "preference", "line": "a\u2028b"})
             await call(s, "remember", text="Tea at five.", metadata={"kind": "plan"})
             long = await call(s, "remember", text="tea " * 1200)
+            (told,) = [t.input_schema["properties"]["text"]["description"]
+                       for t in (await s.list_tools()).tools if t.name == "remember"]
+            assert told == "the fact, at most 5000 characters"
             return [first, again, long,
                     await s.call_tool("recall", {"query": "tea",
                                                  "where": {"kind": "preference"}}),
