@@ -818,6 +818,12 @@ _SQL_VISIBLE_SOURCE = _sql(
 _SQL_VISIBLE_CONVERSATION = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND conversation = ? AND id > ?"
     " ORDER BY id LIMIT ?")
+_SQL_CONVERSATION_BETWEEN = _sql(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND conversation = ? AND id > ?"
+    " AND id < ? ORDER BY id LIMIT ?")
+_SQL_CONVERSATION_DOWN = _sql(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND conversation = ? AND id > ?"
+    " AND id < ? ORDER BY id DESC LIMIT ?")
 # One owner's memories, under the scope of the owner's task (user level: '', no task's).
 _SQL_OWNER_TEXTS = _sql(
     f"SELECT id, text, created_at FROM memories {_IN_SCOPE} AND task_id IS ? ORDER BY id",
@@ -839,6 +845,10 @@ _SQL_FORGET = _sql(
     f"DELETE FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))"
 )
 _SQL_ERASE = _sql("DELETE FROM memories WHERE user_id = ?")
+# A new expiry for some live memories of the scope; nothing else of theirs changes.
+_SQL_RENEW = _sql(
+    f"UPDATE memories SET expires_at = ? {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))"
+    " AND (expires_at IS NULL OR expires_at > ?)")
 # Vectors are memory data: written with their memory, deleted in its transaction, read
 # under the scope.
 _SQL_INSERT_VECTORS = _sql(
@@ -4045,9 +4055,9 @@ class _Writes(_Part):
         for row in rows:
             if row.first_created is not None:
                 row = row._replace(created_at=row.first_created,
-                                   updated_at=(reading := self._write_reading(reading)))
+                                   updated_at=(reading := self.reading(reading)))
             elif row.created_at is None:
-                row = row._replace(created_at=(reading := self._write_reading(reading)))
+                row = row._replace(created_at=(reading := self.reading(reading)))
             dated.append(row)
         return dated
 
@@ -4111,7 +4121,7 @@ class _Writes(_Part):
             db.execute(_SQL_FORGET_FIELDS, (*key, ids))
         return int(db.execute(_SQL_FORGET, (*key, ids)).rowcount)
 
-    def _write_reading(self, previous: str | None = None) -> str:
+    def reading(self, previous: str | None = None) -> str:
         # A bad reading is the caller's input, like a bad text: MemoryInputError, and the
         # transaction it was read in rolls back, so nothing is written. A batch reads the
         # clock per memory, mostly getting the reading before it, checked already.
@@ -4235,12 +4245,17 @@ class _Planner(_Part):
         if page.newest_first or page.down or page.conditions is not None:
             if page.conditions is not None:
                 rows = self.visible_where(db, key, page.conditions, expired)
-            else:  # a conversation is told apart below, so its page is not cut here
-                asked = _MAX_ID if most is None or talk is not None else min(
-                    _MAX_ID, most + len(expired))
-                rows = [_MemoryRow(*row) for row in db.execute(
-                    _SQL_VISIBLE_DOWN if page.newest_first else _SQL_VISIBLE_BETWEEN,
-                    (*key, first, below, asked)) if row[0] not in expired]
+            else:
+                asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
+                if talk is not None and db.has_conversations:  # its page from its index
+                    found = db.execute(_SQL_CONVERSATION_DOWN if page.newest_first
+                                       else _SQL_CONVERSATION_BETWEEN,
+                                       (*key, talk, first, below, asked))
+                else:  # an older file's conversations are told apart below, uncut
+                    found = db.execute(
+                        _SQL_VISIBLE_DOWN if page.newest_first else _SQL_VISIBLE_BETWEEN,
+                        (*key, first, below, _MAX_ID if talk is not None else asked))
+                rows = [_MemoryRow(*row) for row in found if row[0] not in expired]
             found = [row.memory() for row in rows if first < row.id < below and (
                 talk is None or _conversation_of(row.source) == talk)]
             if page.newest_first:
@@ -5053,6 +5068,25 @@ class MemoryStore:
         _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
         return revised
 
+    def renew(self, scope: Scope, memory_ids: Sequence[int], ttl: float | None) -> int:
+        """Make the live memories `memory_ids` that the scope sees stop being live `ttl`
+        seconds from now (None: never), in one transaction; how many it renewed. An id the
+        scope cannot see, or no longer live, is left as it is and not counted. Their ids,
+        texts, keys and updated_at stay as they are."""
+        scope = _check_scope(scope)
+        if isinstance(memory_ids, (str, bytes)) or not isinstance(memory_ids, Sequence):
+            raise MemoryInputError("memory_ids must be a sequence of ints, got"
+                                   f" {_described(memory_ids)}")
+        ids = sorted({_check_id(memory_id) for memory_id in memory_ids})
+        seconds = _check_ttl(ttl)
+        key = _ScopeKey(scope.user, scope.task)
+        with self._writing({scope.user}) as db:
+            now = self._expiry_instant(db, key)
+            until = None if seconds is None else _expiry(self._writes.reading(), seconds)
+            renewed = int(db.execute(_SQL_RENEW, (until, *key, json.dumps(ids), now)).rowcount)
+        _log.info("renewed %d of %d memories of user %s", renewed, len(ids), scope.user)
+        return renewed
+
     def purge_expired(self) -> int:
         """Delete every memory that is no longer live, with its postings and counts; how
         many. Their text leaves the file's bytes as a forgotten memory's does."""
@@ -5291,6 +5325,7 @@ class AsyncMemoryStore:
     forget_source = _in_a_thread(MemoryStore.forget_source)
     forget_conversation = _in_a_thread(MemoryStore.forget_conversation)
     revise = _in_a_thread(MemoryStore.revise)
+    renew = _in_a_thread(MemoryStore.renew)
     purge_expired = _in_a_thread(MemoryStore.purge_expired)
     erase_user = _in_a_thread(MemoryStore.erase_user)
     export_user = _in_a_thread(MemoryStore.export_user)

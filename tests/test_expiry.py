@@ -274,3 +274,51 @@ def test_command_line_revise_and_purge(tmp_path: pathlib.Path) -> None:
     listed = [json.loads(line) for line in cli("export", str(path), "--user", "alice").stdout
               .splitlines()]
     assert [(r["text"], r["source"]) for r in listed] == [("Alice eats fish now.", "turn-7")]
+
+
+# -- renewing ----------------------------------------------------------------------------
+
+def test_renew_moves_the_expiry_of_live_memories_and_nothing_else(
+        store: MemoryStore, clock: SetClock) -> None:
+    kept = store.remember(ALICE, "user", "The hotel is booked.", "s", ttl=60, key="hotel",
+                          metadata={"n": 1})
+    forever = store.remember(ALICE_WORK, "task", "The train leaves at nine.", "s", ttl=60)
+    before = store.get(ALICE, kept)
+    clock.advance(30)
+    assert store.renew(ALICE, [kept], 60) == 1
+    assert store.renew(ALICE_WORK, [forever, forever], None) == 1
+    clock.advance(59)  # 89 s after the write: live only because it was renewed
+    renewed = store.get(ALICE, kept)
+    assert renewed is not None and before is not None
+    assert renewed["expires_at"] == "2026-10-20T09:01:30.000000+00:00"
+    assert {k: v for k, v in renewed.items() if k != "expires_at"} == \
+        {k: v for k, v in before.items() if k != "expires_at"}
+    clock.advance(1)
+    assert store.get(ALICE, kept) is None and store.renew(ALICE, [kept], 60) == 0
+    clock.advance(10**6)
+    assert [m["id"] for m in store.memories(ALICE_WORK)] == [forever]
+    assert store.memories(ALICE_WORK)[0]["expires_at"] is None
+
+
+def test_renew_sees_only_the_scope(store: MemoryStore, clock: SetClock) -> None:
+    mine = store.remember(ALICE_WORK, "task", "Alice's task note.", "s", ttl=60)
+    theirs = store.remember(BOB, "user", "Bob's note.", "s", ttl=60)
+    # Another user's id, another task's: not renewed, not counted, left as they are.
+    assert store.renew(ALICE, [mine, theirs], None) == 0
+    assert store.renew(BOB, [mine], None) == 0
+    clock.advance(61)
+    assert store.count(ALICE_WORK) == 0 and store.count(BOB) == 0
+
+
+@pytest.mark.parametrize("arguments", [
+    ([1], 0), ([1], -5), ([1], float("nan")), ([1], "60"), ([1], True), (1, 60), ("1", 60),
+    ([True], 60), (["1"], 60), ([0], 60), ([2**63], 60)])
+def test_a_bad_renew_is_refused_and_changes_nothing(
+        store: MemoryStore, clock: SetClock, arguments: tuple[Any, Any]) -> None:
+    memory_id = store.remember(ALICE, "user", "The hotel is booked.", "s", ttl=60)
+    ids, ttl = arguments
+    with pytest.raises(MemoryInputError, match="ttl|memory_id"):
+        store.renew(ALICE, ids, ttl)
+    assert transactions_left(store) == 0
+    assert store.memories(ALICE)[0]["expires_at"] == "2026-10-20T09:01:00.000000+00:00"
+    assert store.get(ALICE, memory_id) is not None

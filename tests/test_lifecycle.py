@@ -387,6 +387,8 @@ def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
     store.forget(ALICE, ids["b-user"])
     store.forget_source(ALICE_WORK, "trip/turn-1")
     store.memories(ALICE, conversation="trip")
+    store.memories(ALICE, conversation="trip", newest_first=True, limit=1)
+    store.renew(ALICE, [ids["a-trip"], ids["b-user"]], 60)
     store.forget_conversation(ALICE, "trip")
     # The records frameworks keep: keys, metadata and their filters.
     store.remember(ALICE, "user", "Alice sits by the aisle.", "s", key="seat",
@@ -412,7 +414,8 @@ def test_trace_of_lifecycle_calls_carries_the_scope(store: MemoryStore) -> None:
     grown = {s.split(" FROM ")[0] for s in touching
              if "AND id > " in s and "conversation = " not in s and "AND id < " not in s}
     assert grown == {"SELECT (SELECT count(*)", "SELECT id, conversation"}
-    assert sum("AND conversation = " in s for s in touching) == 2
+    assert sum("AND conversation = " in s for s in touching) == 3
+    assert sum(s.startswith("UPDATE memories SET expires_at") for s in touching) == 1
     for statement in touching:
         assert "WHERE user_id = " in statement
     for statement in memory_statements(statements[:scoped]):

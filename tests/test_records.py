@@ -490,3 +490,19 @@ def model_memory(memory_id: int, level: str, text: str, source: str,
     from model import Memory as ModelMemory
     return ModelMemory(memory_id, "alice", "trip" if level == "task" else None, text, source,
                        shown["created_at"])
+
+
+def test_the_newest_of_a_conversation_is_read_from_its_index(store: MemoryStore) -> None:
+    """A session's last item (a framework's get_items(limit=1)) is one statement on the
+    conversation's index, its LIMIT the page's, whatever the rest of the scope holds."""
+    store.remember_many([(ALICE, "user", f"other turn {n}", f"other/{n}") for n in range(300)])
+    mine = store.remember_many([(ALICE, "user", f"my turn {n}", f"mine/{n}") for n in range(3)])
+    store.remember_many([(ALICE, "user", f"later turn {n}", f"later/{n}") for n in range(300)])
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+    newest = store.memories(ALICE, conversation="mine", newest_first=True, limit=1)
+    below = store.memories(ALICE, conversation="mine", before=mine[2], limit=1)
+    store.db.set_trace_callback(None)
+    assert [m["id"] for m in newest] == [mine[2]] and [m["id"] for m in below] == [mine[0]]
+    reads = [s for s in statements if "FROM memories" in s and "conversation = " in s]
+    assert len(reads) == 2 and "ORDER BY id DESC LIMIT" in reads[0]
