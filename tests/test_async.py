@@ -123,7 +123,8 @@ def test_it_opens_with_every_setting_a_memory_store_takes(tmp_path: object) -> N
     async def run() -> None:
         async with AsyncMemoryStore(f"{tmp_path}/m.db", max_text=5_000) as store:
             memory_id = await store.remember(ALICE, "user", "x" * 5_000, "s")
-            assert (await store.get(ALICE, memory_id) or {}).get("text") == "x" * 5_000
+            kept = await store.get(ALICE, memory_id)
+            assert kept is not None and kept["text"] == "x" * 5_000
             with pytest.raises(MemoryInputError, match="text"):
                 await store.remember(ALICE, "user", "x" * 5_001, "s")
 
