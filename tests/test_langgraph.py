@@ -1,0 +1,256 @@
+"""memory_langgraph: LangGraph's BaseStore over the store, on each engine, through
+BaseStore's own methods and inside a compiled graph."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from collections.abc import Iterator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph.store.base", reason="the LangGraph adapter needs the"
+                    " `langgraph` extra")
+
+from embedders import ConceptEmbedder  # noqa: E402
+from langgraph.store.base import (  # noqa: E402
+    GetOp,
+    InvalidNamespaceError,
+    ListNamespacesOp,
+    MatchCondition,
+    PutOp,
+    SearchOp,
+)
+
+from helpers import SetClock  # noqa: E402
+from memory import MemoryStore, Scope  # noqa: E402
+from memory_langgraph import AsyncLangGraphStore, LangGraphStore  # noqa: E402
+
+
+@pytest.fixture
+def clock() -> SetClock:
+    return SetClock()
+
+
+@pytest.fixture
+def lg(target: str, clock: SetClock) -> Iterator[LangGraphStore]:
+    with LangGraphStore.from_conn_string(target, user="alice", clock=clock) as store:
+        yield store
+
+
+def concepts_index(fields: list[str] | None = None) -> Any:
+    embedder = ConceptEmbedder()
+    return {"dims": embedder.dimensions, "embed": embedder.embed,
+            **({"fields": fields} if fields else {})}
+
+
+def test_put_get_update_and_delete_keep_langgraph_s_item(lg: LangGraphStore,
+                                                        clock: SetClock) -> None:
+    lg.put(("docs", "trips"), "lisbon", {"text": "Hotel by the river", "nights": 3})
+    first = lg.get(("docs", "trips"), "lisbon")
+    assert first is not None and first.value == {"text": "Hotel by the river", "nights": 3}
+    assert (first.namespace, first.key) == (("docs", "trips"), "lisbon")
+    clock.advance(60)
+    lg.put(("docs", "trips"), "lisbon", {"text": "Hotel by the sea", "nights": 4})
+    again = lg.get(("docs", "trips"), "lisbon")
+    assert again is not None and again.value["nights"] == 4
+    assert again.created_at == first.created_at and again.updated_at > first.updated_at
+    assert lg.get(("docs",), "lisbon") is None and lg.get(("docs", "trips"), "porto") is None
+    lg.delete(("docs", "trips"), "lisbon")
+    assert lg.get(("docs", "trips"), "lisbon") is None
+    assert lg.store.count(Scope("alice", "langgraph")) == 0
+
+
+def test_a_batch_reads_before_it_writes_and_answers_in_order(lg: LangGraphStore) -> None:
+    lg.put(("test", "foo"), "key1", {"data": "value1"})
+    results = lg.batch([
+        GetOp(("test", "foo"), "key1"),
+        PutOp(("test", "bar"), "key2", {"data": "value2"}),
+        SearchOp(("test",), filter={"data": "value1"}),
+        ListNamespacesOp(),
+        GetOp(("test", "bar"), "key2"),
+        PutOp(("test", "bar"), "key2", {"data": "value3"}),  # the last put of a key wins
+    ])
+    assert results[0] is not None and results[0].value == {"data": "value1"}  # type: ignore
+    assert results[1] is None and results[4] is None and results[5] is None
+    assert [item.key for item in results[2]] == ["key1"]  # type: ignore[union-attr]
+    assert results[3] == [("test", "foo")]
+    stored = lg.get(("test", "bar"), "key2")
+    assert stored is not None and stored.value == {"data": "value3"}
+
+
+def test_search_filters_by_prefix_and_langgraph_s_operators(lg: LangGraphStore,
+                                                            clock: SetClock) -> None:
+    items = [(("a", "b"), "1", {"kind": "note", "n": 1, "who": {"team": "x"}}),
+             (("a", "b", "c"), "2", {"kind": "note", "n": 2, "who": {"team": "y"}}),
+             (("a", "bb"), "3", {"kind": "plan", "n": 3, "tags": ["p", "q"]}),
+             (("z",), "4", {"kind": "note", "n": 4})]
+    for namespace, key, value in items:
+        clock.advance(1)
+        lg.put(namespace, key, value)
+
+    def keys(prefix: tuple[str, ...], **asked: Any) -> list[str]:
+        return [item.key for item in lg.search(prefix, **asked)]
+
+    assert keys(()) == ["4", "3", "2", "1"]  # newest updated first
+    assert keys(("a",)) == ["3", "2", "1"] and keys(("a", "b")) == ["2", "1"]
+    assert keys(("a", "b"), filter={"n": {"$gt": 1}}) == ["2"]
+    assert keys((), filter={"kind": "note", "n": {"$lte": 2}}) == ["2", "1"]
+    assert keys((), filter={"kind": {"$ne": "note"}}) == ["3"]
+    assert keys((), filter={"who": {"team": "y"}}) == ["2"]  # a nested object, path by path
+    assert keys((), filter={"who.team": "x"}) == ["1"]
+    assert keys((), filter={"tags": ["p", "q"]}) == ["3"]
+    assert keys((), limit=2, offset=1) == ["3", "2"]
+    assert keys(("a", "b", "c", "d")) == [] and keys(("A",)) == []
+
+
+def test_a_query_finds_by_words_and_leaves_unindexed_items_out(lg: LangGraphStore) -> None:
+    lg.put(("notes",), "veg", {"text": "Alice is vegetarian and loves hiking"})
+    lg.put(("notes",), "jazz", {"text": "Alice plays jazz on Sundays"})
+    lg.put(("notes",), "hidden", {"text": "Alice hiking diary"}, index=False)
+    found = lg.search(("notes",), query="hiking")
+    assert [item.key for item in found] == ["veg"] and found[0].score is not None
+    assert {item.key for item in lg.search(("notes",))} == {"veg", "jazz", "hidden"}
+
+
+def test_with_an_index_a_query_finds_by_meaning_and_each_field_counts(target: str) -> None:
+    with LangGraphStore.from_conn_string(target, user="alice",
+                                         index=concepts_index(["title", "body"])) as lg:
+        lg.put(("docs",), "a", {"title": "vegan supper places", "body": "long text"})
+        lg.put(("docs",), "b", {"title": "band practice", "body": "a jazz concert"})
+        lg.put(("docs",), "c", {"title": "plant dinner", "body": "x"}, index=False)
+        assert [item.key for item in lg.search(("docs",), query="meat-free restaurant",
+                                               limit=2)][0] == "a"
+        assert lg.search(("docs",), query="music")[0].key == "b"  # by its body, one field
+        assert "c" not in {item.key for item in lg.search(("docs",), query="vegan dinner")}
+        assert lg.store.stats()["embedder"].startswith("langgraph:")
+
+
+def test_list_namespaces_with_conditions_wildcards_and_depth(lg: LangGraphStore) -> None:
+    for namespace in [("a", "b", "c"), ("a", "b", "d"), ("a", "e"), ("f", "b", "c")]:
+        lg.put(namespace, "k", {"v": 1})
+    assert lg.list_namespaces() == [("a", "b", "c"), ("a", "b", "d"), ("a", "e"),
+                                    ("f", "b", "c")]
+    assert lg.list_namespaces(prefix=("a", "*", "c")) == [("a", "b", "c")]
+    assert lg.list_namespaces(suffix=("b", "c")) == [("a", "b", "c"), ("f", "b", "c")]
+    assert lg.list_namespaces(prefix=("a",), max_depth=2) == [("a", "b"), ("a", "e")]
+    assert lg.list_namespaces(limit=2, offset=1) == [("a", "b", "d"), ("a", "e")]
+    assert lg.batch([ListNamespacesOp(match_conditions=(
+        MatchCondition("prefix", ("a",)), MatchCondition("suffix", ("d",))))])[0] == [
+        ("a", "b", "d")]
+
+
+def test_ttl_in_minutes_refreshed_on_read_unless_asked_not(target: str,
+                                                           clock: SetClock) -> None:
+    with LangGraphStore.from_conn_string(target, user="alice", clock=clock,
+                                         ttl={"default_ttl": 10}) as lg:
+        lg.put(("s",), "kept", {"v": 1})
+        lg.put(("s",), "short", {"v": 2}, ttl=1)
+        lg.put(("s",), "never", {"v": 3}, ttl=None)
+        clock.advance(9 * 60)
+        assert lg.get(("s",), "kept") is not None  # read: 10 more minutes
+        assert lg.get(("s",), "short") is None
+        clock.advance(9 * 60)
+        assert lg.get(("s",), "kept", refresh_ttl=False) is not None
+        clock.advance(2 * 60)  # 11 minutes after the refreshing read
+        assert lg.get(("s",), "kept") is None
+        assert [item.key for item in lg.search(("s",))] == ["never"]
+        assert lg.sweep_ttl() == 2
+
+
+def test_the_user_comes_from_its_label_and_no_namespace_reaches_another(target: str) -> None:
+    with LangGraphStore.from_conn_string(target, user_label=1) as lg:
+        lg.put(("memories", "alice"), "food", {"text": "Alice is vegetarian"})
+        lg.put(("memories", "bob"), "food", {"text": "Bob eats everything"})
+        alice = lg.get(("memories", "alice"), "food")
+        assert alice is not None and alice.value["text"] == "Alice is vegetarian"
+        assert [i.value["text"] for i in lg.search(("memories", "bob"), query="vegetarian")
+                ] == []
+        assert [i.key for i in lg.search(("memories", "bob"))] == ["food"]
+        for refused in (lambda: lg.search(("memories",)), lambda: lg.search(()),
+                        lambda: lg.list_namespaces(), lambda: lg.list_namespaces(
+                            prefix=("memories", "*"))):
+            with pytest.raises(InvalidNamespaceError, match="user"):
+                refused()
+        assert lg.list_namespaces(prefix=("memories", "bob")) == [("memories", "bob")]
+        store = lg.store
+        assert store.count(Scope("alice", "langgraph")) == 1
+        assert store.count(Scope("bob", "langgraph")) == 1
+
+
+def test_a_store_of_one_user_sees_nothing_of_another_on_the_same_database(
+        target: str) -> None:
+    with MemoryStore(target) as shared:
+        alice, bob = LangGraphStore(shared, user="alice"), LangGraphStore(shared, user="bob")
+        alice.put(("prefs",), "food", {"text": "vegetarian"})
+        assert bob.get(("prefs",), "food") is None
+        assert bob.search(()) == [] and bob.list_namespaces() == []
+        assert bob.search((), query="vegetarian") == []
+        bob.delete(("prefs",), "food")  # bob's key: alice's item stays
+        assert alice.get(("prefs",), "food") is not None
+        # Memories the user keeps elsewhere (another tool, the user level) are not items.
+        shared.remember(Scope("alice", "chat"), "user", "vegetarian since 2019", "mcp")
+        assert [item.key for item in alice.search((), query="vegetarian")] == ["food"]
+        assert [item.key for item in alice.search(())] == ["food"]
+        assert alice.list_namespaces() == [("prefs",)]
+
+
+def test_bad_namespaces_and_values_are_refused_and_write_nothing(lg: LangGraphStore) -> None:
+    for namespace in [("a.b",), ("",), ("langgraph", "x")]:
+        with pytest.raises(InvalidNamespaceError):
+            lg.put(namespace, "k", {"v": 1})
+    with pytest.raises(ValueError):
+        lg.batch([PutOp(("ok",), "k", {"v": 1}), PutOp((), "k", {"v": 1})])
+    with pytest.raises(ValueError):
+        lg.batch([PutOp(("ok",), "k", ["not", "a", "mapping"])])  # type: ignore[arg-type]
+    assert lg.search(()) == []
+    # Labels with line breaks and a key past a record key's length still round-trip.
+    lg.put(("line\n",), "k" * 600, {"v": "'; DROP TABLE memories; --"})
+    found = lg.get(("line\n",), "k" * 600)
+    assert found is not None and found.value == {"v": "'; DROP TABLE memories; --"}
+
+
+class State(TypedDict):
+    said: Annotated[list[str], operator.add]
+
+
+def test_a_graph_node_keeps_each_user_s_memories_apart(target: str) -> None:
+    from langgraph.config import get_config, get_store
+    from langgraph.graph import END, START, StateGraph
+
+    def remember(state: State) -> dict[str, list[str]]:
+        user = get_config()["configurable"]["user_id"]
+        store = get_store()
+        store.put(("memories", user), state["said"][-1], {"text": state["said"][-1]})
+        found = store.search(("memories", user), query=state["said"][-1])
+        return {"said": [f"{user} holds {len(store.search(('memories', user)))}"
+                         f" found {len(found)}"]}
+
+    builder = StateGraph(State)
+    builder.add_node("remember", remember)
+    builder.add_edge(START, "remember")
+    builder.add_edge("remember", END)
+    with LangGraphStore.from_conn_string(target, user_label=1) as lg:
+        graph = builder.compile(store=lg)
+        first = graph.invoke({"said": ["Alice is vegetarian"]},
+                             {"configurable": {"user_id": "alice"}})
+        second = graph.invoke({"said": ["Bob likes jazz"]}, {"configurable": {"user_id": "bob"}})
+        again = graph.invoke({"said": ["Alice hikes"]}, {"configurable": {"user_id": "alice"}})
+        assert first["said"][-1] == "alice holds 1 found 1"
+        assert second["said"][-1] == "bob holds 1 found 1"
+        assert again["said"][-1] == "alice holds 2 found 2"  # both of hers hold "alice"
+        assert lg.search(("memories", "bob"), query="vegetarian") == []
+
+
+def test_the_async_twin_opens_answers_and_closes(target: str) -> None:
+    async def run() -> list[Any]:
+        async with AsyncLangGraphStore.from_conn_string(target, user="alice") as lg:
+            await lg.setup()
+            await lg.aput(("a",), "k", {"text": "async hello"})
+            got = await lg.aget(("a",), "k")
+            found = await lg.asearch(("a",), query="hello")
+            return [got.value if got else None, [item.key for item in found],
+                    await lg.alist_namespaces(), await lg.sweep_ttl()]
+
+    assert asyncio.run(run()) == [{"text": "async hello"}, ["k"], [("a",)], 0]
