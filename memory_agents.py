@@ -1,0 +1,114 @@
+"""The OpenAI Agents SDK's Session protocol over memory.py.
+
+    from memory_agents import AgentsSession
+    session = AgentsSession("chat-42", "memory.db", user="alice")   # or a postgresql:// URL
+    result = await Runner.run(agent, "Where did I say I stay in Lisbon?", session=session)
+
+Each item the SDK keeps is one memory of the user's task `task` (default "agents"): its
+text the item as JSON, its source "<session_id>/item", so that the session is the memory's
+conversation (recall with context reads its turns together) and forget_conversation clears
+it. The user is the caller's, given at construction, never an item's. docs/frameworks.md
+tells the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from typing import Any
+
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
+
+from memory import RECOMMENDED, MemoryStore, Scope
+
+__all__ = ["AgentsSession"]
+
+_log = logging.getLogger("memory.agents")
+
+#: The longest item (as JSON) a store this module opens takes: tool outputs run to tens of
+#: kilobytes.
+LONGEST_ITEM = 1_000_000
+
+
+class AgentsSession:
+    """A session of the Agents SDK (`Runner.run(..., session=...)`) kept in a MemoryStore.
+
+    `location`: a path or postgresql:// URL (opened with RECOMMENDED unless `options` say
+    otherwise, closed by close()), or an open MemoryStore, used as it is. Every call runs
+    in a worker thread, in one transaction."""
+
+    #: Optional in the SDK's protocol; a session made here always has one.
+    session_settings: SessionSettings | None
+
+    def __init__(self, session_id: str, location: str | os.PathLike[str] | MemoryStore, *,
+                 user: str, task: str = "agents",
+                 session_settings: SessionSettings | dict[str, Any] | None = None,
+                 **options: Any) -> None:
+        if not isinstance(session_id, str) or not session_id or "/" in session_id[-1:]:
+            raise ValueError("session_id must be a non-empty string not ending in /")
+        self.session_id = session_id
+        self.scope = Scope(user, task)
+        self.session_settings = (coerce_session_settings(session_settings)
+                                 if session_settings is not None else SessionSettings())
+        self._source = f"{session_id}/item"
+        if isinstance(location, MemoryStore):
+            if options:
+                raise ValueError("options open a store: give a path, not an open store")
+            self.store, self._owned = location, False
+        else:
+            settings: dict[str, Any] = {**RECOMMENDED, "max_text": LONGEST_ITEM, **options}
+            self.store, self._owned = MemoryStore(location, **settings), True
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The session's items, oldest first: all, or the newest `limit` (else the
+        settings' limit), read from the newest back (limit=1 reads one memory)."""
+        most = resolve_session_limit(limit, self.session_settings)
+        if most is not None and most <= 0:
+            return []
+        if most is None:
+            found = await asyncio.to_thread(self.store.memories, self.scope,
+                                            conversation=self.session_id)
+        else:
+            found = await asyncio.to_thread(self.store.memories, self.scope,
+                                            conversation=self.session_id, newest_first=True,
+                                            limit=most)
+            found.reverse()
+        return [json.loads(memory["text"]) for memory in found]
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Keep the items after the session's others, all in one transaction or none."""
+        if not items:
+            return
+        rows = [{"scope": self.scope, "level": "task", "source": self._source,
+                 "text": json.dumps(item, ensure_ascii=False, separators=(",", ":")),
+                 "embed": False} for item in items]
+        await asyncio.to_thread(self.store.remember_many, rows)
+
+    async def pop_item(self) -> Any | None:
+        """Remove the newest item and return it (None for an empty session). Two pops at
+        once take two items: a pop whose item another took takes the next."""
+        while True:
+            newest = await asyncio.to_thread(self.store.memories, self.scope,
+                                             conversation=self.session_id,
+                                             newest_first=True, limit=1)
+            if not newest:
+                return None
+            if await asyncio.to_thread(self.store.forget, self.scope, newest[0]["id"]):
+                return json.loads(newest[0]["text"])
+
+    async def clear_session(self) -> None:
+        """Forget every item of the session, in one transaction."""
+        cleared = await asyncio.to_thread(self.store.forget_conversation, self.scope,
+                                          self.session_id)
+        _log.info("cleared %d items of a session", cleared)
+
+    def close(self) -> None:
+        """Close the MemoryStore if this session opened it; again: nothing."""
+        if self._owned:
+            self.store.close()

@@ -1,0 +1,170 @@
+"""memory_agents: the Agents SDK's Session over the store, on each engine, through
+Runner.run with a scripted model (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents", reason="the Agents SDK session needs the `agents` extra")
+
+from agents import Agent, Runner, set_tracing_disabled  # noqa: E402
+from agents.items import ModelResponse  # noqa: E402
+from agents.memory.session import Session  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from agents.usage import Usage  # noqa: E402
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText  # noqa: E402
+
+from memory import MemoryStore, Scope  # noqa: E402
+from memory_agents import AgentsSession  # noqa: E402
+
+set_tracing_disabled(True)
+
+
+class Scripted(Model):
+    """A model that answers each call with its next reply, keeping what it was given."""
+
+    def __init__(self, *replies: str) -> None:
+        self.replies = list(replies)
+        self.inputs: list[Any] = []
+
+    async def get_response(self, system_instructions: Any, input: Any, model_settings: Any,
+                           tools: Any, output_schema: Any, handoffs: Any, tracing: Any, *,
+                           previous_response_id: Any, conversation_id: Any, prompt: Any,
+                           **more: Any) -> ModelResponse:
+        self.inputs.append(input)
+        text = self.replies.pop(0)
+        message = ResponseOutputMessage(
+            id=f"msg-{len(self.inputs)}", type="message", role="assistant",
+            status="completed",
+            content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def said(items: list[Any]) -> list[str]:
+    """Each item's text: a user's content, or an assistant message's output text."""
+    texts = []
+    for item in items:
+        content = item.get("content")
+        texts.append(content if isinstance(content, str) else content[0]["text"])
+    return texts
+
+
+def test_a_run_keeps_the_conversation_across_sessions_objects(target: str) -> None:
+    model = Scripted("Noted: vegetarian.", "You said vegetarian.")
+    agent = Agent(name="assistant", instructions="Be brief.", model=model)
+
+    async def run() -> tuple[str, list[Any]]:
+        first = AgentsSession("chat-1", target, user="alice")
+        await Runner.run(agent, "I am vegetarian.", session=first)
+        first.close()
+        again = AgentsSession("chat-1", target, user="alice")  # a restarted process
+        result = await Runner.run(agent, "What did I say?", session=again)
+        items = await again.get_items()
+        again.close()
+        return str(result.final_output), items
+
+    answer, items = asyncio.run(run())
+    assert answer == "You said vegetarian."
+    assert said(items) == ["I am vegetarian.", "Noted: vegetarian.", "What did I say?",
+                           "You said vegetarian."]
+    # The second call saw the first exchange, from the store.
+    assert said(model.inputs[1]) == said(items[:3])
+
+
+def test_the_protocol_s_operations(target: str) -> None:
+    async def run() -> None:
+        session = AgentsSession("s", target, user="alice", session_settings={"limit": 2})
+        assert isinstance(session, Session)
+        await session.add_items([])
+        await session.add_items([{"role": "user", "content": f"turn {n}"} for n in range(4)])
+        assert said(await session.get_items()) == ["turn 2", "turn 3"]  # the settings' limit
+        assert said(await session.get_items(limit=3)) == ["turn 1", "turn 2", "turn 3"]
+        assert await session.get_items(limit=0) == []
+        assert (await session.pop_item() or {})["content"] == "turn 3"
+        assert said(await session.get_items(limit=10)) == ["turn 0", "turn 1", "turn 2"]
+        await session.clear_session()
+        assert await session.get_items() == [] and await session.pop_item() is None
+        session.close()
+
+    asyncio.run(run())
+
+
+def test_an_item_of_tens_of_kilobytes_is_kept_whole(target: str) -> None:
+    output = {"type": "function_call_output", "call_id": "c1", "output": "x" * 60_000}
+
+    async def run() -> list[Any]:
+        session = AgentsSession("big", target, user="alice")
+        await session.add_items([{"role": "user", "content": "run it"}, output])
+        items = await session.get_items(limit=1)
+        session.close()
+        return items
+
+    assert asyncio.run(run()) == [output]
+
+
+def test_the_newest_item_is_read_alone(tmp_path: Any) -> None:
+    path = str(tmp_path / "m.db")
+
+    async def run() -> list[str]:
+        session = AgentsSession("mine", path, user="alice")
+        other = AgentsSession("other", session.store, user="alice")
+        await other.add_items([{"role": "user", "content": f"o{n}"} for n in range(500)])
+        await session.add_items([{"role": "user", "content": "last"}])
+        await other.add_items([{"role": "user", "content": f"p{n}"} for n in range(500)])
+        statements: list[str] = []
+        session.store.db.set_trace_callback(statements.append)
+        assert said(await session.get_items(limit=1)) == ["last"]
+        session.store.db.set_trace_callback(None)
+        session.close()
+        return [s for s in statements if "FROM memories" in s and "conversation = " in s]
+
+    (read,) = asyncio.run(run())
+    assert "DESC LIMIT 1" in read
+
+
+def test_concurrent_pops_take_each_item_once(target: str) -> None:
+    async def run() -> list[Any]:
+        with MemoryStore(target) as store:
+            sessions = [AgentsSession("s", store, user="alice") for _ in range(4)]
+            await sessions[0].add_items([{"role": "user", "content": f"t{n}"}
+                                         for n in range(12)])
+            popped = await asyncio.wait_for(asyncio.gather(
+                *(session.pop_item() for session in sessions * 4)), 60)
+            return [p["content"] for p in popped if p is not None]
+
+    taken = asyncio.run(run())
+    assert sorted(taken) == sorted(f"t{n}" for n in range(12))  # none twice, none lost
+
+
+def test_one_user_s_session_never_shows_another_s(target: str) -> None:
+    model = Scripted("Hello Alice.", "Hello Bob.")
+    agent = Agent(name="assistant", model=model)
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        with MemoryStore(target) as store:
+            alice = AgentsSession("chat", store, user="alice")
+            bob = AgentsSession("chat", store, user="bob")  # the same session id
+            await Runner.run(agent, "My PIN is 4471.", session=alice)
+            await Runner.run(agent, "Hi.", session=bob)
+            assert await bob.pop_item() is not None  # bob's own reply
+            await bob.clear_session()
+            assert store.count(Scope("bob", "agents")) == 0
+            return await alice.get_items(), model.inputs[1]
+
+    alices, bob_saw = asyncio.run(run())
+    assert said(alices) == ["My PIN is 4471.", "Hello Alice."]
+    assert "4471" not in str(bob_saw)
+
+
+def test_bad_arguments_are_refused(tmp_path: Any) -> None:
+    for session_id in ["", "ends/", 5]:
+        with pytest.raises(ValueError):
+            AgentsSession(session_id, str(tmp_path / "m.db"), user="alice")  # type: ignore
+    with pytest.raises(ValueError):
+        AgentsSession("s", str(tmp_path / "m.db"), user="")
