@@ -102,6 +102,23 @@ class TestNames(unittest.TestCase):
                               capture_output=True, timeout=60)
         self.assertEqual((done.stdout, done.stderr), ("exact\n['memory']\n", ""))
 
+    def test_the_module_names_nothing_of_the_framework_adapters(self) -> None:
+        # They stand on memory.py; it knows none of them or their frameworks.
+        import ast
+        tree = ast.parse((HERE / "memory.py").read_text(encoding="utf-8"))
+        imported = {alias.name.partition(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {(node.module or "").partition(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom)}
+        named = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        named |= {node.value for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+        for adapter, framework in [("memory_langgraph", "langgraph"),
+                                   ("memory_agents", "agents"), ("memory_adk", "google")]:
+            self.assertTrue((HERE / f"{adapter}.py").exists())
+            self.assertNotIn(adapter, imported | named)
+            self.assertNotIn(framework, imported)
+
     def test_memory_py_copied_alone_is_the_whole_sqlite_store_and_its_command(self) -> None:
         with tempfile.TemporaryDirectory() as folder:
             shutil.copy(HERE / "memory.py", folder)

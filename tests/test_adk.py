@@ -1,0 +1,286 @@
+"""memory_adk: Google ADK's memory service over the store, on each engine, with ADK's own
+Session and Event types and its Runner driving an agent that needs no model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+pytest.importorskip("google.adk", reason="the ADK memory service needs the `adk` extra")
+
+from google.adk.agents.base_agent import BaseAgent  # noqa: E402
+from google.adk.agents.invocation_context import InvocationContext  # noqa: E402
+from google.adk.events.event import Event  # noqa: E402
+from google.adk.memory.base_memory_service import BaseMemoryService  # noqa: E402
+from google.adk.runners import Runner  # noqa: E402
+from google.adk.sessions.in_memory_session_service import InMemorySessionService  # noqa: E402
+from google.adk.sessions.session import Session  # noqa: E402
+from google.genai import types  # noqa: E402
+
+from memory import MemoryStore  # noqa: E402
+from memory_adk import NO_SESSION, ADKMemoryService, identifier  # noqa: E402
+
+
+def event(author: str, text: str, at: float, *, event_id: str | None = None,
+          **more: Any) -> Event:
+    role = "user" if author == "user" else "model"
+    return Event(id=event_id or Event.new_id(), author=author, timestamp=at,
+                 content=types.Content(role=role, parts=[types.Part(text=text)]), **more)
+
+
+def session(events: list[Event], *, user: str = "alice", app: str = "travel",
+            session_id: str = "s1") -> Session:
+    return Session(id=session_id, app_name=app, user_id=user, events=events)
+
+
+def texts(found: Any) -> list[str]:
+    return [entry.content.parts[0].text for entry in found.memories]
+
+
+TRIP = [event("user", "I am flying to Lisbon in May.", 1_700_000_000.0),
+        event("travel_agent", "Noted: Lisbon, May.", 1_700_000_005.0),
+        event("user", "I only eat vegetarian food.", 1_700_000_010.0),
+        event("travel_agent", "Noted: vegetarian meals.", 1_700_000_015.0)]
+
+
+def test_a_growing_session_is_kept_once_per_event(target: str) -> None:
+    async def run() -> None:
+        service = ADKMemoryService(target)
+        assert isinstance(service, BaseMemoryService)
+        scope = service.scope("travel", "alice")
+        await service.add_session_to_memory(session(TRIP[:2]))
+        first = [m["id"] for m in service.store.memories(scope)]
+        await service.add_session_to_memory(session(TRIP[:2]))
+        assert [m["id"] for m in service.store.memories(scope)] == first  # none rewritten
+        await service.add_session_to_memory(session(TRIP))  # ADK adds the whole session
+        assert [m["text"] for m in service.store.memories(scope)] == [
+            e.content.parts[0].text for e in TRIP if e.content and e.content.parts]
+        # Two adds at once of one session keep each event once: its key decides.
+        grown = TRIP + [event("user", "Book a window seat.", 1_700_000_020.0)]
+        await asyncio.wait_for(asyncio.gather(
+            *(service.add_session_to_memory(session(grown)) for _ in range(4))), 60)
+        assert service.store.count(scope) == 5
+        service.close()
+        service.close()
+
+    asyncio.run(run())
+
+
+def test_a_search_gives_the_best_first_with_author_and_time(target: str) -> None:
+    async def run() -> Any:
+        service = ADKMemoryService(target)
+        await service.add_session_to_memory(session(TRIP))
+        found = await service.search_memory(app_name="travel", user_id="alice",
+                                            query="what food do I eat")
+        blank = await service.search_memory(app_name="travel", user_id="alice", query="  ")
+        service.close()
+        return found, blank
+
+    found, blank = asyncio.run(run())
+    best = found.memories[0]
+    assert best.content.parts[0].text == "I only eat vegetarian food."
+    assert best.content.role == "user" and best.author == "user"
+    assert best.timestamp == datetime.fromtimestamp(1_700_000_010.0).isoformat()
+    assert best.custom_metadata == {"session_id": "s1"}
+    assert blank.memories == []
+
+
+def test_a_turn_is_found_by_its_neighbour_s_words(target: str) -> None:
+    # The model's "Noted: vegetarian meals." shares no word with the question; the
+    # session is its conversation, so its neighbour's words find it.
+    async def run() -> list[str]:
+        service = ADKMemoryService(target)
+        await service.add_session_to_memory(session(TRIP))
+        found = await service.search_memory(app_name="travel", user_id="alice",
+                                            query="what food do I eat")
+        service.close()
+        return texts(found)
+
+    assert "Noted: vegetarian meals." in asyncio.run(run())
+
+
+def test_only_text_said_is_kept(tmp_path: Any) -> None:
+    call = Event(author="travel_agent", content=types.Content(role="model", parts=[
+        types.Part(function_call=types.FunctionCall(name="book", args={"seat": "12A"}))]))
+    thought = Event(author="travel_agent", content=types.Content(role="model", parts=[
+        types.Part(text="The user wants a seat.", thought=True),
+        types.Part(text="Booked 12A.")]))
+    partial = event("travel_agent", "Book", 1.0, partial=True)
+    empty = Event(author="user")
+
+    async def run() -> list[str]:
+        service = ADKMemoryService(str(tmp_path / "m.db"))
+        await service.add_session_to_memory(session([call, thought, partial, empty]))
+        kept = [m["text"] for m in service.store.memories(service.scope("travel", "alice"))]
+        service.close()
+        return kept
+
+    assert asyncio.run(run()) == ["Booked 12A."]
+
+
+def test_events_added_alone_join_their_session(target: str) -> None:
+    async def run() -> tuple[list[str], list[str]]:
+        service = ADKMemoryService(target)
+        await service.add_events_to_memory(app_name="travel", user_id="alice",
+                                           events=TRIP[:2], session_id="s1")
+        await service.add_session_to_memory(session(TRIP))
+        await service.add_events_to_memory(app_name="travel", user_id="alice",
+                                           events=TRIP[:1])
+        scope = service.scope("travel", "alice")
+        in_s1 = [m["text"] for m in service.store.memories(scope, conversation="s1")]
+        alone = [m["text"] for m in service.store.memories(scope, conversation=NO_SESSION)]
+        service.close()
+        return in_s1, alone
+
+    in_s1, alone = asyncio.run(run())
+    assert len(in_s1) == 4 and alone == ["I am flying to Lisbon in May."]
+
+
+def test_users_and_apps_never_see_each_other_s_memories(target: str) -> None:
+    async def run() -> dict[tuple[str, str], list[str]]:
+        service = ADKMemoryService(target)
+        await service.add_session_to_memory(session(
+            [event("user", "My passport number is X1234567.", 1.0)]))
+        # The same session and event ids, another user; and another app of alice's.
+        copy = [event("user", "My passport is renewed.", 2.0, event_id=TRIP[0].id)]
+        await service.add_session_to_memory(session(copy, user="bob"))
+        await service.add_session_to_memory(session(copy, app="banking"))
+        seen = {}
+        for app, user in [("travel", "alice"), ("travel", "bob"), ("banking", "alice"),
+                          ("travel", "carol")]:
+            found = await service.search_memory(app_name=app, user_id=user,
+                                                query="passport number")
+            seen[app, user] = texts(found)
+        service.close()
+        return seen
+
+    seen = asyncio.run(run())
+    assert seen["travel", "alice"] == ["My passport number is X1234567."]
+    assert seen["travel", "bob"] == seen["banking", "alice"] == ["My passport is renewed."]
+    assert seen["travel", "carol"] == []
+
+
+def test_names_that_are_not_identifiers_stay_apart(tmp_path: Any) -> None:
+    names = ["user_1", "User-1", "user-1", "h-" + "0" * 62]
+    assert len({identifier(name, "user_id") for name in names}) == 4
+    assert identifier("user-1", "user_id") == "user-1"
+    forged = identifier("user_1", "user_id")  # a user who calls themself by a digest
+    assert identifier(forged, "user_id") != forged
+
+    async def run() -> list[list[str]]:
+        service = ADKMemoryService(str(tmp_path / "m.db"))
+        for n, name in enumerate(names):
+            await service.add_session_to_memory(session(
+                [event("user", f"secret {n}", 1.0)], user=name, app="my_app"))
+        await service.add_session_to_memory(session(
+            [event("user", "secret forged", 1.0)], user=forged, app="my_app"))
+        seen = [texts(await service.search_memory(app_name="my_app", user_id=name,
+                                                  query="secret")) for name in names]
+        service.close()
+        return seen
+
+    assert asyncio.run(run()) == [["secret 0"], ["secret 1"], ["secret 2"], ["secret 3"]]
+
+
+def test_a_deleted_memory_is_gone_and_a_foreign_id_deletes_nothing(target: str) -> None:
+    async def run() -> tuple[list[str], list[str]]:
+        service = ADKMemoryService(target)
+        await service.add_session_to_memory(session(TRIP))
+        await service.add_session_to_memory(session(TRIP, user="bob"))
+        (bobs, *_) = (await service.search_memory(app_name="travel", user_id="bob",
+                                                  query="vegetarian food")).memories
+        for foreign in [bobs.id, "12x", "", None, "9" * 40, "-1"]:
+            await service.delete_memory(app_name="travel", user_id="alice",
+                                        memory_id=foreign)
+        assert service.store.count(service.scope("travel", "alice")) == 4
+        (mine, *_) = (await service.search_memory(app_name="travel", user_id="alice",
+                                                  query="vegetarian food")).memories
+        await service.delete_memory(app_name="travel", user_id="alice", memory_id=mine.id)
+        alice = await service.search_memory(app_name="travel", user_id="alice",
+                                            query="vegetarian food")
+        bob = await service.search_memory(app_name="travel", user_id="bob",
+                                          query="vegetarian food")
+        service.close()
+        return texts(alice), texts(bob)
+
+    alice, bob = asyncio.run(run())
+    assert "I only eat vegetarian food." not in alice
+    assert bob[0] == "I only eat vegetarian food."
+
+
+def test_bad_arguments_are_refused(tmp_path: Any) -> None:
+    path = str(tmp_path / "m.db")
+    limits: list[Any] = [0, 21, 2.5, True]
+    for limit in limits:
+        with pytest.raises(ValueError):
+            ADKMemoryService(path, limit=limit)
+    with MemoryStore(str(tmp_path / "open.db")) as store, pytest.raises(ValueError):
+        ADKMemoryService(store, matching="stems")
+
+    async def run() -> None:
+        service = ADKMemoryService(path)
+        with pytest.raises(ValueError):
+            await service.search_memory(app_name="", user_id="alice", query="x")
+        with pytest.raises(ValueError):
+            await service.search_memory(app_name="travel", user_id=None,  # type: ignore
+                                        query="x")
+        with pytest.raises(ValueError):
+            await service.search_memory(app_name="travel", user_id="alice",
+                                        query=5)  # type: ignore
+        with pytest.raises(ValueError):
+            await service.add_session_to_memory(session(TRIP, session_id=""))
+        assert service.store.count(service.scope("travel", "alice")) == 0
+        service.close()
+
+    asyncio.run(run())
+
+
+class Recaller(BaseAgent):
+    """An agent with no model: it answers with the best memory the user's words find."""
+
+    async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        assert ctx.memory_service is not None and ctx.user_content is not None
+        asked = "".join(part.text or "" for part in ctx.user_content.parts or [])
+        found = await ctx.memory_service.search_memory(
+            app_name=ctx.session.app_name, user_id=ctx.session.user_id, query=asked)
+        best = found.memories[0].content.parts or [] if found.memories else []
+        said = best[0].text or "" if best else "nothing"
+        yield Event(author=self.name, invocation_id=ctx.invocation_id,
+                    content=types.Content(role="model", parts=[types.Part(text=said)]))
+
+
+def test_a_runner_s_sessions_keep_one_user_s_memories_from_another(target: str) -> None:
+    async def run() -> dict[str, list[str]]:
+        memory_service = ADKMemoryService(target)
+        sessions = InMemorySessionService()
+        runner = Runner(agent=Recaller(name="recaller"), app_name="travel",
+                        session_service=sessions, memory_service=memory_service)
+        answers: dict[str, list[str]] = {}
+
+        async def say(user: str, session_id: str, text: str) -> None:
+            message = types.Content(role="user", parts=[types.Part(text=text)])
+            async for step in runner.run_async(user_id=user, session_id=session_id,
+                                               new_message=message):
+                if step.content and step.content.parts and step.author == "recaller":
+                    answers.setdefault(user, []).append(step.content.parts[0].text or "")
+            done = await sessions.get_session(app_name="travel", user_id=user,
+                                              session_id=session_id)
+            assert done is not None
+            await memory_service.add_session_to_memory(done)
+
+        for user in ["alice", "bob"]:
+            await sessions.create_session(app_name="travel", user_id=user, session_id="a")
+            await sessions.create_session(app_name="travel", user_id=user, session_id="b")
+        await say("alice", "a", "My seat preference is the aisle.")
+        await say("alice", "b", "Which seat preference did I give?")
+        await say("bob", "b", "Which seat preference did I give?")
+        memory_service.close()
+        return answers
+
+    answers = asyncio.run(run())
+    assert answers["alice"][1] == "My seat preference is the aisle."
+    assert answers["bob"] == ["nothing"]
