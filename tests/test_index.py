@@ -233,6 +233,19 @@ def test_recall_reads_only_postings_of_the_query_words(tmp_path: pathlib.Path) -
     assert "SCAN memor" not in postings + rows
 
 
+def test_forgetting_a_memory_s_metadata_reads_its_terms_alone(tmp_path: pathlib.Path) -> None:
+    # A keyed replace forgets the old memory's terms: by the index of ids, not a walk of
+    # every term the user's memories hold.
+    with MemoryStore(tmp_path / "m.db") as store:
+        ids = store.remember_many([{"scope": ALICE, "level": "task", "text": f"note {n}",
+                                    "source": "s", "metadata": {"n": n, "tag": "x"}}
+                                   for n in range(50)])
+        fields = plan(store, memory._SQL_FORGET_FIELDS, ("alice", "trip", f"[{ids[0]}]"))
+        assert store.forget(ALICE, ids[0])
+        assert [m["id"] for m in store.memories(ALICE, where={"tag": "x"})] == ids[1:]
+    assert "USING INDEX memory_fields_id (user_id=? AND id=?)" in fields
+
+
 def test_single_writes_share_posting_rows(tmp_path: pathlib.Path) -> None:
     with MemoryStore(tmp_path / "m.db") as store:
         for n in range(2 * memory.POSTINGS_PER_ROW + 1):
