@@ -52,7 +52,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 5
+POSTGRES_SCHEMA_VERSION = 6
 # Version 1, to the letter (a new database is made by it and the steps after it, as an
 # upgraded one will be).
 _PG_SCHEMA = (
@@ -131,7 +131,7 @@ _PG_POLICY = (
     "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
 _PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY,
-                    5: _PG_POLICY}
+                    5: _PG_POLICY, 6: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -182,6 +182,14 @@ _PG_ADD_RECORDS = (
     "CREATE POLICY memory_fields_scope ON memory_fields USING (user_id = ANY ("
     "string_to_array(current_setting('memory.user_ids', true), ',')) OR current_setting("
     "'memory.operator', true) = 'on')",
+)
+# Version 6: the key index leads with the key after the user. Under row-level security a
+# condition on coalesce(task_id, '') is not leakproof, so it cannot bound an index scan:
+# with the key third, a look-up by key read every index entry of the user.
+_PG_KEY_AFTER_USER = (
+    "DROP INDEX memories_key",
+    "CREATE UNIQUE INDEX memories_key ON memories (user_id, key, coalesce(task_id, ''))"
+    " WHERE key IS NOT NULL",
 )
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
@@ -328,11 +336,18 @@ def _add_records(db: _PostgresSession) -> None:
         db._send(statement)
 
 
+def _key_after_user(db: _PostgresSession) -> None:
+    """Version 5's key index is made again with the key before the owner's task."""
+    for statement in _PG_KEY_AFTER_USER:
+        db._send(statement)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
     (4, _add_vectors),
     (5, _add_records),
+    (6, _key_after_user),
 ]
 
 
