@@ -1,0 +1,209 @@
+"""What the framework adapters cost, beside the frameworks' own stores. Prints tables;
+never a test.
+
+    pip install -e '.[test]' langgraph-checkpoint-sqlite    # LangGraph's SqliteStore
+    python3 bench/bench_frameworks.py                        # SQLite and a throw-away PostgreSQL
+    python3 bench/bench_frameworks.py --sqlite-only
+
+In the same run, on files in one folder:
+
+- LangGraph: a namespace ("alice", "memories") holding 100 or 10,000 items (a value of 8
+  to 20 words and a number), put in batches of 500; then get of a random key, put of a
+  new item, put replacing an item, each the median of 200 calls: memory_langgraph's
+  LangGraphStore on each engine against LangGraph's SqliteStore (no index either side).
+- The Agents SDK: a session of 100 or 10,000 items; add_items of one item and
+  get_items(limit=1), the median of 200: AgentsSession on each engine against the SDK's
+  SQLiteSession.
+- Google ADK: a session of 100 or 1,000 events added; then add_session_to_memory of the
+  session grown by one event (as a runner's callback adds it after each turn), the median
+  of 20, and search_memory of 3 words, the median of 200: ADKMemoryService on each engine
+  against ADK's InMemoryMemoryService (which keeps no file and matches words only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import memory  # noqa: E402
+from tables import format_table  # noqa: E402
+
+NAMESPACE = ("alice", "memories")
+SIZES = (100, 10_000)
+CALLS = 200
+WORDS = [f"w{n}" for n in range(5_000)]
+
+
+def value(chooser: random.Random, n: int) -> dict[str, Any]:
+    return {"text": " ".join(chooser.choices(WORDS, k=chooser.randint(8, 20))), "n": n}
+
+
+def p50_ms(call: Callable[[], object], repeat: int = CALLS) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def langgraph_row(name: str, store: Any, size: int) -> dict[str, Any]:
+    from langgraph.store.base import PutOp
+    chooser = random.Random(size)
+    for start in range(0, size, 500):
+        store.batch([PutOp(NAMESPACE, f"k{n}", value(chooser, n))
+                     for n in range(start, min(size, start + 500))])
+    keys = itertools.cycle(chooser.sample(range(size), min(size, CALLS)))
+    fresh = itertools.count(size)
+    got = p50_ms(lambda: store.get(NAMESPACE, f"k{next(keys)}"))
+    added = p50_ms(lambda: store.put(NAMESPACE, f"k{next(fresh)}", value(chooser, 0)))
+    replaced = p50_ms(lambda: store.put(NAMESPACE, f"k{next(keys)}", value(chooser, 1)))
+    assert store.get(NAMESPACE, f"k{size}") is not None
+    return {"store": name, "items": size, "get p50 ms": got, "put new p50 ms": added,
+            "put replacing p50 ms": replaced}
+
+
+def langgraph_table(locations: list[tuple[str, Callable[[], str]]],
+                    folder: Path) -> list[dict[str, Any]]:
+    from langgraph.store.sqlite import SqliteStore
+
+    from memory_langgraph import LangGraphStore
+    table = []
+    for size in SIZES:
+        for engine, location in locations:
+            mine = LangGraphStore(location())
+            table.append(langgraph_row(f"LangGraphStore, {engine}", mine, size))
+            mine.close()
+        with SqliteStore.from_conn_string(str(folder / f"langgraph-{size}.db")) as theirs:
+            theirs.setup()
+            table.append(langgraph_row("LangGraph's SqliteStore", theirs, size))
+    return table
+
+
+async def agents_row(name: str, session: Any, size: int) -> dict[str, Any]:
+    for start in range(0, size, 500):
+        await session.add_items([{"role": "user", "content": f"turn {n}"}
+                                 for n in range(start, min(size, start + 500))])
+
+    async def p50(make: Callable[[], Any]) -> float:
+        times = []
+        for _ in range(CALLS):
+            start = time.perf_counter()
+            await make()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1000
+
+    turns: Iterator[int] = itertools.count(size)
+    added = await p50(lambda: session.add_items([{"role": "user",
+                                                   "content": f"turn {next(turns)}"}]))
+    newest = await p50(lambda: session.get_items(limit=1))
+    assert (await session.get_items(limit=1))[0]["content"] == f"turn {size + CALLS - 1}"
+    return {"session": name, "items": size, "add_items(1) p50 ms": added,
+            "get_items(limit=1) p50 ms": newest}
+
+
+def agents_table(locations: list[tuple[str, Callable[[], str]]],
+                 folder: Path) -> list[dict[str, Any]]:
+    from agents import SQLiteSession
+
+    from memory_agents import AgentsSession
+    table = []
+    for size in SIZES:
+        for engine, location in locations:
+            mine = AgentsSession("chat", location(), user="alice")
+            table.append(asyncio.run(agents_row(f"AgentsSession, {engine}", mine, size)))
+            mine.close()
+        theirs = SQLiteSession("chat", str(folder / f"agents-{size}.db"))
+        table.append(asyncio.run(agents_row("the SDK's SQLiteSession", theirs, size)))
+        theirs.close()
+    return table
+
+
+async def adk_row(name: str, service: Any, size: int) -> dict[str, Any]:
+    from google.adk.events.event import Event
+    from google.adk.sessions.session import Session
+    from google.genai import types
+    chooser = random.Random(size)
+
+    def event(n: int) -> Event:
+        text = " ".join(chooser.choices(WORDS, k=chooser.randint(8, 20)))
+        return Event(id=f"e{n}", author="user" if n % 2 else "assistant", timestamp=n,
+                     content=types.Content(role="user", parts=[types.Part(text=text)]))
+
+    events = [event(n) for n in range(size)]
+    session = Session(id="s1", app_name="bench", user_id="alice", events=events)
+    await service.add_session_to_memory(session)
+    times = []
+    for n in range(size, size + 20):  # ADK adds the whole session after each turn
+        session.events.append(event(n))
+        start = time.perf_counter()
+        await service.add_session_to_memory(session)
+        times.append(time.perf_counter() - start)
+    queries = itertools.cycle([" ".join(chooser.choices(WORDS, k=3)) for _ in range(50)])
+    searched = []
+    for _ in range(CALLS):
+        start = time.perf_counter()
+        await service.search_memory(app_name="bench", user_id="alice", query=next(queries))
+        searched.append(time.perf_counter() - start)
+    return {"service": name, "events": size,
+            "add_session_to_memory (one new) p50 ms": statistics.median(times) * 1000,
+            "search_memory p50 ms": statistics.median(searched) * 1000}
+
+
+def adk_table(locations: list[tuple[str, Callable[[], str]]]) -> list[dict[str, Any]]:
+    from google.adk.memory.in_memory_memory_service import InMemoryMemoryService
+
+    from memory_adk import ADKMemoryService
+    table = []
+    for size in (100, 1_000):
+        for engine, location in locations:
+            mine = ADKMemoryService(location())
+            table.append(asyncio.run(adk_row(f"ADKMemoryService, {engine}", mine, size)))
+            mine.close()
+        table.append(asyncio.run(adk_row("ADK's InMemoryMemoryService",
+                                         InMemoryMemoryService(), size)))
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sqlite-only", action="store_true")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="memory-bench-frameworks-"))
+    files = (str(folder / f"{n}.db") for n in itertools.count())
+    engines: list[tuple[str, Callable[[], str]]] = [("SQLite", lambda: next(files))]
+    server = None
+    if not args.sqlite_only:
+        from pg_server import Server, server_binaries
+        binaries = server_binaries()
+        if binaries is None:
+            raise SystemExit("no PostgreSQL server binaries here: --sqlite-only")
+        server = Server(Path(tempfile.mkdtemp(prefix="memory-pg-bench-")), binaries, fsync=True)
+        server.start()
+        engines.append(("PostgreSQL", server.new_database))
+    print(f"memory.py {memory.__version__}, Python {platform.python_version()}")
+    try:
+        for title, table in [("LangGraph", langgraph_table(engines, folder)),
+                             ("The Agents SDK", agents_table(engines, folder)),
+                             ("Google ADK", adk_table(engines))]:
+            print(f"\n{title}\n\n{format_table(table)}")
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
