@@ -113,17 +113,25 @@ def run_pycon(block: Block) -> None:
 
 
 # An example naming an extra's feature needs that extra; without it, it skips, saying so.
-EXTRAS = {"stems": "snowballstemmer", "mcp": "mcp"}
+EXTRAS = {"stems": "snowballstemmer", "mcp": "mcp", "memory_langgraph": "langgraph",
+          "memory_agents": "agents", "memory_adk": "google.adk"}
 # README's model, from the minilm extra and a package installed apart (README says how);
 # with MEMORY_REQUIRE_MODEL=1 (.ci/run, which installs them) its absence fails instead.
 MODEL = ("memory_minilm", ["tokenizers", "all_minilm_l6_v2"])
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # google.adk without google
+        return False
 
 
 @pytest.mark.parametrize("block", RUN, ids=str)
 def test_the_example_runs_and_prints_what_the_page_shows(block: Block,
                                                          folder: pathlib.Path) -> None:
     for word, module in EXTRAS.items():
-        if word in block.text and importlib.util.find_spec(module) is None:
+        if word in block.text and not installed(module):
             pytest.skip(f"the example needs the `{word}` extra (pip install -e '.[test]')")
     named, needed = MODEL
     absent = [module for module in needed if importlib.util.find_spec(module) is None]
