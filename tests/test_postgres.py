@@ -519,10 +519,11 @@ def test_a_look_up_by_key_descends_to_the_key(url: str) -> None:
         keyed = memory._SQL_KEYED
         with opened._snapshot({"alice"}) as db:
             parameters = ("alice", "trip", "trip", "trip", "k7")
+            explain = "EXPLAIN (ANALYZE, BUFFERS) "
             plan = "\n".join(row[0] for row in db.execute(memory._sql(
-                "", postgresql=f"EXPLAIN (ANALYZE, BUFFERS) {keyed.form('postgresql')}"), parameters))
+                "", postgresql=explain + keyed.form("postgresql")), parameters))
             plan_each = "\n".join(row[0] for row in db.execute(memory._sql(
-                "", postgresql=f"EXPLAIN (ANALYZE, BUFFERS) {keyed.form('postgresql', 'each')}"),
+                "", postgresql=explain + keyed.form("postgresql", "each")),
                 (json.dumps([parameters] * 3),)))
         assert opened.get(ALICE, key="k7") is not None
     for read in (plan, plan_each):
