@@ -521,9 +521,9 @@ def test_a_look_up_by_key_descends_to_the_key(url: str) -> None:
             parameters = ("alice", "trip", "trip", "trip", "k7")
             explain = "EXPLAIN (ANALYZE, BUFFERS) "
             plan = "\n".join(row[0] for row in db.execute(memory._sql(
-                "", postgresql=explain + keyed.form("postgresql")), parameters))
+                "", postgresql=f"{explain}{keyed.form('postgresql')}"), parameters))
             plan_each = "\n".join(row[0] for row in db.execute(memory._sql(
-                "", postgresql=explain + keyed.form("postgresql", "each")),
+                "", postgresql=f"{explain}{keyed.form('postgresql', 'each')}"),
                 (json.dumps([parameters] * 3),)))
         assert opened.get(ALICE, key="k7") is not None
     for read in (plan, plan_each):
