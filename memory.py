@@ -224,6 +224,13 @@ _LONGEST_VECTOR = 1e18
 # The best few of many scores are sought among those that reach the best maxima of blocks
 # of this many (_limit_th_best).
 _BLOCK = 512
+# What a numpy array's object takes beside its data (its header, shape and strides, as
+# tracemalloc counts them): a kept copy counts it for each array it holds.
+_ARRAY_BYTES = 112
+_INT_BYTES = 32  # a Python int of a conversation's number, as allocated
+# What a kept copy takes beside its arrays and names: its object, the scope's key and counts
+# it is kept by, its entry among the copies (measured by tracemalloc: 0.75 to 1.25 KiB).
+_COPY_BYTES = 1024
 # Reading the newest first gives up, and scores every posting at C speed instead, once it
 # has read more than this fraction (1/_TOP_K_BUDGET) of them in Python: on queries of many
 # words of like frequency it would read most of them anyway.
@@ -860,7 +867,6 @@ _SQL_INSERT_VECTORS = _sql(
     "INSERT INTO memory_vectors (id, user_id, task_id, vector) VALUES (?, ?, ?, ?)",
     postgresql_many="INSERT INTO memory_vectors (id, user_id, task_id, vector) "
     + _from_arrays("bigint", "text", "text", "bytea"))
-_SQL_SCOPE_VECTORS = _sql(f"SELECT id, vector FROM memory_vectors {_IN_SCOPE} ORDER BY id")
 # The scope's memories by conversation, each one's in write order (the conversations'
 # index holds it all): what recall with context scores over at once, with numpy.
 _SQL_SCOPE_CONVERSATIONS = _sql(
@@ -883,6 +889,18 @@ _SQL_SCOPE_CONVERSATIONS_AFTER = _sql(_each_owner_after(
     "SELECT id, conversation FROM memories", "UNION ALL", " ORDER BY id"))
 _SQL_SCOPE_VECTORS_AFTER = _sql(_each_owner_after(
     "SELECT id, vector FROM memory_vectors", "UNION ALL", " ORDER BY id"))
+
+
+# A scope's vectors a block at a time, each owner's in id order from its range of the scope
+# index: where a scope's vectors do not fit the kept budget, recall scores them block by
+# block, in memory of one block, never sorting the scope's rows.
+_SQL_OWNER_VECTORS = _sql(
+    "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id IS NULL AND id > ?"
+    " ORDER BY id LIMIT ?")
+_SQL_TASK_VECTORS = _sql(
+    "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id = ? AND id > ?"
+    " ORDER BY id LIMIT ?")
+_VECTOR_BLOCK_BYTES = 4 * 2**20
 
 
 def _owners_after(key: _ScopeKey, newest: int) -> tuple[Any, ...]:
@@ -2972,34 +2990,42 @@ def _numpy() -> Any:
         return None
 
 
+def _held_bytes(*arrays: Any) -> int:
+    """What numpy `arrays` (or None) hold: their data and each one's object, so that the
+    kept budget bounds the process, however small the copies."""
+    return sum(_ARRAY_BYTES + held.nbytes for held in arrays if held is not None)
+
+
 class _Vectors:
     """A scope's vectors, by ascending id, and their cosines with a query's: in numpy
     where installed, else in pure Python."""
 
     def __init__(self, rows: list[tuple[int, bytes]], dimensions: int) -> None:
         width = 4 * dimensions
-        if any(not blob or len(blob) % width for _, blob in rows):
+        ids, blobs = zip(*rows, strict=True) if rows else ((), ())
+        lengths = list(map(len, blobs))
+        if any(not length or length % width for length in set(lengths)):
             raise SchemaError("a stored vector's length is not the embedder's dimensions")
         np = _numpy()
-        self.size = sum(len(blob) for _, blob in rows)
         # A memory embedded from several texts has their vectors in one row, one after
         # another: the rows of vectors beyond one a memory (`firsts`, where each memory's
         # first vector is, None while every memory has one).
-        counts = [len(blob) // width for _, blob in rows]
+        counts = [length // width for length in lengths]
         if np is None:
-            self.ids: Any = [memory_id for memory_id, _ in rows]
-            self.rows: Any = [_floats(blob[at : at + width]) for _, blob in rows
+            self.ids: Any = list(ids)
+            self.rows: Any = [_floats(blob[at : at + width]) for blob in blobs
                               for at in range(0, len(blob), width)]
             self.norms: Any = [math.sqrt(sum(x * x for x in row)) for row in self.rows]
             self.firsts: Any = list(itertools.accumulate(counts, initial=0))[:-1]
+            self.size = sum(lengths)
             return
-        self.ids = np.fromiter((memory_id for memory_id, _ in rows), dtype=np.int64,
-                               count=len(rows))
-        self.rows = np.frombuffer(b"".join(blob for _, blob in rows), dtype="<f4").reshape(
-            -1, dimensions)
-        self.norms = np.linalg.norm(self.rows, axis=1)
+        self.ids = np.array(ids, dtype=np.int64)
+        self.rows = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, dimensions)
+        # Each row's own sum, as the cosines' (see cosines).
+        self.norms = np.sqrt(np.einsum("ij,ij->i", self.rows, self.rows))
         self.firsts = None if len(self.rows) == len(rows) else np.concatenate(
             [[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self.size = _held_bytes(self.ids, self.rows, self.norms, self.firsts)
 
     def extended(self, rows: list[tuple[int, bytes]], dimensions: int) -> _Vectors:
         """These vectors (numpy's) and those of `rows` (id, vector), whose ids are above
@@ -3009,13 +3035,41 @@ class _Vectors:
         grown.ids = np.concatenate([self.ids, more.ids])
         grown.rows = np.concatenate([self.rows, more.rows])
         grown.norms = np.concatenate([self.norms, more.norms])
-        grown.size = self.size + more.size
+        grown.size = _held_bytes(grown.ids, grown.rows, grown.norms, grown.firsts)
         if self.firsts is not None or more.firsts is not None:
             grown.firsts = np.concatenate([
                 np.arange(len(self.ids)) if self.firsts is None else self.firsts,
                 len(self.rows) + (np.arange(len(more.ids)) if more.firsts is None
                                   else more.firsts)]).astype(np.int64)
         return grown
+
+    @classmethod
+    def joined(cls, blocks: list[_Vectors], dimensions: int) -> _Vectors:
+        """One copy of numpy `blocks` (each in ascending id order), in ascending id order."""
+        np = _numpy()
+        whole = cls([], dimensions)
+        if not blocks:
+            return whole
+        ids = np.concatenate([block.ids for block in blocks])
+        rows = np.concatenate([block.rows for block in blocks])
+        norms = np.concatenate([block.norms for block in blocks])
+        at, starts = 0, []  # where each memory's first vector is in `rows`
+        for block in blocks:
+            starts.append(at + (np.arange(len(block.ids)) if block.firsts is None
+                                else block.firsts))
+            at += len(block.rows)
+        firsts = np.concatenate(starts).astype(np.int64)
+        counts = np.diff(firsts, append=len(rows))
+        order = np.argsort(ids, kind="stable")  # the owners' ids, one run each, merged
+        counts = counts[order]
+        # Each memory's vectors, in the new order: its first's place, then the next ones.
+        taken = np.repeat(firsts[order], counts) + np.arange(len(rows)) - np.repeat(
+            np.cumsum(counts) - counts, counts)
+        whole.ids, whole.rows, whole.norms = ids[order], rows[taken], norms[taken]
+        whole.firsts = None if len(rows) == len(ids) else (np.cumsum(counts) - counts
+                                                           ).astype(np.int64)
+        whole.size = _held_bytes(whole.ids, whole.rows, whole.norms, whole.firsts)
+        return whole
 
     def cosines(self, query: bytes) -> tuple[Any, Any]:
         """The ids and each one's cosine with the query's vector (the best of its
@@ -3030,7 +3084,10 @@ class _Vectors:
                               for first, end in zip(self.firsts, ends, strict=True)]
         np = _numpy()
         asked = np.frombuffer(query, dtype="<f4")
-        each = (self.rows @ asked) / (self.norms * np.linalg.norm(asked))
+        # By einsum, not `@`: BLAS sums a row's products in an order that depends on the
+        # rows beside it, so a block's cosines would differ in their last bit from the
+        # whole scope's, and a scope read in blocks could rank otherwise.
+        each = np.einsum("ij,j->i", self.rows, asked) / (self.norms * np.linalg.norm(asked))
         if self.firsts is None or not len(self.ids):
             return self.ids, each
         return self.ids, np.maximum.reduceat(each, self.firsts)
@@ -3073,6 +3130,17 @@ class _Vectors:
                               self.cosine_of([memory_id for _, memory_id in best], scores),
                               strict=True))
 
+    def holds(self, wanted: Any) -> Any:
+        """Which of the ascending `wanted` ids have vectors here (numpy's mask, or a list)."""
+        if isinstance(self.ids, list):
+            have = set(self.ids)
+            return [memory_id in have for memory_id in wanted]
+        np = _numpy()
+        if not len(self.ids) or not len(wanted):
+            return np.zeros(len(wanted), dtype=bool)
+        at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
+        return self.ids[at] == wanted
+
     def cosine_of(self, wanted: list[int], scores: Any) -> list[float]:
         """Each wanted id's cosine, of the `scores` of all (0 for an id without a vector)."""
         np = _numpy()
@@ -3081,6 +3149,83 @@ class _Vectors:
         at = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
         return np.where(self.ids[at] == wanted, scores[at], 0.0).tolist()  # type: ignore[no-any-return]
 
+
+class _VectorStream:
+    """A scope's vectors read a block at a time as they are scored, so that a scope past the
+    kept budget costs the memory of a block, not of the scope; a scope that proves to fit
+    is handed to `keep` whole, for the recalls after this one."""
+
+    def __init__(self, blocks: Iterator[list[tuple[int, bytes]]], dimensions: int,
+                 keep: Callable[[_Vectors], None]) -> None:
+        self.blocks, self.dimensions, self.keep = blocks, dimensions, keep
+
+    def best(self, query: bytes, limit: int, expired: set[int],
+             bonus: tuple[Any, Any] = ((), ()), admitted: _Admitted | None = None
+             ) -> tuple[list[tuple[float, int]], dict[int, float]]:
+        """_Vectors.best over the blocks: each block's best, with the bonus of the ids it
+        holds, and the bonus of ids without a vector apart; the best of all of them."""
+        np = _numpy()
+        if np is None:
+            given: Any = sorted(zip(*bonus, strict=True))  # by id: ids are distinct
+            given_ids, more = [g for g, _ in given], [m for _, m in given]
+            placed: Any = [False] * len(given_ids)  # whether each bonus id has a vector
+        else:
+            given_ids = np.asarray(bonus[0], dtype=np.int64)
+            order = np.argsort(given_ids)
+            given_ids, more = given_ids[order], np.asarray(bonus[1], dtype=np.float64)[order]
+            placed = np.zeros(len(given_ids), dtype=bool)
+        found: list[tuple[float, int]] = []
+        cosines: dict[int, float] = {}
+        whole: list[_Vectors] | None = [] if np is not None else None
+        size = 0
+        for rows in self.blocks:
+            block = _Vectors(rows, self.dimensions)
+            size += block.size
+            if whole is not None and size > KEPT_BYTES:
+                whole = None  # past the budget: this recall keeps nothing
+            if whole is not None:
+                whole.append(block)
+            # The bonus ids in the block's span, and which of them the block holds (the
+            # other owner's ids lie between its own).
+            first = bisect.bisect_left(given_ids, rows[0][0])
+            end = bisect.bisect_right(given_ids, rows[-1][0])
+            held = block.holds(given_ids[first:end])
+            if np is None:
+                placed[first:end] = map(operator.or_, placed[first:end], held)
+                part = ([g for g, h in zip(given_ids[first:end], held, strict=True) if h],
+                        [m for m, h in zip(more[first:end], held, strict=True) if h])
+            else:
+                placed[first:end] |= held
+                part = (given_ids[first:end][held], more[first:end][held])
+            best, scored = block.best(query, limit, expired, part, admitted)
+            found = heapq.nlargest(limit, found + best)
+            cosines.update(scored)
+        lone = (zip(given_ids[~placed].tolist(), more[~placed].tolist(), strict=True)
+                if np is not None else ((g, m) for g, m, has
+                                        in zip(given_ids, more, placed, strict=True) if not has))
+        apart = [(m, g) for g, m in lone
+                 if g not in expired and (admitted is None or g in admitted)]
+        best = heapq.nlargest(limit, found + apart)
+        if whole is not None:
+            self.keep(_Vectors.joined(whole, self.dimensions))
+        return best, {memory_id: cosines.get(memory_id, 0.0) for _, memory_id in best}
+
+
+def _vector_blocks(db: _Session, key: _ScopeKey, dimensions: int
+                   ) -> Iterator[list[tuple[int, bytes]]]:
+    """The scope's (id, vector) rows, each owner's in ascending id order, in blocks of about
+    _VECTOR_BLOCK_BYTES."""
+    rows_per_block = max(1, _VECTOR_BLOCK_BYTES // (4 * dimensions))
+    for statement, owner in ((_SQL_OWNER_VECTORS, (key.user,)),
+                             (_SQL_TASK_VECTORS, (key.user, key.task))):
+        after = 0
+        while True:
+            rows = db.execute(statement, (*owner, after, rows_per_block)).fetchall()
+            if rows:
+                yield rows
+            if len(rows) < rows_per_block:
+                break
+            after = rows[-1][0]
 
 def _limit_th_best(scores: Any, limit: int) -> float:
     """The `limit`-th highest of more than `limit` scores (numpy), by the maxima of blocks
@@ -3200,9 +3345,9 @@ class _Conversations:
             self.table = self.ids[:0]
             self.order = np.argsort(self.ids)
             self.ascending = self.ids[self.order]
-        self.size = ((2 + len(self.shares)) * self.ids.nbytes + self.table.nbytes
-                     + self.order.nbytes + self.ascending.nbytes
-                     + sys.getsizeof(numbers) + named_bytes)
+        self.size = (_held_bytes(self.ids, self.conversation, self.table, self.order,
+                                 self.ascending, *(share for _, _, share in self.shares))
+                     + sys.getsizeof(numbers) + named_bytes + _INT_BYTES * len(numbers))
 
     @classmethod
     def read(cls, rows: list[tuple[int, str | None]]) -> _Conversations:
@@ -4196,6 +4341,7 @@ class _Planner(_Part):
         self._copies: collections.OrderedDict[
             tuple[type, _ScopeKey], tuple[Any, _Vectors | _Conversations]] = \
             collections.OrderedDict()
+        self._kept_bytes = 0  # the sizes of the copies, together
 
     def plan(self, db: _Session, key: _ScopeKey, wanted: set[str], meant: bytes | None,
              rank: Rank, context: bool, conditions: list[_Condition] | None,
@@ -4290,8 +4436,10 @@ class _Planner(_Part):
         (meant,) = _embedded(self._store.embedder, [query])
         return meant
 
-    def _vectors_of(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]) -> _Vectors:
-        """The scope's vectors, from the store's copy where it is good (_kept)."""
+    def _vectors_of(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]
+                    ) -> _Vectors | _VectorStream:
+        """The scope's vectors: the store's copy where it is good (_copy_of), else read a
+        block at a time as recall scores them."""
         assert self._store.embedder is not None
         dimensions, record = self._store.embedder.dimensions, _embedder_record(self._store.embedder)
 
@@ -4304,9 +4452,11 @@ class _Planner(_Part):
                 _SQL_SCOPE_VECTORS_AFTER, _owners_after(key, kept_scope[-1])).fetchall(),
                 dimensions)
 
-        return self._kept(_Vectors, key, (held, record),
-                          lambda: _Vectors(db.execute(_SQL_SCOPE_VECTORS, key).fetchall(),
-                                           dimensions), extended)
+        kept = self._copy_of(_Vectors, key, (held, record), extended)
+        if kept is not None:
+            return kept
+        return _VectorStream(_vector_blocks(db, key, dimensions), dimensions,
+                             functools.partial(self._keep, _Vectors, key, (held, record)))
 
     @staticmethod
 
@@ -4325,10 +4475,21 @@ class _Planner(_Part):
               read: Callable[[], _Kept],
               extend: Callable[[tuple[Any, ...], _Kept], _Kept | None] | None = None
               ) -> _Kept:
-        """What `read` reads of the scope: the store's copy while the scope's counts and
-        newest id (`held`, _SQL_NEWEST_IN_SCOPE, and what else it was read by) are as when
-        it was read, else what `extend` makes of the copy (given what held then; None
-        where it cannot), else read now; with numpy, kept."""
+        """What `read` reads of the scope: the store's copy where it is good (_copy_of),
+        else read now and kept (_keep)."""
+        copy = self._copy_of(kind, key, held, extend)
+        if copy is None:
+            copy = read()
+            self._keep(kind, key, held, copy)
+        return copy
+
+    def _copy_of(self, kind: type[_Kept], key: _ScopeKey, held: tuple[Any, ...],
+                 extend: Callable[[tuple[Any, ...], _Kept], _Kept | None] | None = None
+                 ) -> _Kept | None:
+        """The store's copy of the scope while the scope's counts and newest id (`held`,
+        _SQL_NEWEST_IN_SCOPE, and what else it was read by) are as when it was read, else
+        what `extend` makes of the copy (given what held then), kept in its place; None
+        where there is no copy or `extend` cannot make one."""
         with self._store._lock:
             kept = self._copies.get((kind, key))
             if kept is not None and kept[0] == held:
@@ -4336,17 +4497,31 @@ class _Planner(_Part):
                 return cast(_Kept, kept[1])
         extended = None if kept is None or extend is None else extend(kept[0],
                                                                     cast(_Kept, kept[1]))
-        copy = read() if extended is None else extended
-        if _numpy() is not None and copy.size <= KEPT_BYTES:
-            with self._store._lock:
-                self._copies[kind, key] = (held, copy)
-                while sum(v.size for _, v in self._copies.values()) > KEPT_BYTES:
-                    self._copies.popitem(last=False)
-        return copy
+        if extended is not None:
+            self._keep(kind, key, held, extended)
+        return extended
+
+    def _keep(self, kind: type[_Kept], key: _ScopeKey, held: tuple[Any, ...],
+              copy: _Kept) -> None:
+        """Keep `copy` of the scope (with numpy, where it fits the budget), the oldest read
+        dropped while all of them take more than KEPT_BYTES."""
+        if _numpy() is None or _COPY_BYTES + copy.size > KEPT_BYTES:
+            return
+        with self._store._lock:
+            before = self._copies.pop((kind, key), None)
+            # A running total: summing every copy's size at each keep made a user's first
+            # recall dearer the more users the process had served.
+            self._kept_bytes += copy.size - (0 if before is None else before[1].size) \
+                + (_COPY_BYTES if before is None else 0)
+            self._copies[kind, key] = (held, copy)
+            while self._kept_bytes > KEPT_BYTES:
+                _, (_, dropped) = self._copies.popitem(last=False)
+                self._kept_bytes -= _COPY_BYTES + dropped.size
 
     def _by_meaning(self, db: _Session, recall: _Recall, rank: Rank,
-                    asked: tuple[_Vectors, bytes], unindexed: dict[str, array.array[int]],
-                    around: _Around | None, words_asked: int) -> _Scoring:
+                    asked: tuple[_Vectors | _VectorStream, bytes],
+                    unindexed: dict[str, array.array[int]], around: _Around | None,
+                    words_asked: int) -> _Scoring:
         """The ranks by meaning: the cosines alone, or (hybrid) with every memory's word
         evidence (_evidence), in context where `around` finds neighbours, over the
         question's weight (_question)."""

@@ -563,23 +563,14 @@ def test_a_kept_copy_of_the_vectors_grows_with_later_writes(
     vectors written since and ranks as a store reading the scope afresh; after a deletion,
     even with a write that keeps the count, it reads the scope's vectors again."""
     pytest.importorskip("numpy")
-    reads, growing = [0], [False]
-    real_init, real_extended = memory._Vectors.__init__, memory._Vectors.extended
+    reads = [0]  # the reads of a scope's vectors from the first
+    real_blocks = memory._vector_blocks
 
-    def counted_init(self: memory._Vectors, rows: list[tuple[int, bytes]],
-                     dimensions: int) -> None:
-        reads[0] += not growing[0]
-        real_init(self, rows, dimensions)
-
-    def counted_extended(self: memory._Vectors, rows: list[tuple[int, bytes]],
-                         dimensions: int) -> memory._Vectors:
-        growing[0] = True
-        try:
-            return real_extended(self, rows, dimensions)
-        finally:
-            growing[0] = False
-    monkeypatch.setattr(memory._Vectors, "__init__", counted_init)
-    monkeypatch.setattr(memory._Vectors, "extended", counted_extended)
+    def counted_blocks(db: memory._Session, key: memory._ScopeKey, dimensions: int
+                       ) -> Iterator[list[tuple[int, bytes]]]:
+        reads[0] += 1
+        return real_blocks(db, key, dimensions)
+    monkeypatch.setattr(memory, "_vector_blocks", counted_blocks)
     ranks: list[memory.Rank] = ["meaning", "hybrid"]
     asked = [(scope, query, rank) for scope in (ALICE, ALICE_WORK)
              for query in ("meat-free supper", "jazz concert") for rank in ranks]
