@@ -158,9 +158,11 @@ def test_the_budget_drops_the_oldest_read_and_keeps_its_total(
             assert planner._kept_bytes <= memory.KEPT_BYTES
         assert [key.user for _, key in planner._copies] == ["u4", "u0", "u5"]
         # A copy made again (after a write, and after a deletion) takes its old one's place.
-        for change in (lambda: store.remember(Scope("u0", "t"), "user", "jazz again", "s"),
-                       lambda: store.forget(Scope("u0", "t"), 1)):
-            change()
+        for change in ("write", "forget"):
+            if change == "write":
+                store.remember(Scope("u0", "t"), "user", "jazz again", "s")
+            else:
+                store.forget(Scope("u0", "t"), 1)
             store.recall(Scope("u0", "t"), "jazz", 3, rank="meaning")
             assert [key.user for _, key in planner._copies][-2:] == ["u5", "u0"]
             assert planner._kept_bytes == sum(memory._COPY_BYTES + copy.size
