@@ -10,9 +10,11 @@ shipped: CC BY-NC) repeated, each copy its own conversations, asked its question
 query runs top 5 on memory.py (stems + idf) without and with context, hybrid (random
 384-dimension vectors standing in for an embedder's) without and with context, on SQLite
 FTS5 (bm25, porter, any word of the query, the user a column filter) and, where the `tantivy`
-package is installed, on tantivy (the user a filter term, the words should-terms, BM25),
-all in one run on the same rows. Each method runs its queries one after another; recall
-with context also runs each query right after the same recall without context, whose
+package is installed, on tantivy (the user a filter term, the query through the index's own
+parser so stemmed as its en_stem texts, any word, BM25, the texts of the best fetched as the
+store returns them), all in one run on the same rows. Each method runs its queries one
+after another; recall with context also runs each query right after the same recall
+without context, whose
 reads leave colder caches, and (last, as it adds to the rows) right after a write to the
 scope, as an assistant that remembers each turn recalls, with and without vectors. Times
 are per query, in ms (a write's own time is not counted).
@@ -121,7 +123,7 @@ def tantivy_ranker(folder: Path, rows: list[Row]) -> Callable[[str], object] | N
     tantivy: Any = importlib.import_module("tantivy")
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("user", tokenizer_name="raw")
-    builder.add_text_field("text", stored=False, tokenizer_name="en_stem")
+    builder.add_text_field("text", stored=True, tokenizer_name="en_stem")
     schema = builder.build()
     index = tantivy.Index(schema, path=str(folder))
     writer = index.writer()
@@ -133,12 +135,14 @@ def tantivy_ranker(folder: Path, rows: list[Row]) -> Callable[[str], object] | N
     mine = tantivy.Query.term_query(schema, "user", ME.user)
 
     def recall(query: str) -> object:
-        terms = [tantivy.Query.term_query(schema, "text", term) for term in
-                 {term.lower() for term in re.findall(r"\w+", query)}]
-        words = tantivy.Query.boolean_query([(tantivy.Occur.Should, term) for term in terms])
+        # The query's words through the index's own parser, so stemmed as the texts were
+        # (a term query of "hiking" never meets the index's "hike"), any of them; then the
+        # texts of the best, as the store returns them.
+        words = index.parse_query(" ".join(re.findall(r"\w+", query)), ["text"])
         both = tantivy.Query.boolean_query([(tantivy.Occur.Must, words),
                                             (tantivy.Occur.Must, mine)])
-        return searcher.search(both, LIMIT).hits
+        return [searcher.doc(address)["text"] for _, address
+                in searcher.search(both, LIMIT).hits]
     return recall
 
 
