@@ -1925,8 +1925,11 @@ def _stems_second(text: str) -> set[str]:
 
 def _stems_by(text: str, stopwords: frozenset[str]) -> set[str]:
     runs, diacritics = _word_patterns()
-    found: set[str] = set()
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    if folded.isascii():  # each run one part, neither paired nor marked: stemmed at once
+        stem = _stemmer()
+        return {stem(run) for run in set(runs.findall(folded)) - stopwords}
+    found: set[str] = set()
     for run in runs.findall(folded):
         if not run.isascii():
             bare = diacritics.sub(r"\1", unicodedata.normalize("NFD", run))

@@ -11,6 +11,8 @@ import unicodedata
 from typing import Any, cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import memory
 from helpers import ALICE, BOB, WORD_RANKS, cli, digest, write_version_1
@@ -38,6 +40,14 @@ from model import Memory, Model, index_problems, index_problems_at, is_cjk, mode
 @pytest.mark.stems
 def test_the_stems_rule(text: str, expected: set[str]) -> None:
     assert stems(text) == expected == model_stems(text)
+
+
+@pytest.mark.stems
+@given(st.text(st.characters(max_codepoint=0x7f), max_size=60)
+       | st.text(st.sampled_from("aeiouy sThe-_'.,1İé京ภ"), max_size=30) | st.text(max_size=30))
+def test_the_stems_rule_as_the_model_has_it(text: str) -> None:
+    """Any text, ASCII alone (stemmed at once) or not, has the model's words."""
+    assert stems(text) == model_stems(text)
 
 
 def test_the_cjk_ranges_are_exactly_the_named_scripts() -> None:
