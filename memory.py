@@ -1928,7 +1928,7 @@ def _stems_by(text: str, stopwords: frozenset[str]) -> set[str]:
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
     if folded.isascii():  # each run one part, neither paired nor marked: stemmed at once
         stem = _stemmer()
-        return {stem(run) for run in set(runs.findall(folded)) - stopwords}
+        return {stem(run) for run in set(_ALNUM_RUN.findall(folded)) - stopwords}
     found: set[str] = set()
     for run in runs.findall(folded):
         if not run.isascii():
@@ -1961,7 +1961,14 @@ class _Rule(NamedTuple):
     def of_memory(self, text: str, created_at: str) -> set[str]:
         """The words a memory is indexed by: its text's, and its date's if dated."""
         found = self.words(text)
-        return found | self.words(_date_words(created_at)) if self.dated else found
+        return found | _words_of_date(self.words, created_at) if self.dated else found
+
+
+@functools.lru_cache(maxsize=1024)
+def _words_of_date(words: Callable[[str], set[str]], created_at: str) -> frozenset[str]:
+    """The words of a created_at's date under a rule's `words`: the memories of a batch,
+    and of a day, share them."""
+    return frozenset(words(_date_words(created_at)))
 
 
 # The matching rules as a file records them: the rule, with the version of it the file's
