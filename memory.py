@@ -891,15 +891,13 @@ _SQL_SCOPE_VECTORS_AFTER = _sql(_each_owner_after(
     "SELECT id, vector FROM memory_vectors", "UNION ALL", " ORDER BY id"))
 
 
-# A scope's vectors a block at a time, each owner's in id order from its range of the scope
-# index: where a scope's vectors do not fit the kept budget, recall scores them block by
-# block, in memory of one block, never sorting the scope's rows.
+# A scope's vectors, each owner's in id order from its range of the scope index (no sort of
+# the scope's rows), read a block at a time (_Session.blocks): where they do not fit the
+# kept budget, recall scores them block by block, in memory of one block.
 _SQL_OWNER_VECTORS = _sql(
-    "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id IS NULL AND id > ?"
-    " ORDER BY id LIMIT ?")
+    "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id IS NULL ORDER BY id")
 _SQL_TASK_VECTORS = _sql(
-    "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id = ? AND id > ?"
-    " ORDER BY id LIMIT ?")
+    "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id = ? ORDER BY id")
 _VECTOR_BLOCK_BYTES = 4 * 2**20
 
 
@@ -1928,7 +1926,7 @@ def _stems_by(text: str, stopwords: frozenset[str]) -> set[str]:
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
     if folded.isascii():  # each run one part, neither paired nor marked: stemmed at once
         stem = _stemmer()
-        return {stem(run) for run in set(_ALNUM_RUN.findall(folded)) - stopwords}
+        return set(map(stem, set(_ALNUM_RUN.findall(folded)).difference(stopwords)))
     found: set[str] = set()
     for run in runs.findall(folded):
         if not run.isascii():
@@ -2264,6 +2262,13 @@ class _Session:
         batch, once the batch has gone."""
         rows = self.execute(sql, parameters).fetchall()
         return lambda: rows
+
+    def blocks(self, sql: str, parameters: Any, size: int) -> Iterator[list[Any]]:
+        """A read's rows, `size` at a time, as they are fetched: the engine holds the rest
+        (SQLite steps through the statement; a server keeps a cursor)."""
+        cursor = self.execute(sql, parameters)
+        while rows := cursor.fetchmany(size):
+            yield rows
 
     def ask_each(self, sql: str, rows: list[tuple[Any, ...]]) -> Callable[[], list[list[Any]]]:
         """ask's rows for each row of parameters, in their order: in a batch, once it has
@@ -3226,16 +3231,8 @@ def _vector_blocks(db: _Session, key: _ScopeKey, dimensions: int
     """The scope's (id, vector) rows, each owner's in ascending id order, in blocks of about
     _VECTOR_BLOCK_BYTES."""
     rows_per_block = max(1, _VECTOR_BLOCK_BYTES // (4 * dimensions))
-    for statement, owner in ((_SQL_OWNER_VECTORS, (key.user,)),
-                             (_SQL_TASK_VECTORS, (key.user, key.task))):
-        after = 0
-        while True:
-            rows = db.execute(statement, (*owner, after, rows_per_block)).fetchall()
-            if rows:
-                yield rows
-            if len(rows) < rows_per_block:
-                break
-            after = rows[-1][0]
+    yield from db.blocks(_SQL_OWNER_VECTORS, (key.user,), rows_per_block)
+    yield from db.blocks(_SQL_TASK_VECTORS, key, rows_per_block)
 
 def _limit_th_best(scores: Any, limit: int) -> float:
     """The `limit`-th highest of more than `limit` scores (numpy), by the maxima of blocks

@@ -563,6 +563,20 @@ class _PostgresSession(_Session):
             self._trace(text)
         self._driver(lambda: cursor.executemany(text, rows))
 
+    def blocks(self, sql: str, parameters: Any, size: int) -> Iterator[list[Any]]:
+        # A server-side cursor: the server keeps what is not fetched yet, and plans for the
+        # first rows (cursor_tuple_fraction), so an index's order rather than a sort.
+        text = self._form(sql)
+        if self._begin is not None:  # a cursor is declared in the transaction
+            begin, self._begin = self._begin, None
+            self._driver(lambda: self.connection.execute(begin))
+        if self._trace is not None:
+            self._trace(text)
+        with self.connection.cursor(name="memory_blocks", binary=True) as cursor:
+            self._driver(lambda: cursor.execute(text, parameters))
+            while rows := self._driver(lambda: cursor.fetchmany(size)):
+                yield rows
+
     @contextlib.contextmanager
     def _pipeline(self) -> Iterator[None]:
         """Send the block's statements without waiting for each one's result (psycopg's
