@@ -1,0 +1,187 @@
+"""Recall past the kept budget, and the kept copies of many users: prints tables; never a test.
+
+    python3 bench/bench_budget.py [--sizes 100000,1000000] [--users 1000,10000] [--postgres]
+
+1. Meaning past the budget. One user holds SIZE memories with 384-dimension vectors (seeded
+   random unit vectors, as bench_vectors.py writes them), on SQLite (and PostgreSQL with
+   --postgres). KEPT_BYTES is lowered to 16 MiB, below the scope, so every recall reads
+   the scope's vectors: a block at a time as the store does now, and, beside it in the
+   same run, the way it read them before (every row at once, sorted by id, then scored):
+   `_Vectors(fetchall())`. The floor is numpy over the same matrix held in memory.
+   p50 of QUERIES recalls, and the peak of memory allocated during one (tracemalloc).
+2. Many users' first recalls. USERS users of 5 memories each (conversations of 2), each
+   recalled once with context, in turn, by one store: the p50 of the first thousand's and
+   of the last thousand's first recall, with the kept copies' total kept running (now) and
+   summed at each keep (before), same run; and what the copies count against what the
+   process holds for them (tracemalloc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
+
+from bench_vectors import DIMENSIONS, ME, Random, postgres  # noqa: E402
+
+import memory  # noqa: E402
+from memory import MemoryStore, Scope  # noqa: E402
+from tables import format_table  # noqa: E402
+
+QUERIES = 9
+BUDGET = 16 * 2**20
+
+
+def written(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:.2f}"
+
+
+def p50(call: Callable[[], object], times: int) -> float:
+    spent = []
+    for _ in range(times):
+        began = time.perf_counter()
+        call()
+        spent.append(time.perf_counter() - began)
+    return 1000 * statistics.median(spent)
+
+
+def peak_mib(call: Callable[[], object]) -> float:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def fill(store: MemoryStore, size: int) -> None:
+    for start in range(0, size, 5000):
+        store.remember_many([(ME, "user", f"memory {n}", f"c{n // 20}/turn")
+                             for n in range(start, min(size, start + 5000))])
+
+
+def whole_read(store: MemoryStore, query: bytes) -> None:
+    """The read before the blocks: every row of the scope at once, sorted by id."""
+    key = memory._ScopeKey(ME.user, ME.task)
+    statement = memory._sql(
+        f"SELECT id, vector FROM memory_vectors {memory._IN_SCOPE} ORDER BY id")
+    with store._snapshot({ME.user}) as db:
+        vectors = memory._Vectors(db.execute(statement, key).fetchall(), DIMENSIONS)
+        vectors.best(query, 5, set())
+
+
+def past_budget_rows(target: str, size: int, engine: str) -> list[dict[str, object]]:
+    with MemoryStore(target, embedder=Random(7), durable=False) as store:
+        fill(store, size)
+    rows: list[dict[str, object]] = []
+    query = np.asarray(Random(8).embed(["q"])[0], dtype="<f4").tobytes()
+    with mock.patch.object(memory, "KEPT_BYTES", BUDGET), \
+            MemoryStore(target, embedder=Random(8)) as store:
+        def ask() -> None:
+            store.recall(ME, "a question", 5, rank="meaning")
+        ask()
+        rows.append({"engine": engine, "vectors": size, "read": "blocks (now)",
+                     "p50 ms": p50(ask, QUERIES), "peak MiB": peak_mib(ask)})
+        rows.append({"engine": engine, "vectors": size, "read": "whole (before)",
+                     "p50 ms": p50(lambda: whole_read(store, query), 3),
+                     "peak MiB": peak_mib(lambda: whole_read(store, query))})
+    return rows
+
+
+def floor_row(size: int) -> dict[str, object]:
+    matrix = Random(9).rng.standard_normal((size, DIMENSIONS)).astype(np.float32)
+    asked = Random(10).rng.standard_normal(DIMENSIONS).astype(np.float32)
+    return {"engine": "numpy in memory", "vectors": size, "read": "-",
+            "p50 ms": p50(lambda: np.argpartition(matrix @ asked, -5)[-5:], QUERIES),
+            "peak MiB": peak_mib(lambda: np.argpartition(matrix @ asked, -5)[-5:])}
+
+
+def summed_keep(self: Any, kind: Any, key: Any, held: Any, copy: Any) -> None:
+    """_Planner._keep as it was: every copy's size summed again at each keep."""
+    if memory._numpy() is None or copy.size > memory.KEPT_BYTES:
+        return
+    with self._store._lock:
+        self._copies[kind, key] = (held, copy)
+        while sum(v.size for _, v in self._copies.values()) > memory.KEPT_BYTES:
+            self._copies.popitem(last=False)
+
+
+def users_rows(folder: str, users: int) -> list[dict[str, object]]:
+    path = str(Path(folder) / f"users-{users}.db")
+    with MemoryStore(path, durable=False) as store:
+        for start in range(0, users, 1000):
+            store.remember_many([(Scope(f"u{user}", "t"), "user", f"jazz dinner {n}",
+                                  f"c{n // 2}/turn") for user in range(start, start + 1000)
+                                 for n in range(5)])
+    rows: list[dict[str, object]] = []
+    for way, keep in (("running total (now)", None), ("summed (before)", summed_keep)):
+        patched = mock.patch.object(memory._Planner, "_keep", keep) if keep else None
+        with MemoryStore(path) as store:
+            if patched:
+                patched.start()
+            try:
+                store.recall(Scope("nobody", "t"), "jazz", 3, context=True)
+                spent = []
+                gc.collect()
+                tracemalloc.start()
+                before = tracemalloc.get_traced_memory()[0]
+                for user in range(users):
+                    began = time.perf_counter()
+                    store.recall(Scope(f"u{user}", "t"), "jazz", 3, context=True)
+                    spent.append(time.perf_counter() - began)
+                gc.collect()
+                held = tracemalloc.get_traced_memory()[0] - before
+                tracemalloc.stop()
+            finally:
+                if patched:
+                    patched.stop()
+            counted = sum(copy.size for _, copy in store._planner._copies.values()) \
+                + (memory._COPY_BYTES * len(store._planner._copies) if keep is None else 0)
+        rows.append({"users": users, "keeping": way,
+                     "first 1,000 p50 ms": 1000 * statistics.median(spent[:1000]),
+                     "last 1,000 p50 ms": 1000 * statistics.median(spent[-1000:]),
+                     "copies count MiB": counted / 2**20, "held MiB": held / 2**20})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--users", default="1000,10000")
+    parser.add_argument("--postgres", action="store_true")
+    args = parser.parse_args()
+    print(f"memory.py {memory.__version__}, numpy {np.__version__}, {DIMENSIONS} dimensions,"
+          f" top 5, KEPT_BYTES {BUDGET // 2**20} MiB for the past-budget rows")
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        for size in map(int, args.sizes.split(",")):
+            rows += past_budget_rows(str(Path(folder) / f"{size}.db"), size, "SQLite")
+            rows.append(floor_row(size))
+        if args.postgres:
+            with postgres() as server:
+                for size in map(int, args.sizes.split(",")):
+                    if server is not None:
+                        rows += past_budget_rows(server.new_database(), size, "PostgreSQL")
+        print(format_table(rows, cell=written))
+        users: list[dict[str, object]] = []
+        for count in map(int, args.users.split(",")):
+            users += users_rows(folder, count)
+        print(format_table(users, cell=written))
+
+
+if __name__ == "__main__":
+    main()
