@@ -258,6 +258,25 @@ def test_single_writes_share_posting_rows(tmp_path: pathlib.Path) -> None:
     assert sizes == [(None, per_row), (None, per_row), (None, 1), ("trip", memory.INDEX_FROM)]
 
 
+def test_single_writes_share_posting_rows_whichever_owner_wrote_last(target: str) -> None:
+    """Durable writes alternating between the user level and a task, each with the same
+    word: each owner's id joins its own newest row of the word, though the word's newest
+    row of all is the other owner's (PostgreSQL looks that one up first)."""
+    with MemoryStore(target) as store:
+        for n in range(memory.INDEX_FROM):
+            store.remember(ALICE, "user", f"hotel note{n}", "s")
+            store.remember(ALICE, "task", f"hotel in the task {n}", "s")
+        for n in range(20):
+            store.remember(ALICE, "user", f"hotel later{n}", "s")
+            store.remember(ALICE, "task", f"hotel later in the task {n}", "s")
+        with store._snapshot({"alice"}) as db:
+            rows = dict(db.execute(memory._sql(
+                "SELECT task_id, count(*) FROM memory_words WHERE user_id = ? AND word = ?"
+                " GROUP BY task_id"), ("alice", "hotel")).fetchall())
+        assert len(store.recall(ALICE, "hotel", 20)) == 20
+    assert rows == {None: 1, "trip": 1}
+
+
 # A skewed vocabulary, as real text is: a few words in most memories, most words in few.
 SKEWED = st.sampled_from("sun sun sun sun sun sun sea sea sea sea sky sky sky owl owl elk"
                          " fig yak".split())
