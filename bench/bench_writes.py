@@ -1,0 +1,170 @@
+"""Write rates beside a plain table, on Zipf text and conversational turns: prints a table;
+never a test.
+
+    python3 bench/bench_writes.py [--size 50000] [--no-postgres]
+
+For each engine (SQLite; PostgreSQL on a throw-away server with fsync on, where its
+binaries are here) and each workload (Zipf: 5 to 15 words, as bench_memory.py draws them;
+turns: one to three sentences, bench/turns.py), memory.py (RECOMMENDED, no embedder)
+against a plain one-table schema (id, user, task, level, text, source, created_at, one
+(user, task) index) on the same engine and settings, in one run:
+
+- bulk: SIZE memories of one user (and SIZE of ten others, interleaved), remember_many in
+  batches of 10,000, against executemany of the same rows in a transaction a batch;
+- durable: single writes, each its own transaction synced to disk (SQLite synchronous
+  FULL, PostgreSQL's commit), in rounds of 25 alternating between the two, so a noisy
+  neighbour slows them alike.
+Rates are memories a second; "ratio" is memory.py's over the plain table's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
+
+from bench_memory import Zipf  # noqa: E402
+from turns import turn  # noqa: E402
+
+import memory  # noqa: E402
+from memory import MemoryStore, Scope, system_clock  # noqa: E402
+from tables import format_table  # noqa: E402
+
+SEED = 20261204
+BATCH = 10_000
+SINGLES = 200
+ME = Scope("bench-user", "task-1")
+PLAIN_SCHEMA = ("CREATE TABLE plain (id {id}, user_id TEXT NOT NULL, task_id TEXT,"
+                " level TEXT NOT NULL, text TEXT NOT NULL, source TEXT NOT NULL,"
+                " created_at TEXT NOT NULL)",
+                "CREATE INDEX plain_scope ON plain (user_id, task_id)")
+
+
+class Plain:
+    """The plain table on one engine: bulk batches and durable single inserts."""
+
+    def __init__(self, target: str) -> None:
+        self.postgres = "://" in target
+        if self.postgres:
+            import psycopg
+            self.db: Any = psycopg.connect(target, autocommit=True)
+            marker, identity = "%s", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+        else:
+            self.db = sqlite3.connect(target, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = FULL")
+            marker, identity = "?", "INTEGER PRIMARY KEY"
+        for statement in PLAIN_SCHEMA:
+            self.db.execute(statement.format(id=identity))
+        self.insert = ("INSERT INTO plain (user_id, task_id, level, text, source, created_at)"
+                       f" VALUES ({', '.join([marker] * 6)})")
+
+    def bulk(self, rows: list[tuple[str, str]]) -> None:
+        values = [(user, "task-1", "user", text, "s", system_clock()) for user, text in rows]
+        if self.postgres:
+            with self.db.transaction(), self.db.cursor() as cursor:
+                cursor.executemany(self.insert, values)
+        else:
+            self.db.execute("BEGIN")
+            self.db.executemany(self.insert, values)
+            self.db.execute("COMMIT")
+
+    def one(self, text: str) -> None:
+        self.db.execute(self.insert, (ME.user, "task-1", "user", text, "s", system_clock()))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def measure(engine: str, workload: str, targets: tuple[str, str], size: int,
+            text: Callable[[], str]) -> dict[str, Any]:
+    rows = [(f"other-{n % 10}" if n % 2 else ME.user, text()) for n in range(2 * size)]
+    singles = iter([text() for _ in range(2 * SINGLES)])
+    store, plain = MemoryStore(targets[0], **memory.RECOMMENDED), Plain(targets[1])
+    try:
+        spent = {"ours": 0.0, "plain": 0.0}
+        for start in range(0, len(rows), BATCH):  # batches alternating between the two
+            batch = rows[start:start + BATCH]
+            began = time.perf_counter()
+            store.remember_many([(Scope(user, "task-1"), "user", said, "s")
+                                 for user, said in batch])
+            spent["ours"] += time.perf_counter() - began
+            began = time.perf_counter()
+            plain.bulk(batch)
+            spent["plain"] += time.perf_counter() - began
+        durable = {"ours": 0.0, "plain": 0.0}
+        for _ in range(SINGLES // 25):
+            began = time.perf_counter()
+            for _ in range(25):
+                store.remember(ME, "user", next(singles), "s")
+            durable["ours"] += time.perf_counter() - began
+            began = time.perf_counter()
+            for _ in range(25):
+                plain.one(next(singles))
+            durable["plain"] += time.perf_counter() - began
+    finally:
+        store.close()
+        plain.close()
+    bulk = {who: len(rows) / seconds for who, seconds in spent.items()}
+    single = {who: SINGLES / seconds for who, seconds in durable.items()}
+    return {"engine": engine, "workload": workload,
+            "bulk memory.py/s": bulk["ours"], "bulk plain/s": bulk["plain"],
+            "bulk ratio": bulk["ours"] / bulk["plain"],
+            "durable memory.py/s": single["ours"], "durable plain/s": single["plain"],
+            "durable ratio": single["ours"] / single["plain"]}
+
+
+@contextmanager
+def postgres() -> Iterator[Any]:
+    from pg_server import Server, server_binaries
+    binaries = server_binaries()
+    if binaries is None:
+        yield None
+        return
+    server = Server(Path(tempfile.mkdtemp(prefix="memory-pg-writes-")), binaries, fsync=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=50_000)
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args()
+    rng = random.Random(SEED)
+    zipf = Zipf(rng)
+    workloads = {"Zipf": zipf.text, "turns": lambda: turn(rng)}
+    print(f"memory.py {memory.__version__}, SQLite {sqlite3.sqlite_version},"
+          f" {args.size:,} memories of one user and as many of ten others")
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name, text in workloads.items():
+            rows.append(measure("SQLite", name, (f"{folder}/{name}.db",
+                                                 f"{folder}/{name}-plain.db"), args.size, text))
+        if not args.no_postgres:
+            with postgres() as server:
+                if server is None:
+                    print("PostgreSQL skipped: its server binaries are not here")
+                for name, text in workloads.items() if server is not None else ():
+                    rows.append(measure("PostgreSQL", name, (server.new_database(),
+                                                             server.new_database()),
+                                        args.size, text))
+    print(format_table(rows, cell=lambda value: f"{value:,.0f}" if value >= 100
+                       else f"{value:.3f}"))
+
+
+if __name__ == "__main__":
+    main()
