@@ -818,7 +818,13 @@ _SQL_APPEND_POSTINGS = _sql(
     "UPDATE memory_words SET ids = CAST(ids || ? AS BLOB)"
     " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?",
     postgresql="UPDATE memory_words SET ids = ids || %s WHERE user_id = %s"
-    " AND task_id IS NOT DISTINCT FROM %s AND word = %s AND first_id = %s")
+    " AND task_id IS NOT DISTINCT FROM %s AND word = %s AND first_id = %s",
+    # All of a write's top-ups in one statement, from arrays: one a word cost the server
+    # an update's planning and execution each (a durable remember's ten words, 2 ms).
+    postgresql_many="UPDATE memory_words SET ids = ids || given.more FROM unnest(%b::bytea[],"
+    " %b::text[], %b::text[], %b::text[], %b::bigint[]) AS given (more, owner, task, listed,"
+    " first) WHERE user_id = given.owner AND task_id IS NOT DISTINCT FROM given.task"
+    " AND word = given.listed AND first_id = given.first")
 _SQL_INSERT_POSTINGS = _sql(
     "INSERT INTO memory_words (user_id, word, first_id, task_id, ids) VALUES (?, ?, ?, ?, ?)",
     postgresql_many="INSERT INTO memory_words (user_id, word, first_id, task_id, ids) "
