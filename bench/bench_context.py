@@ -33,6 +33,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -161,8 +162,15 @@ def workload(name: str, rows: list[Row], queries: list[str], folder: Path
             return store.remember(ME, "user", query, "talk-new/0")
 
         plain, context = times(without, queries), times(within, queries)
+        # The memory a recall allocates at its peak (tracemalloc), the most of 20 queries:
+        # with context from the kept copy, and without.
+        peaks = {"memory.py stems+idf": peak_mib(without, queries[:20]),
+                 "memory.py stems+idf+context": peak_mib(within, queries[:20])}
         after = times(within, queries, before=without)
         written = times(within, queries, before=write)  # last: it adds to the rows
+    with MemoryStore(folder / "memory.db", **memory.RECOMMENDED) as store:  # no copy yet
+        peaks["memory.py stems+idf+context, the first (reads the conversations)"] = peak_mib(
+            lambda query: store.recall(ME, query, LIMIT, context=True), queries[:1])
     measured = [("memory.py stems+idf", plain), ("memory.py stems+idf+context", context),
                 ("memory.py stems+idf+context, each after one without", after),
                 ("memory.py stems+idf+context, each after a write", written)]
@@ -188,9 +196,24 @@ def workload(name: str, rows: list[Row], queries: list[str], folder: Path
         peers.append(("tantivy BM25", tantivy))
     measured += [(method, times(recall, queries)) for method, recall in peers]
     table = [{"workload": name, "method": method, "p50": p50, "p99": p99,
-              "p50 / context's": p50 / context[0], "p99 / context's": p99 / context[1]}
-             for method, (p50, p99) in measured]
+              "p50 / context's": p50 / context[0], "p99 / context's": p99 / context[1],
+              "peak MiB": peaks.get(method)} for method, (p50, p99) in measured]
+    table += [{"workload": name, "method": method, "peak MiB": peak}
+              for method, peak in peaks.items() if method not in dict(measured)]
     return table
+
+
+def peak_mib(recall: Callable[[str], object], queries: list[str]) -> float:
+    """The most memory one of the recalls allocates at its peak, in MiB (tracemalloc)."""
+    most = 0
+    for query in queries:
+        tracemalloc.start()
+        try:
+            recall(query)
+            most = max(most, tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    return most / 2**20
 
 
 def main() -> None:
