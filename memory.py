@@ -3188,8 +3188,9 @@ class _VectorStream:
     kept budget costs the memory of a block, not of the scope; a scope that proves to fit
     is handed to `keep` whole, for the recalls after this one."""
 
-    def __init__(self, blocks: Iterator[list[tuple[int, bytes]]], dimensions: int,
-                 keep: Callable[[_Vectors], None]) -> None:
+    def __init__(self, blocks: Callable[[], Iterator[list[tuple[int, bytes]]]],
+                 dimensions: int, keep: Callable[[_Vectors], None]) -> None:
+        # `blocks` reads them afresh for each call of best: an iterator would be spent.
         self.blocks, self.dimensions, self.keep = blocks, dimensions, keep
 
     def best(self, query: bytes, limit: int, expired: set[int],
@@ -3211,7 +3212,7 @@ class _VectorStream:
         cosines: dict[int, float] = {}
         whole: list[_Vectors] | None = [] if np is not None else None
         size = 0
-        for rows in self.blocks:
+        for rows in self.blocks():
             block = _Vectors(rows, self.dimensions)
             size += block.size
             if whole is not None and size > KEPT_BYTES:
@@ -4480,7 +4481,7 @@ class _Planner(_Part):
         kept = self._copy_of(_Vectors, key, (held, record), extended)
         if kept is not None:
             return kept
-        return _VectorStream(_vector_blocks(db, key, dimensions), dimensions,
+        return _VectorStream(functools.partial(_vector_blocks, db, key, dimensions), dimensions,
                              functools.partial(self._keep, _Vectors, key, (held, record)))
 
     @staticmethod
