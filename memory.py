@@ -3068,12 +3068,12 @@ class _Vectors:
         grown.ids = np.concatenate([self.ids, more.ids])
         grown.rows = np.concatenate([self.rows, more.rows])
         grown.norms = np.concatenate([self.norms, more.norms])
-        grown.size = _held_bytes(grown.ids, grown.rows, grown.norms, grown.firsts)
         if self.firsts is not None or more.firsts is not None:
             grown.firsts = np.concatenate([
                 np.arange(len(self.ids)) if self.firsts is None else self.firsts,
                 len(self.rows) + (np.arange(len(more.ids)) if more.firsts is None
                                   else more.firsts)]).astype(np.int64)
+        grown.size = _held_bytes(grown.ids, grown.rows, grown.norms, grown.firsts)
         return grown
 
     @classmethod
@@ -3252,6 +3252,7 @@ def _vector_blocks(db: _Session, key: _ScopeKey, dimensions: int
     rows_per_block = max(1, _VECTOR_BLOCK_BYTES // (4 * dimensions))
     yield from db.blocks(_SQL_OWNER_VECTORS, (key.user,), rows_per_block)
     yield from db.blocks(_SQL_TASK_VECTORS, key, rows_per_block)
+
 
 def _limit_th_best(scores: Any, limit: int) -> float:
     """The `limit`-th highest of more than `limit` scores (numpy), by the maxima of blocks
