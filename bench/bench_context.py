@@ -168,9 +168,14 @@ def workload(name: str, rows: list[Row], queries: list[str], folder: Path
                  "memory.py stems+idf+context": peak_mib(within, queries[:20])}
         after = times(within, queries, before=without)
         written = times(within, queries, before=write)  # last: it adds to the rows
+    first = "memory.py stems+idf+context, the first (reads the conversations)"
     with MemoryStore(folder / "memory.db", **memory.RECOMMENDED) as store:  # no copy yet
-        peaks["memory.py stems+idf+context, the first (reads the conversations)"] = peak_mib(
-            lambda query: store.recall(ME, query, LIMIT, context=True), queries[:1])
+        began = time.perf_counter()
+        store.recall(ME, queries[0], LIMIT, context=True)
+        first_ms = 1000 * (time.perf_counter() - began)
+    with MemoryStore(folder / "memory.db", **memory.RECOMMENDED) as store:  # nor here
+        peaks[first] = peak_mib(lambda query: store.recall(ME, query, LIMIT, context=True),
+                                queries[:1])
     measured = [("memory.py stems+idf", plain), ("memory.py stems+idf+context", context),
                 ("memory.py stems+idf+context, each after one without", after),
                 ("memory.py stems+idf+context, each after a write", written)]
@@ -198,8 +203,7 @@ def workload(name: str, rows: list[Row], queries: list[str], folder: Path
     table = [{"workload": name, "method": method, "p50": p50, "p99": p99,
               "p50 / context's": p50 / context[0], "p99 / context's": p99 / context[1],
               "peak MiB": peaks.get(method)} for method, (p50, p99) in measured]
-    table += [{"workload": name, "method": method, "peak MiB": peak}
-              for method, peak in peaks.items() if method not in dict(measured)]
+    table.append({"workload": name, "method": first, "p50": first_ms, "peak MiB": peaks[first]})
     return table
 
 
