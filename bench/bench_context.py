@@ -1,6 +1,6 @@
 """The cost of recall with context at a heavy user's size: prints a table; never a test.
 
-    python3 bench/bench_context.py [--size 100000] [FILE]
+    python3 bench/bench_context.py [--size 100000] [--words-alone] [FILE]
 
 One user holds SIZE memories (and ten other users as many between them) on two
 workloads: Zipf text (20,000 words, exponent 1.1, 5 to 15 words, queries of 2 to 4 words,
@@ -147,8 +147,8 @@ def tantivy_ranker(folder: Path, rows: list[Row]) -> Callable[[str], object] | N
     return recall
 
 
-def workload(name: str, rows: list[Row], queries: list[str], folder: Path
-             ) -> list[dict[str, Any]]:
+def workload(name: str, rows: list[Row], queries: list[str], folder: Path,
+             words_alone: bool = False) -> list[dict[str, Any]]:
     with MemoryStore(folder / "memory.db", **memory.RECOMMENDED) as store:
         store.remember_many((Scope(user, ME.task), "user", text, source)
                             for user, text, source in rows)
@@ -179,22 +179,9 @@ def workload(name: str, rows: list[Row], queries: list[str], folder: Path
     measured = [("memory.py stems+idf", plain), ("memory.py stems+idf+context", context),
                 ("memory.py stems+idf+context, each after one without", after),
                 ("memory.py stems+idf+context, each after a write", written)]
-    # Hybrid scores every memory the scope sees, by words and by meaning (random unit
-    # vectors of 384 dimensions stand in for a model's: the cost does not depend on them).
-    with MemoryStore(folder / "hybrid.db", embedder=Random(7), durable=False,
-                     **memory.RECOMMENDED) as store:
-        for start in range(0, len(rows), 5000):
-            store.remember_many((Scope(user, ME.task), "user", text, source)
-                                for user, text, source in rows[start : start + 5000])
-        measured += [
-            ("memory.py stems+hybrid", times(lambda q: store.recall(ME, q, LIMIT,
-                                                                    context=False), queries)),
-            ("memory.py stems+hybrid+context", times(lambda q: store.recall(ME, q, LIMIT),
-                                                     queries)),
-            ("memory.py stems+hybrid+context, each after a write", times(
-                lambda q: store.recall(ME, q, LIMIT), queries,
-                before=lambda q: store.remember(ME, "user", q, "talk-new/0")))]
-    peers = [("SQLite FTS5 bm25 porter", fts5(folder, rows))]
+    if not words_alone:
+        measured += hybrid(rows, queries, folder)
+    peers = [] if words_alone else [("SQLite FTS5 bm25 porter", fts5(folder, rows))]
     (folder / "tantivy").mkdir()
     tantivy = tantivy_ranker(folder / "tantivy", rows)
     if tantivy is not None:
@@ -205,6 +192,25 @@ def workload(name: str, rows: list[Row], queries: list[str], folder: Path
               "peak MiB": peaks.get(method)} for method, (p50, p99) in measured]
     table.append({"workload": name, "method": first, "p50": first_ms, "peak MiB": peaks[first]})
     return table
+
+
+def hybrid(rows: list[Row], queries: list[str], folder: Path
+           ) -> list[tuple[str, tuple[float, float]]]:
+    """Hybrid scores every memory the scope sees, by words and by meaning (random unit
+    vectors of 384 dimensions stand in for a model's: the cost does not depend on them)."""
+    with MemoryStore(folder / "hybrid.db", embedder=Random(7), durable=False,
+                     **memory.RECOMMENDED) as store:
+        for start in range(0, len(rows), 5000):
+            store.remember_many((Scope(user, ME.task), "user", text, source)
+                                for user, text, source in rows[start : start + 5000])
+        return [
+            ("memory.py stems+hybrid", times(lambda q: store.recall(ME, q, LIMIT,
+                                                                    context=False), queries)),
+            ("memory.py stems+hybrid+context", times(lambda q: store.recall(ME, q, LIMIT),
+                                                     queries)),
+            ("memory.py stems+hybrid+context, each after a write", times(
+                lambda q: store.recall(ME, q, LIMIT), queries,
+                before=lambda q: store.remember(ME, "user", q, "talk-new/0")))]
 
 
 def peak_mib(recall: Callable[[str], object], queries: list[str]) -> float:
@@ -224,6 +230,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", nargs="?", type=Path, default=DEFAULT)
     parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--words-alone", action="store_true",
+                        help="leave out hybrid and FTS5 (for a million: hours otherwise)")
     args = parser.parse_args()
     print(f"memory.py {memory.__version__}, SQLite {sqlite3.sqlite_version},"
           f" {args.size} memories for one user, top {LIMIT}, ms per query")
@@ -231,11 +239,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name) / "zipf"
         folder.mkdir()
-        table += workload("Zipf", *zipf_rows(args.size), folder)
+        table += workload("Zipf", *zipf_rows(args.size), folder, args.words_alone)
         if args.file.exists():
             folder = Path(name) / "realistic"
             folder.mkdir()
-            table += workload("realistic", *realistic_rows(args.size, args.file), folder)
+            table += workload("realistic", *realistic_rows(args.size, args.file), folder,
+                              args.words_alone)
     print(format_table(table, cell=lambda value: f"{value:.2f}"))
 
 
