@@ -190,3 +190,27 @@ def test_past_the_budget_a_recall_holds_a_block_not_the_scope(
         finally:
             tracemalloc.stop()
     assert found and peak < 2**20, peak
+
+
+def test_a_first_recall_with_context_holds_a_block_of_rows_not_the_scope(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a scope's conversations into the kept copy fetches its rows a block at a
+    time: the recall's peak stays within three times the copy it keeps (all the rows at
+    once, as tuples, took more than four)."""
+    with MemoryStore(target) as store:
+        for start in range(0, 20_000, 5_000):
+            store.remember_many([(ALICE, "user", f"jazz dinner {n}", f"talk-{n // 20}/turn")
+                                 for n in range(start, start + 5_000)])
+    monkeypatch.setattr(memory, "_ROWS_PER_READ", 1_000)
+    with MemoryStore(target) as store:
+        store.recall(BOB, "jazz", 3, context=True)  # what any first recall makes once
+        gc.collect()
+        tracemalloc.start()
+        try:
+            store.recall(ALICE, "jazz dinner", 3, context=True)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        _, copy = store._planner._copies[memory._Conversations,
+                                         memory._ScopeKey(ALICE.user, ALICE.task)]
+    assert peak < 3 * copy.size, (peak, copy.size)

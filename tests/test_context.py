@@ -10,7 +10,7 @@ import math
 import pathlib
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 import pytest
@@ -203,7 +203,7 @@ def test_the_kept_conversations_place_the_ids_they_hold_and_no_other(
     rows: list[tuple[int, str | None]] = [(memory_id, f"talk-{n % 3}")
                                           for n, memory_id in enumerate(written)]
     rows.sort(key=lambda row: (str(row[1]), row[0]))
-    kept = memory._Conversations.read(rows)
+    kept = memory._Conversations.read([rows[:4], rows[4:]])  # as read, in blocks
     assert bool(len(kept.table)) == (written.step < 4)  # the table, or binary search
     wanted = [memory_id for memory_id, _ in rows]
     assert kept.places(np.array(wanted)).tolist() == list(range(len(rows)))
@@ -293,9 +293,10 @@ def test_a_kept_copy_of_the_conversations_grows_with_later_writes(
     calls = {"read": 0, "extended": 0}
     read, extended = memory._Conversations.read, memory._Conversations.extended
 
-    def counted_read(rows: list[tuple[int, str | None]]) -> memory._Conversations:
+    def counted_read(blocks: Iterable[list[tuple[int, str | None]]]
+                     ) -> memory._Conversations:
         calls["read"] += 1
-        return read(rows)
+        return read(blocks)
 
     def counted_extended(self: memory._Conversations, rows: list[tuple[int, str | None]]
                          ) -> memory._Conversations:
