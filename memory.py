@@ -912,10 +912,9 @@ _SQL_SCOPE_VECTORS_AFTER = _sql(_each_owner_after(
 # A scope's vectors, each owner's in id order from its range of the scope index (no sort of
 # the scope's rows), read a block at a time (_Session.blocks): where they do not fit the
 # kept budget, recall scores them block by block, in memory of one block.
-_SQL_OWNER_VECTORS = _sql(
-    "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id IS NULL ORDER BY id")
-_SQL_TASK_VECTORS = _sql(
-    "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id = ? ORDER BY id")
+_OWNER_VECTORS = "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id {task}"
+_SQL_OWNER_VECTORS = _sql(_OWNER_VECTORS.format(task="IS NULL") + " ORDER BY id")
+_SQL_TASK_VECTORS = _sql(_OWNER_VECTORS.format(task="= ?") + " ORDER BY id")
 _VECTOR_BLOCK_BYTES = 4 * 2**20
 # How many rows of a scope a read that goes through all of them fetches at a time.
 _ROWS_PER_READ = 10_000
@@ -1942,11 +1941,11 @@ def _stems_second(text: str) -> set[str]:
 
 
 def _stems_by(text: str, stopwords: frozenset[str]) -> set[str]:
-    runs, diacritics = _word_patterns()
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
     if folded.isascii():  # each run one part, neither paired nor marked: stemmed at once
         stem = _stemmer()
         return set(map(stem, set(_ALNUM_RUN.findall(folded)).difference(stopwords)))
+    runs, diacritics = _word_patterns()
     found: set[str] = set()
     for run in runs.findall(folded):
         if not run.isascii():
@@ -3065,22 +3064,12 @@ class _Vectors:
     def extended(self, rows: list[tuple[int, bytes]], dimensions: int) -> _Vectors:
         """These vectors (numpy's) and those of `rows` (id, vector), whose ids are above
         theirs. A new copy: another recall may be reading this one."""
-        np = _numpy()
-        more, grown = _Vectors(rows, dimensions), _Vectors([], dimensions)
-        grown.ids = np.concatenate([self.ids, more.ids])
-        grown.rows = np.concatenate([self.rows, more.rows])
-        grown.norms = np.concatenate([self.norms, more.norms])
-        if self.firsts is not None or more.firsts is not None:
-            grown.firsts = np.concatenate([
-                np.arange(len(self.ids)) if self.firsts is None else self.firsts,
-                len(self.rows) + (np.arange(len(more.ids)) if more.firsts is None
-                                  else more.firsts)]).astype(np.int64)
-        grown.size = _held_bytes(grown.ids, grown.rows, grown.norms, grown.firsts)
-        return grown
+        return _Vectors.joined([self, _Vectors(rows, dimensions)], dimensions)
 
     @classmethod
     def joined(cls, blocks: list[_Vectors], dimensions: int) -> _Vectors:
-        """One copy of numpy `blocks` (each in ascending id order), in ascending id order."""
+        """One copy of numpy `blocks` (each in ascending id order), in ascending id order: a
+        new copy, whose arrays none of the blocks shares."""
         np = _numpy()
         whole = cls([], dimensions)
         if not blocks:
@@ -3094,15 +3083,17 @@ class _Vectors:
                                 else block.firsts))
             at += len(block.rows)
         firsts = np.concatenate(starts).astype(np.int64)
-        counts = np.diff(firsts, append=len(rows))
-        order = np.argsort(ids, kind="stable")  # the owners' ids, one run each, merged
-        counts = counts[order]
-        # Each memory's vectors, in the new order: its first's place, then the next ones.
-        taken = np.repeat(firsts[order], counts) + np.arange(len(rows)) - np.repeat(
-            np.cumsum(counts) - counts, counts)
-        whole.ids, whole.rows, whole.norms = ids[order], rows[taken], norms[taken]
-        whole.firsts = None if len(rows) == len(ids) else (np.cumsum(counts) - counts
-                                                           ).astype(np.int64)
+        if len(ids) > 1 and not np.all(ids[1:] > ids[:-1]):  # two owners' runs: merged
+            counts = np.diff(firsts, append=len(rows))
+            order = np.argsort(ids, kind="stable")
+            counts = counts[order]
+            # Each memory's vectors, in the new order: its first's place, then the next.
+            taken = np.repeat(firsts[order], counts) + np.arange(len(rows)) - np.repeat(
+                np.cumsum(counts) - counts, counts)
+            ids, rows, norms = ids[order], rows[taken], norms[taken]
+            firsts = (np.cumsum(counts) - counts).astype(np.int64)
+        whole.ids, whole.rows, whole.norms = ids, rows, norms
+        whole.firsts = None if len(rows) == len(ids) else firsts
         whole.size = _held_bytes(whole.ids, whole.rows, whole.norms, whole.firsts)
         return whole
 
@@ -4548,12 +4539,13 @@ class _Planner(_Part):
         if _numpy() is None or _COPY_BYTES + copy.size > KEPT_BYTES:
             return
         with self._store._lock:
-            before = self._copies.pop((kind, key), None)
             # A running total: summing every copy's size at each keep made a user's first
             # recall dearer the more users the process had served.
-            self._kept_bytes += copy.size - (0 if before is None else before[1].size) \
-                + (_COPY_BYTES if before is None else 0)
+            before = self._copies.pop((kind, key), None)
+            if before is not None:
+                self._kept_bytes -= _COPY_BYTES + before[1].size
             self._copies[kind, key] = (held, copy)
+            self._kept_bytes += _COPY_BYTES + copy.size
             while self._kept_bytes > KEPT_BYTES:
                 _, (_, dropped) = self._copies.popitem(last=False)
                 self._kept_bytes -= _COPY_BYTES + dropped.size

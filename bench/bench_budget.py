@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
-from bench_vectors import DIMENSIONS, ME, Random, postgres  # noqa: E402
+from bench_vectors import DIMENSIONS, ME, Random, postgres, timed  # noqa: E402
 
 import memory  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
@@ -50,12 +50,7 @@ def written(value: float) -> str:
 
 
 def p50(call: Callable[[], object], times: int) -> float:
-    spent = []
-    for _ in range(times):
-        began = time.perf_counter()
-        call()
-        spent.append(time.perf_counter() - began)
-    return 1000 * statistics.median(spent)
+    return timed(call, times)[0]
 
 
 def peak_mib(call: Callable[[], object]) -> float:

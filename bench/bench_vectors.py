@@ -115,13 +115,15 @@ def floor_row(size: int) -> dict[str, object]:
 
 
 @contextmanager
-def postgres() -> Iterator[Any]:
+def postgres(fsync: bool = False) -> Iterator[Any]:
+    """A throw-away server (None where PostgreSQL's binaries are not here), syncing its
+    commits to disk where `fsync`."""
     from pg_server import Server, server_binaries
     binaries = server_binaries()
     if binaries is None:
         yield None
         return
-    server = Server(Path(tempfile.mkdtemp(prefix="memory-pg-vectors-")), binaries)
+    server = Server(Path(tempfile.mkdtemp(prefix="memory-pg-bench-")), binaries, fsync=fsync)
     server.start()
     try:
         yield server

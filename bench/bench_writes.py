@@ -25,8 +25,7 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
 from bench_memory import Zipf  # noqa: E402
+from bench_vectors import postgres  # noqa: E402
 from turns import turn  # noqa: E402
 
 import memory  # noqa: E402
@@ -124,21 +124,6 @@ def measure(engine: str, workload: str, targets: tuple[str, str], size: int,
             "durable ratio": single["ours"] / single["plain"]}
 
 
-@contextmanager
-def postgres() -> Iterator[Any]:
-    from pg_server import Server, server_binaries
-    binaries = server_binaries()
-    if binaries is None:
-        yield None
-        return
-    server = Server(Path(tempfile.mkdtemp(prefix="memory-pg-writes-")), binaries, fsync=True)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=50_000)
@@ -155,7 +140,7 @@ def main() -> None:
             rows.append(measure("SQLite", name, (f"{folder}/{name}.db",
                                                  f"{folder}/{name}-plain.db"), args.size, text))
         if not args.no_postgres:
-            with postgres() as server:
+            with postgres(fsync=True) as server:
                 if server is None:
                     print("PostgreSQL skipped: its server binaries are not here")
                 for name, text in workloads.items() if server is not None else ():
