@@ -52,6 +52,7 @@ import os
 import pathlib
 import re
 import sqlite3
+import struct
 import sys
 import threading
 import time
@@ -90,7 +91,7 @@ __all__ = [
     "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -461,6 +462,33 @@ _SQLITE_VERSION_8 = (
     "CREATE INDEX memory_fields_id ON memory_fields (user_id, id)",
 )
 
+# Version 9 holds each owner's vectors again in sealed blocks, so that recall past the
+# kept budget reads a scope's vectors a blob at a time, not a row at a time (2.7 us a row
+# through sqlite3, 30 times numpy's own cost of scoring it). A block is some of one
+# (user, task)'s memories, ascending, with no memory of the owner between them left out:
+# their ids (int64, one for each vector: a memory embedded from several texts repeats its
+# id) and vectors (float32), as memory_vectors holds them. It is keyed by its first id
+# (ids are never given twice, so no two blocks share one) and indexed by its owner's
+# blocks in order. Written by the write that gives an owner a block's worth of vectors
+# past its newest block, whose last id it records (after_id: the owner has no memory
+# between, and never will, as ids only grow); the deletion of any of its vectors drops it
+# in the same transaction, and its memories are read row by row until the owner's next
+# block holds them anew, so a block never holds a vector memory_vectors does not.
+_SQLITE_VERSION_9 = (
+    *_SQLITE_VERSION_8,
+    """CREATE TABLE memory_vector_blocks (
+    first_id INTEGER PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    task_id TEXT,
+    last_id INTEGER NOT NULL,
+    after_id INTEGER NOT NULL,
+    ids BLOB NOT NULL,
+    vectors BLOB NOT NULL
+)""",
+    "CREATE INDEX memory_vector_blocks_scope ON memory_vector_blocks"
+    " (user_id, task_id, first_id, last_id)",
+)
+
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
@@ -471,6 +499,8 @@ _VECTORS_FROM = 7
 # The version whose memories may have keys and metadata: a file opened read-only before
 # it is read through a view that gives every memory none (_SQLITE_AS_RECORDS).
 _RECORDS_FROM = 8
+# The version whose vectors are in blocks as well (read row by row before it).
+_VECTOR_BLOCKS_FROM = 9
 
 
 class _Layout(NamedTuple):
@@ -491,6 +521,7 @@ SQLITE_LAYOUTS = (
     _Layout(6, _SQLITE_VERSION_6),
     _Layout(7, _SQLITE_VERSION_7),
     _Layout(8, _SQLITE_VERSION_8),
+    _Layout(9, _SQLITE_VERSION_9),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -674,6 +705,9 @@ _SQL_COUNT_DROP_EMPTY = _sql(
     "DELETE FROM memory_counts WHERE user_id = ? AND task_key = ? AND memories <= 0"
 )
 _SQL_ERASE_COUNTS = _sql("DELETE FROM memory_counts WHERE user_id = ?")
+# The user's owners (the user level, '', and each task it has memories in), for an
+# upgrade that goes through each one's memories apart.
+_SQL_TASKS_COUNTED = _sql("SELECT task_key FROM memory_counts WHERE user_id = ? ORDER BY task_key")
 _SQL_MATCHING = _sql("SELECT value FROM store_settings WHERE name = 'matching'")
 _SQL_SET_MATCHING = _sql(
     "INSERT OR REPLACE INTO store_settings (name, value) VALUES ('matching', ?)",
@@ -909,13 +943,54 @@ _SQL_SCOPE_VECTORS_AFTER = _sql(_each_owner_after(
     "SELECT id, vector FROM memory_vectors", "UNION ALL", " ORDER BY id"))
 
 
-# A scope's vectors, each owner's in id order from its range of the scope index (no sort of
-# the scope's rows), read a block at a time (_Session.blocks): where they do not fit the
-# kept budget, recall scores them block by block, in memory of one block.
-_OWNER_VECTORS = "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id {task}"
-_SQL_OWNER_VECTORS = _sql(_OWNER_VECTORS.format(task="IS NULL") + " ORDER BY id")
-_SQL_TASK_VECTORS = _sql(_OWNER_VECTORS.format(task="= ?") + " ORDER BY id")
+# A scope's vectors, each owner's in id order: its sealed blocks (version 9) in order, and
+# the rows no block holds, between and after them, each run of rows from its range of the
+# scope index (no sort of the scope's rows), read a block at a time (_Session.blocks):
+# where they do not fit the kept budget, recall scores them block by block, in memory of
+# one block.
+def _owner_forms(sql: str) -> tuple[_Sql, _Sql]:
+    """A statement of one owner's rows (`task_id {task}`), for the user level and for a
+    task: apart, so that each is a range of an index under the user."""
+    return _sql(sql.format(task="IS NULL")), _sql(sql.format(task="= ?"))
+
+
+def _of_owner(user: str, task: str | None, of_user: _Sql, of_task: _Sql
+              ) -> tuple[_Sql, tuple[str, ...]]:
+    """The owner's statement of the two _owner_forms, and the parameters naming it."""
+    return (of_user, (user,)) if task is None else (of_task, (user, task))
+
+
+_SQL_OWNER_VECTORS_BETWEEN, _SQL_TASK_VECTORS_BETWEEN = _owner_forms(
+    "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id {task}"
+    " AND id > ? AND id < ? ORDER BY id")
+_SQL_OWNER_VECTOR_BLOCKS, _SQL_TASK_VECTOR_BLOCKS = _owner_forms(
+    "SELECT first_id, last_id, after_id, ids, vectors FROM memory_vector_blocks"
+    " WHERE user_id = ? AND task_id {task} ORDER BY first_id")
+# Where an owner's blocks are, for a deletion to find those holding its memories.
+_SQL_OWNER_VECTOR_SPANS, _SQL_TASK_VECTOR_SPANS = _owner_forms(
+    "SELECT first_id, last_id FROM memory_vector_blocks WHERE user_id = ? AND task_id {task}"
+    " ORDER BY first_id")
+# What a write seals: the end of the owner's newest block, and whether a block's worth of
+# its vectors lies past it (counting no further).
+_SQL_OWNER_UNSEALED, _SQL_TASK_UNSEALED = _owner_forms(
+    "SELECT newest.last_id, (SELECT count(*) FROM (SELECT 1 FROM memory_vectors"
+    " WHERE user_id = ? AND task_id {task} AND id > newest.last_id LIMIT ?) AS past)"
+    " FROM (SELECT coalesce((SELECT last_id FROM memory_vector_blocks WHERE user_id = ?"
+    " AND task_id {task} ORDER BY first_id DESC LIMIT 1), 0) AS last_id) AS newest")
+_SQL_SEAL_VECTOR_BLOCK = _sql(
+    "INSERT INTO memory_vector_blocks (first_id, user_id, task_id, last_id, after_id, ids,"
+    " vectors) VALUES (?, ?, ?, ?, ?, ?, ?)")
+_SQL_OWNER_DROP_VECTOR_BLOCKS, _SQL_TASK_DROP_VECTOR_BLOCKS = _owner_forms(
+    "DELETE FROM memory_vector_blocks WHERE user_id = ? AND task_id {task}"
+    " AND first_id IN (SELECT value FROM json_each(?))")
+_SQL_ERASE_VECTOR_BLOCKS = _sql("DELETE FROM memory_vector_blocks WHERE user_id = ?")
 _VECTOR_BLOCK_BYTES = 4 * 2**20
+# How many bytes of vectors a sealed block holds, at most: few enough that a deletion
+# drops (and a later write seals again) little, many enough that reading a blob costs
+# little beside scoring it.
+_SEALED_BLOCK_BYTES = 2**20
+# The greatest id SQLite gives, the upper bound of an owner's rows past its last block.
+_ID_LIMIT = 2**63 - 1
 # How many rows of a scope a read that goes through all of them fetches at a time.
 _ROWS_PER_READ = 10_000
 
@@ -2233,6 +2308,9 @@ class _Session:
     has_conversations = True
     #: Whether the store has the table of vectors (likewise, from version 7).
     has_vectors = True
+    #: Whether the store holds its vectors in sealed blocks as well (likewise, from version
+    #: 9 on SQLite), which its writes keep and its recalls read.
+    has_vector_blocks = True
     #: Run one statement of the store, or one with many rows of parameters.
     execute: Callable[..., Any]
     executemany: Callable[..., Any]
@@ -2471,12 +2549,25 @@ def _upgrade_to_8(db: _SqliteEngine) -> None:
     _execute_script(db, _SQLITE_VERSION_8[len(_SQLITE_VERSION_7):])
 
 
+def _upgrade_to_9(db: _SqliteEngine) -> None:
+    """Version 8 gains the table of sealed blocks of vectors, and each owner's blocks of
+    the vectors it holds, as its writes would have sealed them."""
+    _execute_script(db, _SQLITE_VERSION_9[len(_SQLITE_VERSION_8):])
+    recorded = db.execute(_SQL_EMBEDDER).fetchone()
+    if recorded is None:
+        return
+    dimensions = json.loads(recorded[0])["dimensions"]
+    for (user,) in db.execute(_SQL_USERS).fetchall():
+        tasks = [task or None for (task,) in db.execute(_SQL_TASKS_COUNTED, (user,))]
+        _seal_vector_blocks(db, user, tasks, dimensions)
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
-    _upgrade_to_6, _upgrade_to_7, _upgrade_to_8,
+    _upgrade_to_6, _upgrade_to_7, _upgrade_to_8, _upgrade_to_9,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -2679,6 +2770,7 @@ class _SqliteEngine(_Engine, _Session):
             # Reads need nothing a later layout added, but for context and meaning.
             self.has_conversations = stamped >= _CONVERSATIONS_FROM
             self.has_vectors = stamped >= _VECTORS_FROM
+            self.has_vector_blocks = stamped >= _VECTOR_BLOCKS_FROM
             if stamped < _RECORDS_FROM:
                 _execute_script(self, _SQLITE_AS_RECORDS)
             return
@@ -3061,6 +3153,30 @@ class _Vectors:
             [[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         self.size = _held_bytes(self.ids, self.rows, self.norms, self.firsts)
 
+    @classmethod
+    def packed(cls, ids: bytes, vectors: bytes, dimensions: int) -> _Vectors:
+        """A sealed block's vectors (memory_vector_blocks: an id for each vector)."""
+        np = _numpy()
+        if len(ids) % 8 or len(vectors) != len(ids) // 8 * 4 * dimensions:
+            raise SchemaError("a block of vectors does not hold the embedder's dimensions")
+        if np is None:
+            each = struct.unpack(f"<{len(ids) // 8}q", ids)
+            width, at, rows = 4 * dimensions, 0, []
+            for memory_id, run in itertools.groupby(each):
+                count = len(list(run))
+                rows.append((memory_id, vectors[at * width : (at + count) * width]))
+                at += count
+            return cls(rows, dimensions)
+        block = cls([], dimensions)
+        each = np.frombuffer(ids, dtype="<i8")
+        starts = np.flatnonzero(np.concatenate([[True], each[1:] != each[:-1]]))
+        block.ids = each[starts]
+        block.rows = np.frombuffer(vectors, dtype="<f4").reshape(-1, dimensions)
+        block.norms = np.sqrt(np.einsum("ij,ij->i", block.rows, block.rows))
+        block.firsts = None if len(starts) == len(each) else starts.astype(np.int64)
+        block.size = _held_bytes(block.ids, block.rows, block.norms, block.firsts)
+        return block
+
     def extended(self, rows: list[tuple[int, bytes]], dimensions: int) -> _Vectors:
         """These vectors (numpy's) and those of `rows` (id, vector), whose ids are above
         theirs. A new copy: another recall may be reading this one."""
@@ -3181,7 +3297,7 @@ class _VectorStream:
     kept budget costs the memory of a block, not of the scope; a scope that proves to fit
     is handed to `keep` whole, for the recalls after this one."""
 
-    def __init__(self, blocks: Callable[[], Iterator[list[tuple[int, bytes]]]],
+    def __init__(self, blocks: Callable[[], Iterator[_Vectors]],
                  dimensions: int, keep: Callable[[_Vectors], None]) -> None:
         # `blocks` reads them afresh for each call of best: an iterator would be spent.
         self.blocks, self.dimensions, self.keep = blocks, dimensions, keep
@@ -3205,8 +3321,7 @@ class _VectorStream:
         cosines: dict[int, float] = {}
         whole: list[_Vectors] | None = [] if np is not None else None
         size = 0
-        for rows in self.blocks():
-            block = _Vectors(rows, self.dimensions)
+        for block in self.blocks():
             size += block.size
             if whole is not None and size > KEPT_BYTES:
                 whole = None  # past the budget: this recall keeps nothing
@@ -3214,8 +3329,8 @@ class _VectorStream:
                 whole.append(block)
             # The bonus ids in the block's span, and which of them the block holds (the
             # other owner's ids lie between its own).
-            first = bisect.bisect_left(given_ids, rows[0][0])
-            end = bisect.bisect_right(given_ids, rows[-1][0])
+            first = bisect.bisect_left(given_ids, block.ids[0])
+            end = bisect.bisect_right(given_ids, block.ids[-1])
             held = block.holds(given_ids[first:end])
             if np is None:
                 placed[first:end] = map(operator.or_, placed[first:end], held)
@@ -3238,13 +3353,74 @@ class _VectorStream:
         return best, {memory_id: cosines.get(memory_id, 0.0) for _, memory_id in best}
 
 
-def _vector_blocks(db: _Session, key: _ScopeKey, dimensions: int
-                   ) -> Iterator[list[tuple[int, bytes]]]:
-    """The scope's (id, vector) rows, each owner's in ascending id order, in blocks of about
-    _VECTOR_BLOCK_BYTES."""
+def _vector_blocks(db: _Session, key: _ScopeKey, dimensions: int) -> Iterator[_Vectors]:
+    """The scope's vectors, each owner's in ascending id order, a block at a time: its
+    sealed blocks, and the rows no block holds in blocks of about _VECTOR_BLOCK_BYTES."""
     rows_per_block = max(1, _VECTOR_BLOCK_BYTES // (4 * dimensions))
-    yield from db.blocks(_SQL_OWNER_VECTORS, (key.user,), rows_per_block)
-    yield from db.blocks(_SQL_TASK_VECTORS, key, rows_per_block)
+    sealed_per_read = max(1, _VECTOR_BLOCK_BYTES // _SEALED_BLOCK_BYTES)
+    for task in (None, key.task):
+        rows, owner = _of_owner(
+            key.user, task, _SQL_OWNER_VECTORS_BETWEEN, _SQL_TASK_VECTORS_BETWEEN)
+        sealed, _ = _of_owner(
+            key.user, task, _SQL_OWNER_VECTOR_BLOCKS, _SQL_TASK_VECTOR_BLOCKS)
+        last = 0
+        for some in db.blocks(sealed, owner, sealed_per_read) if db.has_vector_blocks else ():
+            for first, next_last, after, ids, vectors in some:
+                if after != last:  # a block dropped before this one: the rows it held
+                    for between in db.blocks(rows, (*owner, last, first), rows_per_block):
+                        yield _Vectors(between, dimensions)
+                yield _Vectors.packed(ids, vectors, dimensions)
+                last = next_last
+        for between in db.blocks(rows, (*owner, last, _ID_LIMIT), rows_per_block):
+            yield _Vectors(between, dimensions)
+
+
+def _seal_vector_blocks(db: _Session, user: str, tasks: Iterable[str | None],
+                        dimensions: int) -> None:
+    """Seal each owner's vectors past its newest block into blocks of _SEALED_BLOCK_BYTES,
+    while a whole block's worth is there: the rest waits for the writes that fill one."""
+    if not db.has_vector_blocks:
+        return
+    width = 4 * dimensions
+    per_block = max(1, _SEALED_BLOCK_BYTES // width)
+    for task in tasks:
+        unsealed, owner = _of_owner(user, task, _SQL_OWNER_UNSEALED, _SQL_TASK_UNSEALED)
+        after, past = db.execute(unsealed, (*owner, per_block, *owner)).fetchone()
+        if past < per_block:
+            continue
+        rows, _ = _of_owner(
+            user, task, _SQL_OWNER_VECTORS_BETWEEN, _SQL_TASK_VECTORS_BETWEEN)
+        for some in db.blocks(rows, (*owner, after, _ID_LIMIT), per_block):
+            if len(some) < per_block:
+                break
+            each = [memory_id for memory_id, vector in some for _ in range(len(vector) // width)]
+            db.execute(_SQL_SEAL_VECTOR_BLOCK, (
+                some[0][0], user, task, some[-1][0], after,
+                struct.pack(f"<{len(each)}q", *each), b"".join(vector for _, vector in some)))
+            after = some[-1][0]
+
+
+def _drop_vector_blocks(db: _Session, user: str, memories: Iterable[tuple[int, str | None]]
+                        ) -> None:
+    """Drop the user's blocks that hold any of these memories (id, task) before their
+    vectors are deleted, so that no block outlives a vector."""
+    if not db.has_vector_blocks:
+        return
+    by_task: dict[str | None, list[int]] = collections.defaultdict(list)
+    for memory_id, task in memories:
+        by_task[task].append(memory_id)
+    for task, ids in by_task.items():
+        sealed, owner = _of_owner(
+            user, task, _SQL_OWNER_VECTOR_SPANS, _SQL_TASK_VECTOR_SPANS)
+        spans = db.execute(sealed, owner).fetchall()
+        firsts = [first for first, _ in spans]
+        dropped = {firsts[at] for at, memory_id in (
+            (bisect.bisect_right(firsts, memory_id) - 1, memory_id) for memory_id in ids)
+            if at >= 0 and memory_id <= spans[at][1]}
+        if dropped:
+            drop, _ = _of_owner(
+                user, task, _SQL_OWNER_DROP_VECTOR_BLOCKS, _SQL_TASK_DROP_VECTOR_BLOCKS)
+            db.execute(drop, (*owner, json.dumps(sorted(dropped))))
 
 
 def _limit_th_best(scores: Any, limit: int) -> float:
@@ -4130,6 +4306,9 @@ class _Writes(_Part):
                            if rows[p].vector is not None]
                 if vectors:
                     db.executemany(_SQL_INSERT_VECTORS, vectors)
+                    assert self._store.embedder is not None  # the vectors are its
+                    for user, task in dict.fromkeys((row[1], row[2]) for row in vectors):
+                        _seal_vector_blocks(db, user, [task], self._store.embedder.dimensions)
                 fields = [(rows[p].user_id, term, values[p][0], rows[p].task_id)
                           for p in group.positions if rows[p].metadata is not None
                           for term in sorted(set(_terms(json.loads(
@@ -4284,6 +4463,7 @@ class _Writes(_Part):
             rows = db.execute(_SQL_EXPIRED_OF_USER, (user, now)).fetchall()
             _unindex(db, user, rows, self._rule, self._index_from)
             ids = json.dumps([row[0] for row in rows])
+            _drop_vector_blocks(db, user, [(row[0], row[1]) for row in rows])
             db.execute(_SQL_DELETE_VECTORS_OF_USER, (user, ids))
             db.execute(_SQL_DELETE_FIELDS_OF_USER, (user, ids))
             purged += db.execute(_SQL_DELETE_OF_USER, (user, ids)).rowcount
@@ -4297,6 +4477,7 @@ class _Writes(_Part):
             return 0
         _unindex(db, key[0], rows, self._rule, self._index_from)
         ids = json.dumps([row[0] for row in rows])
+        _drop_vector_blocks(db, key[0], [(row[0], row[1]) for row in rows])
         db.execute(_SQL_FORGET_VECTORS, (*key, ids))
         if any(row[7] is not None for row in rows):  # _MemoryRow.metadata
             db.execute(_SQL_FORGET_FIELDS, (*key, ids))
@@ -4333,11 +4514,15 @@ class _Writes(_Part):
             for (user,) in db.execute(_SQL_USERS).fetchall():
                 owned = db.execute(_SQL_OWNED_EMBEDS, (user,)).fetchall()
                 vectors.update(embedded([row for row in owned if row[0] not in vectors]))
+                if db.has_vector_blocks:
+                    db.execute(_SQL_ERASE_VECTOR_BLOCKS, (user,))
                 db.execute(_SQL_ERASE_VECTORS, (user,))
                 db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
                                                       vectors[memory_id])
                                                      for memory_id, _, task_id, *_ in owned
                                                      if vectors[memory_id]])
+                _seal_vector_blocks(db, user, dict.fromkeys(task_id for _, _, task_id, *_
+                                                            in owned), embedder.dimensions)
             db.execute(_SQL_SET_EMBEDDER, (_embedder_record(embedder),))
         self._store.embedder = embedder
         _log.info("embedded %d memories anew (%d dimensions)", len(vectors),
@@ -5318,6 +5503,8 @@ class MemoryStore:
         user = _check_identifier("user", user)
         with self._writing({user}) as db:
             db.execute(_SQL_ERASE_POSTINGS, (user,))
+            if db.has_vector_blocks:
+                db.execute(_SQL_ERASE_VECTOR_BLOCKS, (user,))
             db.execute(_SQL_ERASE_VECTORS, (user,))
             db.execute(_SQL_ERASE_FIELDS, (user,))
             db.execute(_SQL_ERASE_COUNTS, (user,))

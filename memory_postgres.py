@@ -395,6 +395,8 @@ class _PostgresSession(_Session):
     reads_map_first = True
     asks_ahead = True
     users_per_batch = 64
+    # Its vectors are read a server-side cursor's block of rows at a time (blocks).
+    has_vector_blocks = False
 
     def __init__(self, connection: Any, trace: Callable[[str], object] | None = None) -> None:
         self.connection = connection

@@ -5,7 +5,12 @@ hold, so that the budget bounds the process."""
 from __future__ import annotations
 
 import gc
+import json
 import random
+import re
+import shutil
+import sqlite3
+import struct
 import tracemalloc
 from typing import Any
 
@@ -13,7 +18,7 @@ import pytest
 from embedders import Blurred, ConceptEmbedder
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, SetClock
+from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, TOUCHES_MEMORY_DATA, SetClock
 from memory import MemoryStore, Scope
 
 pytest.importorskip("numpy")
@@ -81,9 +86,9 @@ def test_past_the_budget_a_recall_reads_one_block_at_a_time(
     real = memory._vector_blocks
 
     def counted(db: memory._Session, key: memory._ScopeKey, dimensions: int) -> Any:
-        for rows in real(db, key, dimensions):
-            read.append(len(rows))
-            yield rows
+        for block in real(db, key, dimensions):
+            read.append(len(block.ids))
+            yield block
     monkeypatch.setattr(memory, "_vector_blocks", counted)
     with MemoryStore(target, embedder=ConceptEmbedder(), clock=clock) as store:
         store.recall(ALICE, "jazz", 3, rank="meaning")
@@ -171,9 +176,10 @@ def test_the_budget_drops_the_oldest_read_and_keeps_its_total(
 
 def test_past_the_budget_a_recall_holds_a_block_not_the_scope(
         target: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A meaning recall over 2 MiB of vectors, with a budget of 64 KiB and blocks of 16 KiB,
-    allocates at its peak less than half of them (tracemalloc)."""
+    """A meaning recall over 2 MiB of vectors, with a budget of 64 KiB and blocks of 16 KiB
+    (read and sealed), allocates at its peak less than half of them (tracemalloc)."""
     embedder = ConceptEmbedder(dimensions=64)
+    monkeypatch.setattr(memory, "_SEALED_BLOCK_BYTES", 16 * 2**10)
     with MemoryStore(target, embedder=embedder) as store:
         for start in range(0, 8_000, 2_000):
             store.remember_many([(ALICE, "user", f"jazz dinner {n} {n % 97}", "s")
@@ -214,3 +220,202 @@ def test_a_first_recall_with_context_holds_a_block_of_rows_not_the_scope(
         _, copy = store._planner._copies[memory._Conversations,
                                          memory._ScopeKey(ALICE.user, ALICE.task)]
     assert peak < 3 * copy.size, (peak, copy.size)
+
+
+# -- sealed blocks (SQLite from layout 9) ------------------------------------------------
+
+def sealed_every(monkeypatch: pytest.MonkeyPatch, memories: int, dimensions: int) -> None:
+    """Writes seal a block for each `memories` vectors of an owner past its newest block."""
+    monkeypatch.setattr(memory, "_SEALED_BLOCK_BYTES", memories * 4 * dimensions)
+
+
+def blocks_agree(path: str, dimensions: int, written: bool = True) -> int:
+    """Every sealed block holds exactly what memory_vectors holds for its owner's memories
+    from its first id to its last, and each owner's blocks are disjoint; after a write
+    (`written`), no owner has a block's worth of vectors past its newest block (a deletion
+    leaves that to the owner's next write); how many blocks there are."""
+    db = sqlite3.connect(path)
+    try:
+        blocks = db.execute("SELECT user_id, task_id, first_id, last_id, after_id, ids,"
+                            " vectors FROM memory_vector_blocks"
+                            " ORDER BY user_id, task_id, first_id").fetchall()
+        per_block = memory._SEALED_BLOCK_BYTES // (4 * dimensions)
+        ends: dict[tuple[str, str | None], int] = {}
+        for user, task, first, last, after, ids, vectors in blocks:
+            assert first > after >= ends.get((user, task), 0)
+            assert db.execute("SELECT count(*) FROM memory_vectors WHERE user_id = ? AND"
+                              " task_id IS ? AND id > ? AND id < ?",
+                              (user, task, after, first)).fetchone() == (0,)
+            rows = db.execute("SELECT id, vector FROM memory_vectors WHERE user_id = ?"
+                              " AND task_id IS ? AND id BETWEEN ? AND ? ORDER BY id",
+                              (user, task, first, last)).fetchall()
+            assert len(rows) == per_block and rows[0][0] == first and rows[-1][0] == last
+            each = [i for i, vector in rows for _ in range(len(vector) // (4 * dimensions))]
+            assert ids == struct.pack(f"<{len(each)}q", *each)
+            assert vectors == b"".join(vector for _, vector in rows)
+            ends[user, task] = last
+        for user, task in db.execute("SELECT DISTINCT user_id, task_id FROM memory_vectors"
+                                     " WHERE ?", (written,)):
+            (past,) = db.execute("SELECT count(*) FROM memory_vectors WHERE user_id = ? AND"
+                                 " task_id IS ? AND id > ?",
+                                 (user, task, ends.get((user, task), 0))).fetchone()
+            assert past < per_block
+        return len(blocks)
+    finally:
+        db.close()
+
+
+def test_every_change_leaves_the_blocks_holding_what_the_vectors_hold(
+        tmp_path: Any, clock: SetClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes one at a time and in bulk, forgets of every kind, keyed replaces, expiry,
+    a new embedder and erasure: after each, every block holds its memories' vectors as
+    memory_vectors does, and every owner's full blocks are sealed."""
+    path = str(tmp_path / "memory.db")
+    sealed_every(monkeypatch, 4, 16)
+    with MemoryStore(path, embedder=ConceptEmbedder(), clock=clock) as store:
+        items = fill(store, clock)
+        assert blocks_agree(path, 16) >= 10
+        store.purge_expired()
+        assert blocks_agree(path, 16, written=False) >= 10
+        alice = [m["id"] for m in store.memories(ALICE)]
+        store.forget(ALICE, alice[5])
+        for memory_id in alice[len(alice) // 2 : len(alice) // 2 + 6]:
+            store.forget(ALICE, memory_id)
+        blocks_agree(path, 16, written=False)
+        before = blocks_agree(path, 16, written=False)
+        for n in range(9):
+            store.remember(ALICE, "user" if n % 3 else "task", f"jazz band {n}", "talk/turn")
+            blocks_agree(path, 16, written=False)  # the owners not written to wait
+        assert blocks_agree(path, 16, written=False) > before
+        store.remember(ALICE, "user", "Alice sits by the aisle.", "s", key="seat")
+        store.remember(ALICE, "user", "Alice sits by the window.", "s", key="seat")
+        for forget in (lambda: store.forget_source(ALICE, "talk/turn"),
+                       lambda: store.forget_conversation(ALICE_WORK, "c3"),
+                       lambda: store.forget_where(ALICE, {"n": 2})):
+            forget()
+            blocks_agree(path, 16, written=False)
+        store.revise(ALICE, store.memories(ALICE)[0]["id"], "Alice plays the guitar.", "s")
+        assert blocks_agree(path, 16, written=False) >= 5
+        store.reindex(embedder=ConceptEmbedder("concepts-2", dimensions=24))
+        assert blocks_agree(path, 24) >= 5
+        store.erase_user("bob")
+        blocks_agree(path, 24, written=False)
+        assert store.count(BOB) == 0 and len(items) == 150
+
+
+@pytest.mark.parametrize("embedder", [ConceptEmbedder, Blurred])
+def test_sealed_blocks_rank_as_rows(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                    embedder: type[ConceptEmbedder]) -> None:
+    """Two files of the same memories, one with sealed blocks of three memories (forgets
+    leaving gaps between them) and one without any, recall the same past the budget."""
+    found = []
+    dimensions = embedder().dimensions
+    for memories in (3, 10**6):
+        sealed_every(monkeypatch, memories, dimensions)
+        clock = SetClock()
+        path = str(tmp_path / f"{memories}.db")
+        with MemoryStore(path, embedder=embedder(), clock=clock) as store:
+            fill(store, clock)
+            alice = [m["id"] for m in store.memories(ALICE)]
+            for memory_id in alice[4 : len(alice) : 9]:
+                store.forget(ALICE, memory_id)
+            assert (blocks_agree(path, dimensions, written=False) > 10) == (memories == 3)
+        monkeypatch.setattr(memory, "KEPT_BYTES", 1)
+        with MemoryStore(path, embedder=embedder(), clock=clock) as store:
+            found.append(recalled(store))
+        monkeypatch.undo()
+    assert found[0] == found[1]
+    assert all(found[0][:4])
+
+
+def test_a_forgotten_memory_is_never_recalled_from_its_block(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory forgotten by another store on the same file, read past the budget from the
+    block that held it: gone from every recall, and another user's blocks never seen."""
+    path = str(tmp_path / "memory.db")
+    sealed_every(monkeypatch, 4, 16)
+    monkeypatch.setattr(memory, "KEPT_BYTES", 1)
+    with MemoryStore(path, embedder=ConceptEmbedder()) as reader, \
+            MemoryStore(path, embedder=ConceptEmbedder()) as writer:
+        ids = writer.remember_many([(scope, "user", f"jazz concert {n}", "s")
+                                    for n in range(12) for scope in (ALICE, BOB)])
+        assert blocks_agree(path, 16) == 6
+        alice, bob = ids[::2], ids[1::2]
+        assert sorted(r["id"] for r in reader.recall(ALICE, "jazz", 20, rank="meaning")) == alice
+        writer.forget(ALICE, alice[5])
+        writer.forget(BOB, alice[6])  # not Bob's: nothing
+        found = [r["id"] for r in reader.recall(ALICE, "jazz", 20, rank="meaning")]
+        assert sorted(found) == [i for i in alice if i != alice[5]]
+        assert sorted(r["id"] for r in reader.recall(BOB, "jazz", 20, rank="meaning")) == bob
+        assert blocks_agree(path, 16, written=False) == 5
+        # A memory past the owner's blocks (and one in the dropped block's place): no block
+        # holds it, so none is dropped.
+        writer.forget(ALICE, writer.remember(ALICE, "user", "jazz again", "s"))
+        writer.forget(ALICE, alice[4])
+        assert blocks_agree(path, 16, written=False) == 5
+
+
+def test_a_version_8_file_seals_its_vectors_as_it_upgrades(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read as it is, a version-8 file recalls from its rows; upgraded, from the blocks its
+    upgrade sealed, the same memories its release recalled."""
+    path = str(tmp_path / "v8.db")
+    shutil.copy(FIXTURES / "version-8-055a6a4.sqlite3", path)
+    recorded = json.loads((FIXTURES / "version-8-055a6a4.json").read_text())
+    sealed_every(monkeypatch, 1, 16)
+    monkeypatch.setattr(memory, "KEPT_BYTES", 1)
+    for read_only in (True, False):
+        with MemoryStore(path, read_only=read_only, embedder=ConceptEmbedder()) as store:
+            for scoped, expected in recorded["meaning"].items():
+                found = store.recall(Scope(*scoped.split("/")), recorded["query"],
+                                     recorded["limit"], rank="meaning")
+                assert [r["id"] for r in found] == expected
+    assert blocks_agree(path, 16) == len(recorded["rows"])
+
+
+def test_every_statement_of_the_blocks_carries_the_scope(
+        tmp_path: Any, clock: SetClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(tmp_path / "memory.db")
+    sealed_every(monkeypatch, 3, 16)
+    monkeypatch.setattr(memory, "KEPT_BYTES", 1)
+    with MemoryStore(path, embedder=ConceptEmbedder(), clock=clock) as store:
+        statements: list[str] = []
+        store.db.set_trace_callback(statements.append)
+        fill(store, clock)
+        recalled(store)
+        alice = [m["id"] for m in store.memories(ALICE)]
+        for memory_id in alice[::7]:
+            store.forget(ALICE, memory_id)
+        store.remember(ALICE, "task", "jazz", "s")
+        scoped = len(statements)
+        store.purge_expired()  # an operator's call, user by user
+        store.db.set_trace_callback(None)
+    blocks = [s for s in statements if "memory_vector_blocks" in s]
+    assert {s.split(" ")[0] for s in blocks} == {"SELECT", "INSERT", "DELETE"}
+    assert any(s.startswith("SELECT first_id, last_id, after_id, ids, vectors") for s in blocks)
+    assert any(s.startswith("DELETE FROM memory_vector_blocks") for s in statements[scoped:])
+    for statement in memory_statements(statements[scoped:]):
+        if not statement.startswith("SELECT DISTINCT user_id FROM memories WHERE expires_at"):
+            assert "WHERE user_id = " in statement  # but the users', ids alone
+    for statement in memory_statements(statements[:scoped]):
+        assert re.search(r"WHERE user_id = .*\btask_(id|key) (IS|=|IN) ", statement), statement
+
+
+def memory_statements(statements: list[str]) -> list[str]:
+    return [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
+
+
+def test_a_block_that_does_not_hold_the_embedder_s_dimensions_is_refused(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(tmp_path / "memory.db")
+    sealed_every(monkeypatch, 2, 16)
+    with MemoryStore(path, embedder=ConceptEmbedder()) as store:
+        store.remember_many([(ALICE, "user", f"jazz {n}", "s") for n in range(4)])
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE memory_vector_blocks SET vectors = substr(vectors, 5)"
+                   " WHERE first_id = (SELECT max(first_id) FROM memory_vector_blocks)")
+    db.close()
+    with MemoryStore(path, embedder=ConceptEmbedder()) as store:
+        with pytest.raises(memory.SchemaError, match="dimensions"):
+            store.recall(ALICE, "jazz", 3, rank="meaning")

@@ -97,13 +97,13 @@ def test_an_upgraded_sqlite_file_keys_its_old_memories(tmp_path: pathlib.Path) -
     db.executescript("DROP TABLE memory_fields; DROP INDEX memories_key;"
                      + "".join(f" ALTER TABLE memories DROP COLUMN {column};" for column
                                in ("key", "metadata", "updated_at", "embed"))
-                     + " DROP TABLE memory_vectors;"
+                     + " DROP TABLE memory_vector_blocks; DROP TABLE memory_vectors;"
                      " DROP INDEX memories_conversation; ALTER TABLE memories DROP COLUMN"
                      " conversation; DROP INDEX memories_text_key; ALTER TABLE memories DROP"
                      " COLUMN text_key; PRAGMA user_version = 4;")
     db.close()
     with MemoryStore(path) as store:
-        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 8
+        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 9
         assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
 
 

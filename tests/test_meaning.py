@@ -468,6 +468,8 @@ def test_every_statement_of_meaning_carries_the_scope(store: MemoryStore) -> Non
     touching = [s for s in statements if TOUCHES_MEMORY_DATA.search(s)]
     assert any("memory_vectors" in s for s in touching)
     grown = {s.split(" FROM ")[0] for s in touching if "AND id > " in s}
+    # The kept copies' growth (and on SQLite the write's look for vectors to seal).
+    grown.discard("SELECT newest.last_id, (SELECT count(*)")
     assert grown == {"SELECT (SELECT count(*)", "SELECT id, vector", "SELECT id, conversation"}
     for statement in touching:
         assert re.search(r"WHERE user_id = .*\btask_(id|key) (IS|=|IN) ", statement), statement
@@ -482,7 +484,7 @@ def test_a_version_6_file_upgrades_and_keeps_its_results(tmp_path: pathlib.Path)
         with pytest.raises(StoreError, match="records no embedder"):
             MemoryStore(path, read_only=True, embedder=ConceptEmbedder())
     with MemoryStore(path, embedder=ConceptEmbedder()) as store:
-        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 8
+        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 9
         exported = [store.export_user(user) for user in ("alice", "bob")]
         assert sorted([r["id"], r["user"], r["task"], r["text"], r["source"], r["created_at"],
                        r["expires_at"]] for records in exported for r in records) == \
