@@ -569,8 +569,7 @@ def test_a_kept_copy_of_the_vectors_grows_with_later_writes(
     real_blocks = memory._vector_blocks
 
     def counted_blocks(db: memory._Session, key: memory._ScopeKey, dimensions: int
-                       ) -> Iterator[list[tuple[int, bytes]]]:
-        reads[0] += 1
+                       ) -> Iterator[memory._Vectors]:
         return real_blocks(db, key, dimensions)
     monkeypatch.setattr(memory, "_vector_blocks", counted_blocks)
     ranks: list[memory.Rank] = ["meaning", "hybrid"]

@@ -16,6 +16,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from embedders import ConceptEmbedder
 
 import memory
 from helpers import FIXTURES
@@ -154,3 +155,20 @@ def test_a_file_from_before_keys_reads_as_memories_without_any_when_read_only(
         assert reader.count(alice, where={"kind": {"$gt": "a"}}) == 0
         assert reader.memories(alice, newest_first=True) == every[::-1]
     assert path.read_bytes() == before
+
+
+def test_a_version_9_file_recalls_from_its_sealed_blocks_as_its_release_did(
+        tmp_path: pathlib.Path) -> None:
+    """Its release sealed blocks of two vectors and dropped one by a forget: past the kept
+    budget (read from the blocks and the rows beside them) it recalls by meaning as that
+    release did, and its blocks are the ones the release wrote."""
+    path, recorded = release("version-9-86fad48", tmp_path)
+    with mock.patch.object(memory, "KEPT_BYTES", 1), \
+            MemoryStore(path, read_only=True, embedder=ConceptEmbedder()) as reader:
+        assert [list(row) for row in reader.db.execute(
+            "SELECT user_id, task_id, first_id, last_id, after_id FROM memory_vector_blocks"
+            " ORDER BY first_id")] == recorded["blocks"]
+        for scoped, expected in recorded["meaning"].items():
+            found = reader.recall(Scope(*scoped.split("/")), recorded["query"],
+                                  recorded["limit"], rank="meaning")
+            assert [r["id"] for r in found] == expected
