@@ -2549,17 +2549,23 @@ def _upgrade_to_8(db: _SqliteEngine) -> None:
     _execute_script(db, _SQLITE_VERSION_8[len(_SQLITE_VERSION_7):])
 
 
-def _upgrade_to_9(db: _SqliteEngine) -> None:
-    """Version 8 gains the table of sealed blocks of vectors, and each owner's blocks of
-    the vectors it holds, as its writes would have sealed them."""
-    _execute_script(db, _SQLITE_VERSION_9[len(_SQLITE_VERSION_8):])
+def _seal_every_owner(db: _Session) -> None:
+    """Seal the blocks of every owner's vectors, as its writes would have (the upgrade that
+    adds the blocks: SQLite's version 9, PostgreSQL's 7)."""
     recorded = db.execute(_SQL_EMBEDDER).fetchone()
-    if recorded is None:
+    if recorded is None:  # no embedder made any vector
         return
     dimensions = json.loads(recorded[0])["dimensions"]
     for (user,) in db.execute(_SQL_USERS).fetchall():
         tasks = [task or None for (task,) in db.execute(_SQL_TASKS_COUNTED, (user,))]
         _seal_vector_blocks(db, user, tasks, dimensions)
+
+
+def _upgrade_to_9(db: _SqliteEngine) -> None:
+    """Version 8 gains the table of sealed blocks of vectors, and each owner's blocks of
+    the vectors it holds."""
+    _execute_script(db, _SQLITE_VERSION_9[len(_SQLITE_VERSION_8):])
+    _seal_every_owner(db)
 
 
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to

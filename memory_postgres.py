@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import logging
 import re
@@ -36,6 +37,7 @@ from memory import (
     _key_every_text,
     _log,
     _recording,
+    _seal_every_owner,
     _Session,
     _Sql,
     _transaction,
@@ -52,7 +54,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 6
+POSTGRES_SCHEMA_VERSION = 7
 # Version 1, to the letter (a new database is made by it and the steps after it, as an
 # upgraded one will be).
 _PG_SCHEMA = (
@@ -115,7 +117,9 @@ _PG_GUARDED = ("memories", "memory_words", "memory_counts")
 # Version 4's table of vectors is memory data too, and version 5's of metadata terms.
 _PG_GUARDED_FROM_4 = (*_PG_GUARDED, "memory_vectors")
 _PG_GUARDED_FROM_5 = (*_PG_GUARDED_FROM_4, "memory_fields")
-_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *_PG_GUARDED_FROM_5)
+# Version 7's sealed blocks of vectors as well.
+_PG_GUARDED_FROM_7 = (*_PG_GUARDED_FROM_5, "memory_vector_blocks")
+_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *_PG_GUARDED_FROM_7)
 _PG_OBJECTS = (
     "SELECT relname, relkind, relrowsecurity, relforcerowsecurity,"
     " pg_has_role(relowner, 'USAGE') FROM pg_class"
@@ -131,7 +135,7 @@ _PG_POLICY = (
     "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
 _PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY,
-                    5: _PG_POLICY, 6: _PG_POLICY}
+                    5: _PG_POLICY, 6: _PG_POLICY, 7: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -191,6 +195,32 @@ _PG_KEY_AFTER_USER = (
     "CREATE UNIQUE INDEX memories_key ON memories (user_id, key, coalesce(task_id, ''))"
     " WHERE key IS NOT NULL",
 )
+# Version 7: the vectors in sealed blocks as well, as SQLite's version 9 has them, sealed
+# for every user's owners by the upgrade (which reads every user's vectors). A block's
+# bytes are stored out of line uncompressed: float32 vectors do not compress, and trying
+# costs every write of one.
+_PG_ADD_VECTOR_BLOCKS = (
+    "SELECT set_config('memory.operator', 'on', true)",
+    """CREATE TABLE memory_vector_blocks (
+    user_id TEXT NOT NULL,
+    first_id BIGINT NOT NULL,
+    task_id TEXT,
+    last_id BIGINT NOT NULL,
+    after_id BIGINT NOT NULL,
+    ids BYTEA NOT NULL,
+    vectors BYTEA NOT NULL,
+    PRIMARY KEY (user_id, first_id)
+)""",
+    "ALTER TABLE memory_vector_blocks ALTER COLUMN ids SET STORAGE EXTERNAL,"
+    " ALTER COLUMN vectors SET STORAGE EXTERNAL",
+    "CREATE INDEX memory_vector_blocks_scope ON memory_vector_blocks"
+    " (user_id, task_id, first_id) INCLUDE (last_id)",
+    "ALTER TABLE memory_vector_blocks ENABLE ROW LEVEL SECURITY",
+    "ALTER TABLE memory_vector_blocks FORCE ROW LEVEL SECURITY",
+    "CREATE POLICY memory_vector_blocks_scope ON memory_vector_blocks USING (user_id = ANY ("
+    "string_to_array(current_setting('memory.user_ids', true), ',')) OR current_setting("
+    "'memory.operator', true) = 'on')",
+)
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
@@ -225,11 +255,11 @@ _PG_PRIVILEGED = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = 
 _PG_SIZE = (
     "SELECT sum(pg_total_relation_size(to_regclass(name)))::bigint FROM unnest("
     "ARRAY['memories', 'memory_words', 'memory_counts', 'memory_vectors', 'memory_fields',"
-    " 'store_settings'])"
+    " 'memory_vector_blocks', 'store_settings'])"
     " AS name"
 )
 _PG_VACUUM = ("VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts, memory_vectors,"
-              " memory_fields")
+              " memory_fields, memory_vector_blocks")
 _PG_READ_ONLY = "SET default_transaction_read_only = on"
 # A statement, and a wait for a lock, past the store's statement_timeout is cancelled by
 # the server (milliseconds, an integer).
@@ -342,12 +372,20 @@ def _key_after_user(db: _PostgresSession) -> None:
         db._send(statement)
 
 
+def _add_vector_blocks(db: _PostgresSession) -> None:
+    """Version 6 gains the table of sealed blocks of vectors, and every owner's blocks."""
+    for statement in _PG_ADD_VECTOR_BLOCKS:
+        db._send(statement)
+    _seal_every_owner(db)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
     (4, _add_vectors),
     (5, _add_records),
     (6, _key_after_user),
+    (7, _add_vector_blocks),
 ]
 
 
@@ -395,8 +433,6 @@ class _PostgresSession(_Session):
     reads_map_first = True
     asks_ahead = True
     users_per_batch = 64
-    # Its vectors are read a server-side cursor's block of rows at a time (blocks).
-    has_vector_blocks = False
 
     def __init__(self, connection: Any, trace: Callable[[str], object] | None = None) -> None:
         self.connection = connection
@@ -406,6 +442,7 @@ class _PostgresSession(_Session):
         self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
         self._batching = False
         self._write = self._commit_sent = False  # what the transaction under way is
+        self._cursors = itertools.count()
 
     def open_store(self, read_only: bool, matching: Matching | None, create: bool) -> None:
         """Check, create or upgrade the store in the database, as the store opens."""
@@ -458,8 +495,8 @@ class _PostgresSession(_Session):
     def _check_layout(self, version: int) -> None:
         """SchemaError unless the store's objects are the store's own (_PG_OBJECTS) at
         `version`."""
-        guarded = set(_PG_GUARDED_FROM_5 if version >= 5 else _PG_GUARDED_FROM_4
-                      if version >= 4 else _PG_GUARDED)
+        guarded = set(_PG_GUARDED_FROM_7 if version >= 7 else _PG_GUARDED_FROM_5
+                      if version >= 5 else _PG_GUARDED_FROM_4 if version >= 4 else _PG_GUARDED)
         # Every object the store may have is asked for: one of a later version is foreign.
         objects = self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),)).fetchall()
         trusted = len(objects) == len(guarded) + 2 and all(
@@ -569,12 +606,21 @@ class _PostgresSession(_Session):
         # A server-side cursor: the server keeps what is not fetched yet, and plans for the
         # first rows (cursor_tuple_fraction), so an index's order rather than a sort.
         text = self._form(sql)
+        # No cursor is declared in a pipeline: there a write reads the rows it wrote to
+        # seal (and the owner's fewer than a block before them), all at once.
+        if self._batching:
+            cursor = self._send(text, parameters)
+            while rows := self._driver(lambda: cursor.fetchmany(size)):
+                yield rows
+            return
         if self._begin is not None:  # a cursor is declared in the transaction
             begin, self._begin = self._begin, None
             self._driver(lambda: self.connection.execute(begin))
         if self._trace is not None:
             self._trace(text)
-        with self.connection.cursor(name="memory_blocks", binary=True) as cursor:
+        # Named apart: a read goes through one owner's blocks while it reads rows between.
+        name = f"memory_blocks_{next(self._cursors)}"
+        with self.connection.cursor(name=name, binary=True) as cursor:
             self._driver(lambda: cursor.execute(text, parameters))
             while rows := self._driver(lambda: cursor.fetchmany(size)):
                 yield rows

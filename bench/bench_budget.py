@@ -5,9 +5,11 @@
 1. Meaning past the budget. One user holds SIZE memories with 384-dimension vectors (seeded
    random unit vectors, as bench_vectors.py writes them), on SQLite (and PostgreSQL with
    --postgres). KEPT_BYTES is lowered to 16 MiB, below the scope, so every recall reads
-   the scope's vectors: a block at a time as the store does now, and, beside it in the
-   same run, the way it read them before (every row at once, sorted by id, then scored):
-   `_Vectors(fetchall())`. The floor is numpy over the same matrix held in memory.
+   the scope's vectors: from the sealed blocks as the store does now, and, beside it in the
+   same run, the two ways it read them before: its rows a block at a time (the store with
+   `has_vector_blocks` off, as a file of SQLite layout 8 read as it is), and every row at
+   once, sorted by id, then scored (`_Vectors(fetchall())`). The floor is numpy over the
+   same matrix held in memory.
    p50 of QUERIES recalls, and the peak of memory allocated during one (tracemalloc).
 2. Many users' first recalls. USERS users of 5 memories each (conversations of 2), each
    recalled once with context, in turn, by one store: the p50 of the first thousand's and
@@ -91,7 +93,7 @@ def past_budget_rows(target: str, size: int, engine: str) -> list[dict[str, obje
         ask()
         rows.append({"engine": engine, "vectors": size, "read": "sealed blocks (now)",
                      "p50 ms": p50(ask, QUERIES), "peak MiB": peak_mib(ask)})
-        with mock.patch.object(type(store.db), "has_vector_blocks", False):
+        with mock.patch.object(memory._Session, "has_vector_blocks", False):
             rows.append({"engine": engine, "vectors": size, "read": "rows a block at a time",
                          "p50 ms": p50(ask, QUERIES), "peak MiB": peak_mib(ask)})
         rows.append({"engine": engine, "vectors": size, "read": "whole (before)",

@@ -20,6 +20,7 @@ from embedders import Blurred, ConceptEmbedder
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, TOUCHES_MEMORY_DATA, SetClock
 from memory import MemoryStore, Scope
+from model import owner_connection
 
 pytest.importorskip("numpy")
 
@@ -60,9 +61,12 @@ def test_recall_past_the_budget_ranks_as_within_it(
     """Meaning and hybrid, with and without context and a filter, at the user level and in
     tasks, on vectors that tie and on vectors whose products round: the same memories,
     scores and explanations whether the scope's vectors are kept whole, read whole for the
-    first time, or read three rows at a time past the budget; past it nothing is kept."""
+    first time, or read past the budget in sealed blocks of four and three rows at a time
+    between and after them; past it nothing is kept."""
+    sealed_every(monkeypatch, 4, embedder().dimensions)
     with MemoryStore(target, embedder=embedder(), clock=clock) as store:
         fill(store, clock)
+        store.forget(ALICE, store.memories(ALICE)[9]["id"])  # a block's rows, between
         first = recalled(store)  # read in blocks, each scope then kept whole
         assert any(kind is memory._Vectors for kind, _ in store._planner._copies)
         assert recalled(store) == first  # from the copies kept
@@ -229,48 +233,51 @@ def sealed_every(monkeypatch: pytest.MonkeyPatch, memories: int, dimensions: int
     monkeypatch.setattr(memory, "_SEALED_BLOCK_BYTES", memories * 4 * dimensions)
 
 
-def blocks_agree(path: str, dimensions: int, written: bool = True) -> int:
+def blocks_agree(target: str, dimensions: int, written: bool = True) -> int:
     """Every sealed block holds exactly what memory_vectors holds for its owner's memories
     from its first id to its last, and each owner's blocks are disjoint; after a write
     (`written`), no owner has a block's worth of vectors past its newest block (a deletion
     leaves that to the owner's next write); how many blocks there are."""
-    db = sqlite3.connect(path)
-    try:
-        blocks = db.execute("SELECT user_id, task_id, first_id, last_id, after_id, ids,"
-                            " vectors FROM memory_vector_blocks"
-                            " ORDER BY user_id, task_id, first_id").fetchall()
+    postgres = target.startswith("postgresql://")
+
+    def rows(sql: str, *parameters: Any) -> list[tuple[Any, ...]]:
+        if postgres:
+            sql = sql.replace(" IS ?", " IS NOT DISTINCT FROM ?").replace("?", "%s")
+        return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+                for row in db.execute(sql, parameters).fetchall()]
+
+    with owner_connection(target) as db:
+        blocks = rows("SELECT user_id, task_id, first_id, last_id, after_id, ids, vectors"
+                      " FROM memory_vector_blocks ORDER BY user_id, task_id, first_id")
         per_block = memory._SEALED_BLOCK_BYTES // (4 * dimensions)
         ends: dict[tuple[str, str | None], int] = {}
         for user, task, first, last, after, ids, vectors in blocks:
             assert first > after >= ends.get((user, task), 0)
-            assert db.execute("SELECT count(*) FROM memory_vectors WHERE user_id = ? AND"
-                              " task_id IS ? AND id > ? AND id < ?",
-                              (user, task, after, first)).fetchone() == (0,)
-            rows = db.execute("SELECT id, vector FROM memory_vectors WHERE user_id = ?"
-                              " AND task_id IS ? AND id BETWEEN ? AND ? ORDER BY id",
-                              (user, task, first, last)).fetchall()
-            assert len(rows) == per_block and rows[0][0] == first and rows[-1][0] == last
-            each = [i for i, vector in rows for _ in range(len(vector) // (4 * dimensions))]
+            assert rows("SELECT count(*) FROM memory_vectors WHERE user_id = ? AND"
+                        " task_id IS ? AND id > ? AND id < ?", user, task, after, first
+                        ) == [(0,)]
+            held = rows("SELECT id, vector FROM memory_vectors WHERE user_id = ? AND"
+                        " task_id IS ? AND id BETWEEN ? AND ? ORDER BY id",
+                        user, task, first, last)
+            assert len(held) == per_block and held[0][0] == first and held[-1][0] == last
+            each = [i for i, vector in held for _ in range(len(vector) // (4 * dimensions))]
             assert ids == struct.pack(f"<{len(each)}q", *each)
-            assert vectors == b"".join(vector for _, vector in rows)
+            assert vectors == b"".join(vector for _, vector in held)
             ends[user, task] = last
-        for user, task in db.execute("SELECT DISTINCT user_id, task_id FROM memory_vectors"
-                                     " WHERE ?", (written,)):
-            (past,) = db.execute("SELECT count(*) FROM memory_vectors WHERE user_id = ? AND"
-                                 " task_id IS ? AND id > ?",
-                                 (user, task, ends.get((user, task), 0))).fetchone()
-            assert past < per_block
+        owners = rows("SELECT DISTINCT user_id, task_id FROM memory_vectors") if written else []
+        for user, task in owners:
+            assert rows("SELECT count(*) FROM memory_vectors WHERE user_id = ? AND"
+                        " task_id IS ? AND id > ?", user, task, ends.get((user, task), 0)
+                        )[0][0] < per_block
         return len(blocks)
-    finally:
-        db.close()
 
 
 def test_every_change_leaves_the_blocks_holding_what_the_vectors_hold(
-        tmp_path: Any, clock: SetClock, monkeypatch: pytest.MonkeyPatch) -> None:
+        target: str, clock: SetClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """Writes one at a time and in bulk, forgets of every kind, keyed replaces, expiry,
     a new embedder and erasure: after each, every block holds its memories' vectors as
     memory_vectors does, and every owner's full blocks are sealed."""
-    path = str(tmp_path / "memory.db")
+    path = target
     sealed_every(monkeypatch, 4, 16)
     with MemoryStore(path, embedder=ConceptEmbedder(), clock=clock) as store:
         items = fill(store, clock)
@@ -330,10 +337,10 @@ def test_sealed_blocks_rank_as_rows(tmp_path: Any, monkeypatch: pytest.MonkeyPat
 
 
 def test_a_forgotten_memory_is_never_recalled_from_its_block(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A memory forgotten by another store on the same file, read past the budget from the
     block that held it: gone from every recall, and another user's blocks never seen."""
-    path = str(tmp_path / "memory.db")
+    path = target
     sealed_every(monkeypatch, 4, 16)
     monkeypatch.setattr(memory, "KEPT_BYTES", 1)
     with MemoryStore(path, embedder=ConceptEmbedder()) as reader, \
@@ -420,3 +427,22 @@ def test_a_block_that_does_not_hold_the_embedder_s_dimensions_is_refused(
     with MemoryStore(path, embedder=ConceptEmbedder()) as store:
         with pytest.raises(memory.SchemaError, match="dimensions"):
             store.recall(ALICE, "jazz", 3, rank="meaning")
+
+
+def test_a_version_6_postgres_database_seals_its_vectors_as_it_upgrades(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database back at version 6 (no blocks) upgrades to blocks of every owner's
+    vectors, and recalls past the budget as it did before."""
+    sealed_every(monkeypatch, 3, 16)
+    monkeypatch.setattr(memory, "KEPT_BYTES", 1)
+    with MemoryStore(url, embedder=ConceptEmbedder()) as store:
+        store.remember_many([(scope, level, f"jazz concert {n}", "s") for n in range(10)
+                             for scope in (ALICE, BOB) for level in ("user", "task")])
+        before = [store.recall(scope, "jazz", 20, rank="meaning") for scope in (ALICE, BOB)]
+    with owner_connection(url) as db:  # version 6, as its release made it
+        db.execute("DROP TABLE memory_vector_blocks")
+        db.execute("UPDATE store_settings SET value = '6' WHERE name = 'schema_version'")
+    with MemoryStore(url, embedder=ConceptEmbedder()) as store:
+        assert blocks_agree(url, 16) == 12
+        assert [store.recall(scope, "jazz", 20, rank="meaning") for scope in (ALICE, BOB)
+                ] == before

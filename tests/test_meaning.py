@@ -570,6 +570,7 @@ def test_a_kept_copy_of_the_vectors_grows_with_later_writes(
 
     def counted_blocks(db: memory._Session, key: memory._ScopeKey, dimensions: int
                        ) -> Iterator[memory._Vectors]:
+        reads[0] += 1
         return real_blocks(db, key, dimensions)
     monkeypatch.setattr(memory, "_vector_blocks", counted_blocks)
     ranks: list[memory.Rank] = ["meaning", "hybrid"]

@@ -190,13 +190,14 @@ def test_schema_keys_begin_with_user_id(url: str, server: Server) -> None:
     keys = server.admin(
         "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
         " WHERE contype IN ('p', 'u') AND conrelid::regclass::text LIKE 'memor%'", database)
-    assert len(keys) == 5
+    assert len(keys) == 6
     assert all(definition.startswith("PRIMARY KEY (user_id,") for _, definition in keys)
     forced = server.admin("SELECT relname, relrowsecurity, relforcerowsecurity FROM pg_class"
                           " WHERE relname LIKE 'memor%' AND relkind = 'r'", database)
     assert sorted(forced) == [(name, True, True)
                               for name in ("memories", "memory_counts", "memory_fields",
-                                           "memory_vectors", "memory_words")]
+                                           "memory_vector_blocks", "memory_vectors",
+                                           "memory_words")]
 
 
 def test_newer_schema_is_refused_and_the_version_is_read(url: str, server: Server) -> None:
@@ -544,12 +545,13 @@ def test_version_5_s_key_index_is_made_again_key_first(url: str, server: Server)
     with MemoryStore(url) as store:
         store.remember(ALICE, "task", "Alice's seat: aisle.", "s", key="seat")
     with owner_connection(url) as db:  # version 5's index, as its release made it
+        db.execute("DROP TABLE memory_vector_blocks")
         db.execute("DROP INDEX memories_key")
         db.execute("CREATE UNIQUE INDEX memories_key ON memories (user_id,"
                    " coalesce(task_id, ''), key) WHERE key IS NOT NULL")
         db.execute("UPDATE store_settings SET value = '5' WHERE name = 'schema_version'")
     with MemoryStore(url) as store:
-        assert store.stats()["schema_version"] == 6
+        assert store.stats()["schema_version"] == 7
         store.remember(ALICE, "task", "Alice's seat: window.", "s", key="seat")
         assert [m["text"] for m in store.memories(ALICE)] == ["Alice's seat: window."]
     (definition,) = server.admin("SELECT indexdef FROM pg_indexes WHERE indexname ="
