@@ -2245,32 +2245,43 @@ def _unindex(db: _Session, user_id: str, rows: Sequence[tuple[Any, ...]], rule: 
     owner left with fewer than `index_from` memories loses all its postings."""
     removed = collections.Counter(task_id for _, task_id, *_ in rows)
     indexed = set()
-    for task_id, n in removed.items():
-        (held,) = db.execute(_SQL_OWNER_COUNT, (user_id, task_id or "")).fetchone() or (0,)
+    with db.batch():
+        counts = [db.ask(_SQL_OWNER_COUNT, (user_id, task_id or "")) for task_id in removed]
+    for (task_id, n), counted in zip(removed.items(), counts, strict=True):
+        held = next(iter(counted()), (0,))[0]
         if held - n >= index_from:
             indexed.add(task_id)
         elif held >= index_from:
             db.execute(_SQL_DROP_OWNER_POSTINGS, (user_id, task_id))
-    db.executemany(_SQL_COUNT_SUBTRACT, [(n, user_id, task or "")
-                                         for task, n in removed.items()])
-    db.executemany(_SQL_COUNT_DROP_EMPTY, [(user_id, task or "") for task in removed])
     groups: dict[tuple[str | None, str], set[int]] = collections.defaultdict(set)
     for memory_id, task_id, text, _, created_at, *_ in rows:
         for word in rule.of_memory(text, created_at) if task_id in indexed else ():
             groups[task_id, word].add(memory_id)
-    for (task_id, word), gone in groups.items():
-        lo, hi = min(gone), max(gone)
+    # Every word's rows asked at once (one round trip to a server), then rewritten: each
+    # row's ids are the (user, word, task)'s alone, so no rewrite changes another's.
+    words = list(groups.items())
+    with db.batch():
+        asked = db.ask_each(_SQL_POSTINGS_SPAN, [
+            (user_id, task_id, word, user_id, task_id, word, min(gone), min(gone), max(gone))
+            for (task_id, word), gone in words])
+    rewritten, dropped = [], []
+    for ((task_id, word), gone), span in zip(words, asked(), strict=True):
         key = (user_id, task_id, word)
-        span = db.execute(_SQL_POSTINGS_SPAN, (*key, *key, lo, lo, hi)).fetchall()
         for first_id, blob in span:
             ids = _unpack(blob)
             kept = [i for i in ids if i not in gone]
             if len(kept) == len(ids):
                 continue
             if kept:
-                db.execute(_SQL_REWRITE_POSTINGS, (kept[0], _pack(kept), *key, first_id))
+                rewritten.append((kept[0], _pack(kept), *key, first_id))
             else:
-                db.execute(_SQL_DROP_POSTINGS, (*key, first_id))
+                dropped.append((*key, first_id))
+    with db.batch():
+        db.executemany(_SQL_COUNT_SUBTRACT, [(n, user_id, task or "")
+                                             for task, n in removed.items()])
+        db.executemany(_SQL_COUNT_DROP_EMPTY, [(user_id, task or "") for task in removed])
+        db.executemany(_SQL_REWRITE_POSTINGS, rewritten)
+        db.executemany(_SQL_DROP_POSTINGS, dropped)
 
 
 
@@ -4484,10 +4495,12 @@ class _Writes(_Part):
         _unindex(db, key[0], rows, self._rule, self._index_from)
         ids = json.dumps([row[0] for row in rows])
         _drop_vector_blocks(db, key[0], [(row[0], row[1]) for row in rows])
-        db.execute(_SQL_FORGET_VECTORS, (*key, ids))
-        if any(row[7] is not None for row in rows):  # _MemoryRow.metadata
-            db.execute(_SQL_FORGET_FIELDS, (*key, ids))
-        return int(db.execute(_SQL_FORGET, (*key, ids)).rowcount)
+        with db.batch():  # one round trip to a server
+            db.execute(_SQL_FORGET_VECTORS, (*key, ids))
+            if any(row[7] is not None for row in rows):  # _MemoryRow.metadata
+                db.execute(_SQL_FORGET_FIELDS, (*key, ids))
+            forgotten = db.execute(_SQL_FORGET, (*key, ids))
+        return int(forgotten.rowcount)
 
     def reading(self, previous: str | None = None) -> str:
         # A bad reading is the caller's input, like a bad text: MemoryInputError, and the
