@@ -943,11 +943,6 @@ _SQL_SCOPE_VECTORS_AFTER = _sql(_each_owner_after(
     "SELECT id, vector FROM memory_vectors", "UNION ALL", " ORDER BY id"))
 
 
-# A scope's vectors, each owner's in id order: its sealed blocks (version 9) in order, and
-# the rows no block holds, between and after them, each run of rows from its range of the
-# scope index (no sort of the scope's rows), read a block at a time (_Session.blocks):
-# where they do not fit the kept budget, recall scores them block by block, in memory of
-# one block.
 def _owner_forms(sql: str) -> tuple[_Sql, _Sql]:
     """A statement of one owner's rows (`task_id {task}`), for the user level and for a
     task: apart, so that each is a range of an index under the user."""
@@ -960,6 +955,11 @@ def _of_owner(user: str, task: str | None, of_user: _Sql, of_task: _Sql
     return (of_user, (user,)) if task is None else (of_task, (user, task))
 
 
+# A scope's vectors, each owner's in id order: its sealed blocks (version 9) in order, and
+# the rows no block holds, between and after them, each run of rows from its range of the
+# scope index (no sort of the scope's rows), read a block at a time (_Session.blocks):
+# where they do not fit the kept budget, recall scores them block by block, in memory of
+# one block.
 _SQL_OWNER_VECTORS_BETWEEN, _SQL_TASK_VECTORS_BETWEEN = _owner_forms(
     "SELECT id, vector FROM memory_vectors WHERE user_id = ? AND task_id {task}"
     " AND id > ? AND id < ? ORDER BY id")

@@ -446,3 +446,23 @@ def test_a_version_6_postgres_database_seals_its_vectors_as_it_upgrades(
         assert blocks_agree(url, 16) == 12
         assert [store.recall(scope, "jazz", 20, rank="meaning") for scope in (ALICE, BOB)
                 ] == before
+
+
+def test_without_numpy_sealed_blocks_score_as_numpy_s(
+        target: str, clock: SetClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store without numpy reads the same sealed blocks (memories of several vectors
+    among them) and ranks as numpy does, scores within float32's rounding."""
+    sealed_every(monkeypatch, 4, 16)
+    with MemoryStore(target, embedder=ConceptEmbedder(), clock=clock) as store:
+        fill(store, clock)
+        assert blocks_agree(target, 16) >= 10
+        asks = [(scope, query) for scope in (ALICE, ALICE_WORK) for query in QUERIES]
+        with monkeypatch.context() as bare:
+            bare.setattr(memory, "_numpy", lambda: None)
+            without = [store.recall(s, q, 8, rank="meaning") for s, q in asks]
+        with_numpy = [store.recall(s, q, 8, rank="meaning") for s, q in asks]
+    assert [[r["id"] for r in found] for found in without] == [
+        [r["id"] for r in found] for found in with_numpy]
+    assert [r["score"] for found in without for r in found] == pytest.approx(
+        [r["score"] for found in with_numpy for r in found])
+    assert all(with_numpy)
