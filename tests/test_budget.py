@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 from embedders import Blurred, ConceptEmbedder
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, TOUCHES_MEMORY_DATA, SetClock
@@ -466,3 +468,44 @@ def test_without_numpy_sealed_blocks_score_as_numpy_s(
     assert [r["score"] for found in without for r in found] == pytest.approx(
         [r["score"] for found in with_numpy for r in found])
     assert all(with_numpy)
+
+
+STEPS = st.lists(st.one_of(
+    st.tuples(st.just("write"), st.integers(0, 5), st.integers(1, 7)),
+    st.tuples(st.just("forget"), st.integers(0, 5), st.integers(0, 10**6)),
+    st.tuples(st.just("source"), st.integers(0, 5), st.integers(0, 3))), max_size=14)
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=STEPS)
+def test_any_writes_and_forgets_leave_blocks_that_recall_as_rows(
+        tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int, int]]) -> None:
+    """Writes of any size for owners at random, forgets of single memories and of sources,
+    with blocks of three: after each, the blocks hold what the vectors hold, and a recall
+    past the budget (from the blocks) finds what one from the rows does."""
+    path = str(tmp_path_factory.mktemp("blocks") / "memory.db")
+    scopes = [(ALICE, "user"), (ALICE, "task"), (ALICE_WORK, "task"), (BOB, "user"),
+              (BOB, "task"), (ALICE_WORK, "user")]
+    with pytest.MonkeyPatch.context() as patch, \
+            MemoryStore(path, embedder=ConceptEmbedder()) as store:
+        sealed_every(patch, 3, 16)
+        patch.setattr(memory, "KEPT_BYTES", 1)
+        written = 0
+        for kind, which, n in steps:
+            scope, level = scopes[which]
+            if kind == "write":
+                store.remember_many([(scope, level, " ".join(WORDS[(written + i) % 12 : ][:3]),
+                                      f"c{(written + i) % 4}/turn") for i in range(n)])
+                written += n
+            elif kind == "forget":
+                held = [m["id"] for m in store.memories(scope)]
+                if held:
+                    store.forget(scope, held[n % len(held)])
+            else:
+                store.forget_source(scope, f"c{n}/turn")
+            blocks_agree(path, 16, written=False)
+        asked = [store.recall(s, q, 10, rank="meaning") for s in (ALICE, ALICE_WORK, BOB)
+                 for q in QUERIES[:2]]
+        patch.setattr(memory._Session, "has_vector_blocks", False)
+        assert [store.recall(s, q, 10, rank="meaning") for s in (ALICE, ALICE_WORK, BOB)
+                for q in QUERIES[:2]] == asked
