@@ -3162,12 +3162,17 @@ class _Vectors:
             self.firsts: Any = list(itertools.accumulate(counts, initial=0))[:-1]
             self.size = sum(lengths)
             return
-        self.ids = np.array(ids, dtype=np.int64)
-        self.rows = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, dimensions)
+        self._hold(np.array(ids, dtype=np.int64),
+                   np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, dimensions),
+                   None if sum(counts) == len(rows) else np.concatenate(
+                       [[0], np.cumsum(counts)[:-1]]).astype(np.int64))
+
+    def _hold(self, ids: Any, rows: Any, firsts: Any, norms: Any = None) -> None:
+        """Hold these numpy arrays, the rows' norms (unless given), and what they take."""
+        np = _numpy()
+        self.ids, self.rows, self.firsts = ids, rows, firsts
         # Each row's own sum, as the cosines' (see cosines).
-        self.norms = np.sqrt(np.einsum("ij,ij->i", self.rows, self.rows))
-        self.firsts = None if len(self.rows) == len(rows) else np.concatenate(
-            [[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self.norms = np.sqrt(np.einsum("ij,ij->i", rows, rows)) if norms is None else norms
         self.size = _held_bytes(self.ids, self.rows, self.norms, self.firsts)
 
     @classmethod
@@ -3187,11 +3192,8 @@ class _Vectors:
         block = cls([], dimensions)
         each = np.frombuffer(ids, dtype="<i8")
         starts = np.flatnonzero(np.concatenate([[True], each[1:] != each[:-1]]))
-        block.ids = each[starts]
-        block.rows = np.frombuffer(vectors, dtype="<f4").reshape(-1, dimensions)
-        block.norms = np.sqrt(np.einsum("ij,ij->i", block.rows, block.rows))
-        block.firsts = None if len(starts) == len(each) else starts.astype(np.int64)
-        block.size = _held_bytes(block.ids, block.rows, block.norms, block.firsts)
+        block._hold(each[starts], np.frombuffer(vectors, dtype="<f4").reshape(-1, dimensions),
+                    None if len(starts) == len(each) else starts.astype(np.int64))
         return block
 
     def extended(self, rows: list[tuple[int, bytes]], dimensions: int) -> _Vectors:
@@ -3225,9 +3227,7 @@ class _Vectors:
                 np.cumsum(counts) - counts, counts)
             ids, rows, norms = ids[order], rows[taken], norms[taken]
             firsts = (np.cumsum(counts) - counts).astype(np.int64)
-        whole.ids, whole.rows, whole.norms = ids, rows, norms
-        whole.firsts = None if len(rows) == len(ids) else firsts
-        whole.size = _held_bytes(whole.ids, whole.rows, whole.norms, whole.firsts)
+        whole._hold(ids, rows, None if len(rows) == len(ids) else firsts, norms)
         return whole
 
     def cosines(self, query: bytes) -> tuple[Any, Any]:
@@ -3438,6 +3438,13 @@ def _drop_vector_blocks(db: _Session, user: str, memories: Iterable[tuple[int, s
             drop, _ = _of_owner(
                 user, task, _SQL_OWNER_DROP_VECTOR_BLOCKS, _SQL_TASK_DROP_VECTOR_BLOCKS)
             db.execute(drop, (*owner, json.dumps(sorted(dropped))))
+
+
+def _erase_vectors(db: _Session, user: str) -> None:
+    """Delete every vector of the user, and the blocks that hold them."""
+    if db.has_vector_blocks:
+        db.execute(_SQL_ERASE_VECTOR_BLOCKS, (user,))
+    db.execute(_SQL_ERASE_VECTORS, (user,))
 
 
 def _limit_th_best(scores: Any, limit: int) -> float:
@@ -4533,9 +4540,7 @@ class _Writes(_Part):
             for (user,) in db.execute(_SQL_USERS).fetchall():
                 owned = db.execute(_SQL_OWNED_EMBEDS, (user,)).fetchall()
                 vectors.update(embedded([row for row in owned if row[0] not in vectors]))
-                if db.has_vector_blocks:
-                    db.execute(_SQL_ERASE_VECTOR_BLOCKS, (user,))
-                db.execute(_SQL_ERASE_VECTORS, (user,))
+                _erase_vectors(db, user)
                 db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
                                                       vectors[memory_id])
                                                      for memory_id, _, task_id, *_ in owned
@@ -5522,9 +5527,7 @@ class MemoryStore:
         user = _check_identifier("user", user)
         with self._writing({user}) as db:
             db.execute(_SQL_ERASE_POSTINGS, (user,))
-            if db.has_vector_blocks:
-                db.execute(_SQL_ERASE_VECTOR_BLOCKS, (user,))
-            db.execute(_SQL_ERASE_VECTORS, (user,))
+            _erase_vectors(db, user)
             db.execute(_SQL_ERASE_FIELDS, (user,))
             db.execute(_SQL_ERASE_COUNTS, (user,))
             erased = db.execute(_SQL_ERASE, (user,)).rowcount

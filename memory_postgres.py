@@ -55,6 +55,19 @@ except ImportError:
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
 POSTGRES_SCHEMA_VERSION = 7
+
+
+def _guarded(table: str) -> tuple[str, ...]:
+    """Row-level security on a table of memory data, forced on its owner too: a statement
+    sees the rows of the users its transaction named (memory.user_ids, comma-separated: no
+    identifier holds a comma), or every row in an operator's call (memory.operator)."""
+    return (f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+            f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
+            f"CREATE POLICY {table}_scope ON {table} USING (user_id = ANY (string_to_array("
+            "current_setting('memory.user_ids', true), ',')) OR current_setting("
+            "'memory.operator', true) = 'on')")
+
+
 # Version 1, to the letter (a new database is made by it and the steps after it, as an
 # upgraded one will be).
 _PG_SCHEMA = (
@@ -87,16 +100,9 @@ _PG_SCHEMA = (
     memories BIGINT NOT NULL,
     PRIMARY KEY (user_id, task_key)
 )""",
-    # The second guard: row-level security, forced on the tables' owner too. A statement
-    # sees the rows of the users its transaction named (memory.user_ids, comma-separated:
-    # no identifier holds a comma), or every row in an operator's call (memory.operator).
-    *(statement.format(table=table) for table in ("memories", "memory_words", "memory_counts")
-      for statement in (
-          "ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
-          "ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
-          "CREATE POLICY {table}_scope ON {table} USING (user_id = ANY (string_to_array("
-          "current_setting('memory.user_ids', true), ',')) OR current_setting("
-          "'memory.operator', true) = 'on')")),
+    # The second guard: row-level security, forced on the tables' owner too (_guarded).
+    *(statement for table in ("memories", "memory_words", "memory_counts")
+      for statement in _guarded(table)),
 )
 # From pg_class under the statement's snapshot, not the catalog cache (to_regclass), which
 # may not yet know of a table another process created while this one waited for the lock.
@@ -160,11 +166,7 @@ _PG_ADD_VECTORS = (
     vector BYTEA NOT NULL,
     PRIMARY KEY (user_id, id)
 )""",
-    "ALTER TABLE memory_vectors ENABLE ROW LEVEL SECURITY",
-    "ALTER TABLE memory_vectors FORCE ROW LEVEL SECURITY",
-    "CREATE POLICY memory_vectors_scope ON memory_vectors USING (user_id = ANY ("
-    "string_to_array(current_setting('memory.user_ids', true), ',')) OR current_setting("
-    "'memory.operator', true) = 'on')",
+    *_guarded("memory_vectors"),
 )
 # Version 5: keys, metadata and embedding choices, as SQLite's version 8 has them, the
 # metadata as jsonb; the table of metadata terms under the same guard.
@@ -181,11 +183,7 @@ _PG_ADD_RECORDS = (
     PRIMARY KEY (user_id, term, id)
 )""",
     "CREATE INDEX memory_fields_id ON memory_fields (user_id, id)",
-    "ALTER TABLE memory_fields ENABLE ROW LEVEL SECURITY",
-    "ALTER TABLE memory_fields FORCE ROW LEVEL SECURITY",
-    "CREATE POLICY memory_fields_scope ON memory_fields USING (user_id = ANY ("
-    "string_to_array(current_setting('memory.user_ids', true), ',')) OR current_setting("
-    "'memory.operator', true) = 'on')",
+    *_guarded("memory_fields"),
 )
 # Version 6: the key index leads with the key after the user. Under row-level security a
 # condition on coalesce(task_id, '') is not leakproof, so it cannot bound an index scan:
@@ -215,11 +213,7 @@ _PG_ADD_VECTOR_BLOCKS = (
     " ALTER COLUMN vectors SET STORAGE EXTERNAL",
     "CREATE INDEX memory_vector_blocks_scope ON memory_vector_blocks"
     " (user_id, task_id, first_id) INCLUDE (last_id)",
-    "ALTER TABLE memory_vector_blocks ENABLE ROW LEVEL SECURITY",
-    "ALTER TABLE memory_vector_blocks FORCE ROW LEVEL SECURITY",
-    "CREATE POLICY memory_vector_blocks_scope ON memory_vector_blocks USING (user_id = ANY ("
-    "string_to_array(current_setting('memory.user_ids', true), ',')) OR current_setting("
-    "'memory.operator', true) = 'on')",
+    *_guarded("memory_vector_blocks"),
 )
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
