@@ -587,6 +587,11 @@ class _PostgresSession(_Session):
     def executemany(self, sql: str, parameters: Iterable[Any]) -> None:
         text, rows = self._form(sql), list(parameters)
         many = self._shaped(sql, "many")
+        # One row's values dumped alone: as arrays of one they cost psycopg several times
+        # more (0.06 ms against 0.01 for a memory's row), a durable write's every statement.
+        if len(rows) == 1:
+            self._send(text, rows[0])
+            return
         if many is not None:
             if rows:
                 self._send(many, [list(column) for column in zip(*rows, strict=True)])
