@@ -1022,18 +1022,36 @@ _SQL_ERASE_POSTINGS = _sql("DELETE FROM memory_words WHERE user_id = ?")
 _SQL_DROP_OWNER_POSTINGS = _sql("DELETE FROM memory_words WHERE user_id = ? AND task_id IS ?")
 # The rows of one (user, word, task) that may hold ids from lo up to hi: from the row
 # holding lo (the greatest first_id at or below it) on.
+# On PostgreSQL a deletion's words are asked, rewritten and dropped in a statement each
+# for all of them: one apiece cost the driver and the server a round of work per word.
 _SQL_POSTINGS_SPAN = _sql(
     "SELECT first_id, ids FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ?"
     " AND first_id BETWEEN coalesce((SELECT max(first_id) FROM memory_words WHERE user_id = ?"
-    " AND task_id IS ? AND word = ? AND first_id <= ?), ?) AND ?"
-)
+    " AND task_id IS ? AND word = ? AND first_id <= ?), ?) AND ?",
+    postgresql_each=_each_row(
+        "user_id text, task_id text, word text, _user text, _task text, _word text,"
+        " lo bigint, _lo bigint, hi bigint",
+        "SELECT first_id, ids FROM memory_words WHERE user_id = wanted.user_id AND task_id"
+        " IS NOT DISTINCT FROM wanted.task_id AND word = wanted.word AND first_id BETWEEN"
+        " coalesce((SELECT max(first_id) FROM memory_words WHERE user_id = wanted.user_id"
+        " AND task_id IS NOT DISTINCT FROM wanted.task_id AND word = wanted.word"
+        " AND first_id <= wanted.lo), wanted.lo) AND wanted.hi"))
 _SQL_REWRITE_POSTINGS = _sql(
     "UPDATE memory_words SET first_id = ?, ids = ?"
-    " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
-)
+    " WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?",
+    # A row's new first_id is an id of its own (user, word, task), so no other row of any
+    # task holds it: no rewrite meets another's key.
+    postgresql_many="UPDATE memory_words SET first_id = given.first, ids = given.kept FROM"
+    " unnest(%b::bigint[], %b::bytea[], %b::text[], %b::text[], %b::text[], %b::bigint[])"
+    " AS given (first, kept, owner, task, listed, was) WHERE user_id = given.owner"
+    " AND task_id IS NOT DISTINCT FROM given.task AND word = given.listed"
+    " AND first_id = given.was")
 _SQL_DROP_POSTINGS = _sql(
-    "DELETE FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?"
-)
+    "DELETE FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ? AND first_id = ?",
+    postgresql_many="DELETE FROM memory_words USING unnest(%b::text[], %b::text[], %b::text[],"
+    " %b::bigint[]) AS given (owner, task, listed, first) WHERE user_id = given.owner"
+    " AND task_id IS NOT DISTINCT FROM given.task AND word = given.listed"
+    " AND first_id = given.first")
 # The operator's aggregates: counts only, across users by design, so they are two of
 # the four reads without the scope predicate (see _SQL_USERS, _SQL_EXPIRED_USERS). No
 # call made for a user uses them.
@@ -2239,20 +2257,25 @@ def _index_words(db: _Session, rows: Iterable[tuple[int, str, str | None, str, s
         (row for row in rows if held[row[1], row[2]] >= index_from), rule), {})
 
 
-def _unindex(db: _Session, user_id: str, rows: Sequence[tuple[Any, ...]], rule: _Rule,
-             index_from: int) -> None:
-    """Remove the postings and counts of the user's memories `rows` (_MEMORY_COLUMNS): an
-    owner left with fewer than `index_from` memories loses all its postings."""
+def _unindexing(db: _Session, user_id: str, rows: Sequence[tuple[Any, ...]], rule: _Rule,
+                index_from: int) -> Callable[[], None]:
+    """What deleting the user's memories `rows` (_MEMORY_COLUMNS) takes from the index, the
+    counts and the sealed blocks, asked now (two round trips to a server: the owners'
+    counts with where their blocks are, then the rows of the memories' words); the
+    returned function writes it, in the caller's batch, before the memories' own rows go.
+    An owner left with fewer than `index_from` memories loses all its postings; a block
+    holding any of the memories is dropped, so that no block outlives a vector."""
     removed = collections.Counter(task_id for _, task_id, *_ in rows)
-    indexed = set()
     with db.batch():
         counts = [db.ask(_SQL_OWNER_COUNT, (user_id, task_id or "")) for task_id in removed]
+        drop_blocks = _ask_vector_blocks(db, user_id, [(row[0], row[1]) for row in rows])
+    indexed, unindexed = set(), []
     for (task_id, n), counted in zip(removed.items(), counts, strict=True):
         held = next(iter(counted()), (0,))[0]
         if held - n >= index_from:
             indexed.add(task_id)
         elif held >= index_from:
-            db.execute(_SQL_DROP_OWNER_POSTINGS, (user_id, task_id))
+            unindexed.append((user_id, task_id))
     groups: dict[tuple[str | None, str], set[int]] = collections.defaultdict(set)
     for memory_id, task_id, text, _, created_at, *_ in rows:
         for word in rule.of_memory(text, created_at) if task_id in indexed else ():
@@ -2260,7 +2283,7 @@ def _unindex(db: _Session, user_id: str, rows: Sequence[tuple[Any, ...]], rule: 
     # Every word's rows asked at once (one round trip to a server), then rewritten: each
     # row's ids are the (user, word, task)'s alone, so no rewrite changes another's.
     words = list(groups.items())
-    with db.batch():
+    with db.batch() if words else contextlib.nullcontext():
         asked = db.ask_each(_SQL_POSTINGS_SPAN, [
             (user_id, task_id, word, user_id, task_id, word, min(gone), min(gone), max(gone))
             for (task_id, word), gone in words])
@@ -2276,13 +2299,16 @@ def _unindex(db: _Session, user_id: str, rows: Sequence[tuple[Any, ...]], rule: 
                 rewritten.append((kept[0], _pack(kept), *key, first_id))
             else:
                 dropped.append((*key, first_id))
-    with db.batch():
+
+    def write() -> None:
+        db.executemany(_SQL_DROP_OWNER_POSTINGS, unindexed)
         db.executemany(_SQL_COUNT_SUBTRACT, [(n, user_id, task or "")
                                              for task, n in removed.items()])
         db.executemany(_SQL_COUNT_DROP_EMPTY, [(user_id, task or "") for task in removed])
         db.executemany(_SQL_REWRITE_POSTINGS, rewritten)
         db.executemany(_SQL_DROP_POSTINGS, dropped)
-
+        drop_blocks()
+    return write
 
 
 # -- engines and sessions --------------------------------------------------------------
@@ -3417,27 +3443,33 @@ def _seal_vector_blocks(db: _Session, user: str, tasks: Iterable[str | None],
             after = some[-1][0]
 
 
-def _drop_vector_blocks(db: _Session, user: str, memories: Iterable[tuple[int, str | None]]
-                        ) -> None:
-    """Drop the user's blocks that hold any of these memories (id, task) before their
-    vectors are deleted, so that no block outlives a vector."""
+def _ask_vector_blocks(db: _Session, user: str, memories: Iterable[tuple[int, str | None]]
+                       ) -> Callable[[], None]:
+    """Ask where the user's blocks are, now (in the caller's batch); the returned function
+    drops those that hold any of these memories (id, task)."""
     if not db.has_vector_blocks:
-        return
+        return lambda: None
     by_task: dict[str | None, list[int]] = collections.defaultdict(list)
     for memory_id, task in memories:
         by_task[task].append(memory_id)
+    asked = []
     for task, ids in by_task.items():
         sealed, owner = _of_owner(
             user, task, _SQL_OWNER_VECTOR_SPANS, _SQL_TASK_VECTOR_SPANS)
-        spans = db.execute(sealed, owner).fetchall()
-        firsts = [first for first, _ in spans]
-        dropped = {firsts[at] for at, memory_id in (
-            (bisect.bisect_right(firsts, memory_id) - 1, memory_id) for memory_id in ids)
-            if at >= 0 and memory_id <= spans[at][1]}
-        if dropped:
-            drop, _ = _of_owner(
-                user, task, _SQL_OWNER_DROP_VECTOR_BLOCKS, _SQL_TASK_DROP_VECTOR_BLOCKS)
-            db.execute(drop, (*owner, json.dumps(sorted(dropped))))
+        asked.append((task, ids, owner, db.ask(sealed, owner)))
+
+    def drop() -> None:
+        for task, ids, owner, spans_of in asked:
+            spans = spans_of()
+            firsts = [first for first, _ in spans]
+            dropped = {firsts[at] for at, memory_id in (
+                (bisect.bisect_right(firsts, memory_id) - 1, memory_id) for memory_id in ids)
+                if at >= 0 and memory_id <= spans[at][1]}
+            if dropped:
+                sql, _ = _of_owner(
+                    user, task, _SQL_OWNER_DROP_VECTOR_BLOCKS, _SQL_TASK_DROP_VECTOR_BLOCKS)
+                db.execute(sql, (*owner, json.dumps(sorted(dropped))))
+    return drop
 
 
 def _erase_vectors(db: _Session, user: str) -> None:
@@ -4485,28 +4517,33 @@ class _Writes(_Part):
         purged = 0
         for (user,) in db.execute(_SQL_EXPIRED_USERS, (now,)).fetchall():
             rows = db.execute(_SQL_EXPIRED_OF_USER, (user, now)).fetchall()
-            _unindex(db, user, rows, self._rule, self._index_from)
+            remove = _unindexing(db, user, rows, self._rule, self._index_from)
             ids = json.dumps([row[0] for row in rows])
-            _drop_vector_blocks(db, user, [(row[0], row[1]) for row in rows])
-            db.execute(_SQL_DELETE_VECTORS_OF_USER, (user, ids))
-            db.execute(_SQL_DELETE_FIELDS_OF_USER, (user, ids))
-            purged += db.execute(_SQL_DELETE_OF_USER, (user, ids)).rowcount
+            with db.batch():
+                remove()
+                db.execute(_SQL_DELETE_VECTORS_OF_USER, (user, ids))
+                db.execute(_SQL_DELETE_FIELDS_OF_USER, (user, ids))
+                deleted = db.execute(_SQL_DELETE_OF_USER, (user, ids))
+            purged += deleted.rowcount
         return purged
 
     def delete(self, db: _Session, key: _ScopeKey,
-               rows: Sequence[tuple[Any, ...]]) -> int:
+               rows: Sequence[tuple[Any, ...]], last: bool = False) -> int:
         """Delete the scope's memories `rows` (id, task_id, text, ...) with their postings
-        and counts; how many."""
+        and counts; how many. The `last` step of its transaction commits it, with the
+        deletions."""
         if not rows:
             return 0
-        _unindex(db, key[0], rows, self._rule, self._index_from)
+        remove = _unindexing(db, key[0], rows, self._rule, self._index_from)
         ids = json.dumps([row[0] for row in rows])
-        _drop_vector_blocks(db, key[0], [(row[0], row[1]) for row in rows])
         with db.batch():  # one round trip to a server
+            remove()
             db.execute(_SQL_FORGET_VECTORS, (*key, ids))
             if any(row[7] is not None for row in rows):  # _MemoryRow.metadata
                 db.execute(_SQL_FORGET_FIELDS, (*key, ids))
             forgotten = db.execute(_SQL_FORGET, (*key, ids))
+            if last:
+                db.commit()
         return int(forgotten.rowcount)
 
     def reading(self, previous: str | None = None) -> str:
@@ -5453,10 +5490,13 @@ class MemoryStore:
                 first: bool = False) -> int:
         key = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
-            expired = _expired_of(db, key, self._expiry_instant(db, key))
-            rows = [row for row in db.execute(select, arguments) if row[0] not in expired]
+            now = self._expiry_instant(db, key)
+            with db.batch():
+                expired, found = _ask_expired(db, key, now), db.ask(select, arguments)
+            gone = expired()
+            rows = [row for row in found() if row[0] not in gone]
             rows = rows[:1] if first else rows
-            deleted = self._writes.delete(db, key, rows)
+            deleted = self._writes.delete(db, key, rows, last=True)
         self._scrub()
         _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
                   [row[0] for row in rows])

@@ -277,6 +277,29 @@ def test_single_writes_share_posting_rows_whichever_owner_wrote_last(target: str
     assert rows == {None: 1, "trip": 1}
 
 
+def test_a_deletion_that_empties_some_rows_of_its_words_keeps_their_others(target: str) -> None:
+    """Forgetting the oldest memories of two words, past their first row: each word's
+    first row is dropped, its second rewritten with the ids left, its third untouched
+    (on PostgreSQL the drops, the rewrites and the asks for the rows are one statement
+    each for every word), and recall finds the memories left in each."""
+    per_row = memory.POSTINGS_PER_ROW
+    with MemoryStore(target) as store:
+        ids = store.remember_many([(ALICE, "user", f"hotel river note{n}",
+                                    "old" if n < per_row + 3 else "new")
+                                   for n in range(3 * per_row)])
+        assert store.forget_source(ALICE, "old") == per_row + 3
+        with store._snapshot({"alice"}) as db:
+            rows = {word: db.execute(memory._sql(
+                "SELECT first_id, length(ids) / 8 FROM memory_words WHERE user_id = ?"
+                " AND word = ? ORDER BY first_id"), ("alice", word)).fetchall()
+                for word in ("hotel", "river", "note0", f"note{3 * per_row - 1}")}
+        for n in (per_row + 3, 2 * per_row - 1, 2 * per_row, 3 * per_row - 1):
+            assert store.recall(ALICE, f"hotel river note{n}", 1)[0]["id"] == ids[n]
+    left = [(ids[per_row + 3], per_row - 3), (ids[2 * per_row], per_row)]
+    assert rows == {"hotel": left, "river": left, "note0": [],
+                    f"note{3 * per_row - 1}": [(ids[-1], 1)]}
+
+
 # A skewed vocabulary, as real text is: a few words in most memories, most words in few.
 SKEWED = st.sampled_from("sun sun sun sun sun sun sea sea sea sea sky sky sky owl owl elk"
                          " fig yak".split())

@@ -150,13 +150,14 @@ def test_every_statement_carries_the_user_filter(store: MemoryStore) -> None:
         # A read for many owners at once runs its body once for each row of its arrays;
         # an update of many rows joins the rows of its arrays, each naming its owner.
         each = statement.startswith("SELECT wanted.n, found.* FROM (SELECT listed.n,")
-        many = statement.startswith("UPDATE memory_words SET ids = ids || given.more FROM"
-                                    " unnest(%b::bytea[],")
+        many = re.match(r"(UPDATE memory_words SET [^;]* FROM|DELETE FROM memory_words USING)"
+                        r" unnest\(%b::", statement) is not None
         assert ("WHERE user_id = wanted.user_id" if each else "WHERE user_id = given.owner"
                 if many else "WHERE user_id = %s") in statement, statement
         assert ("%b" if many else "%s") in statement
         assert "alice" not in statement and "bob" not in statement
     assert any(s.startswith("UPDATE memory_words SET ids = ids || given") for s in touching)
+    assert any(s.startswith("UPDATE memory_words SET first_id = given") for s in touching)
     assert any(s.startswith("SELECT wanted.n") for s in touching)
 
 
