@@ -610,6 +610,20 @@ def test_a_remember_waits_on_the_server_three_times(
     assert ids(store.recall(ALICE, "night trains")) == [2, 1]
 
 
+def test_a_forget_waits_on_the_server_five_times(
+        one_connection: MemoryStore, tmp_path: pathlib.Path) -> None:
+    """BEGIN with the scope, the locks and the matching rule; the memory with the expired
+    ids; its owner's count with where its sealed blocks are; its words' index rows; their
+    rewrites, the count, the memory's rows and COMMIT."""
+    store = one_connection
+    store.remember_many([(ALICE, "user", f"Alice likes trains {n}.", "s")
+                         for n in range(memory.INDEX_FROM + 1)])
+    assert round_trips(store, lambda: store.forget(ALICE, 3), tmp_path) == 5
+    assert transactions_left(store) == 0
+    assert store.get(ALICE, 3) is None
+    assert len(store.recall(ALICE, "likes trains", memory.INDEX_FROM + 1)) == memory.INDEX_FROM
+
+
 def test_a_top_k_recall_waits_three_times_and_once_per_read_of_index_rows(
         one_connection: MemoryStore, tmp_path: pathlib.Path) -> None:
     """Past the words' read-all limit: BEGIN with the scope; the rows' map with the count
