@@ -1021,9 +1021,9 @@ _SQL_ERASE_VECTORS = _sql("DELETE FROM memory_vectors WHERE user_id = ?")
 _SQL_ERASE_POSTINGS = _sql("DELETE FROM memory_words WHERE user_id = ?")
 _SQL_DROP_OWNER_POSTINGS = _sql("DELETE FROM memory_words WHERE user_id = ? AND task_id IS ?")
 # The rows of one (user, word, task) that may hold ids from lo up to hi: from the row
-# holding lo (the greatest first_id at or below it) on.
-# On PostgreSQL a deletion's words are asked, rewritten and dropped in a statement each
-# for all of them: one apiece cost the driver and the server a round of work per word.
+# holding lo (the greatest first_id at or below it) on. On PostgreSQL a deletion's words
+# are asked, rewritten and dropped in a statement each for all of them: one apiece cost
+# the driver and the server a round of work per word.
 _SQL_POSTINGS_SPAN = _sql(
     "SELECT first_id, ids FROM memory_words WHERE user_id = ? AND task_id IS ? AND word = ?"
     " AND first_id BETWEEN coalesce((SELECT max(first_id) FROM memory_words WHERE user_id = ?"
