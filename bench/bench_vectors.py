@@ -153,8 +153,8 @@ def main() -> None:
             for size in sizes:
                 if server is not None:
                     url = server.new_database()
-                    # As autovacuum does within a minute of a bulk load: without statistics
-                    # the planner walks the user's rows for the scope's newest id.
+                    # As autovacuum does within a minute of a bulk load, so that the rows
+                    # measure the table a server runs on after its first minute.
                     rows += rows_for(url, size, functools.partial(server.admin, "ANALYZE",
                                                                   database_of(url)))
     print(format_table(rows, cell=lambda value: f"{value:.2f}"))

@@ -520,6 +520,27 @@ def test_a_write_looks_its_words_newest_rows_up_by_key(url: str) -> None:
     assert "Seq Scan" not in plan_each and "Bitmap" not in plan_each, plan_each
 
 
+def test_a_scopes_newest_id_is_one_descent_for_each_owner(url: str) -> None:
+    """The newest id of a scope's two owners, which every recall of a kept copy asks: two
+    backward steps down the scope index, even before the server has statistics of the
+    table (a max() over `task_id IS NULL` read all 66,000 user-level ids of a user, 69 ms)."""
+    with MemoryStore(url) as opened:
+        opened.remember_many([(ALICE, "user" if n % 3 else "task", f"note {n}", "s")
+                              for n in range(3_000)])
+        opened.remember(ALICE_WORK, "task", "Another task's newer note.", "s")
+        explain = memory._sql("", postgresql="EXPLAIN (ANALYZE) "
+                              + memory._SQL_NEWEST_IN_SCOPE.form("postgresql"))
+        with opened._snapshot({"alice"}) as db:
+            plan = "\n".join(row[0] for row in db.execute(explain, ("alice", "alice", "trip")))
+        newest = max(m["id"] for m in opened.memories(ALICE))
+    assert plan.count("Index Only Scan Backward using memories_scope") == 2, plan
+    assert "Sort" not in plan and "Aggregate" not in plan, plan
+    assert plan.count("rows=1 loops=1)") >= 4, plan  # each scan stops at its first row
+    with MemoryStore(url) as opened, opened._snapshot({"alice"}) as db:
+        assert db.execute(memory._SQL_NEWEST_IN_SCOPE, ("alice", "alice", "trip")
+                          ).fetchone() == (newest,)
+
+
 def test_a_look_up_by_key_descends_to_the_key(url: str) -> None:
     """Under row-level security a condition on coalesce(task_id, '') cannot bound an
     index scan, so the key index leads with the key after the user: a get by key or a
