@@ -528,8 +528,9 @@ def test_a_scopes_newest_id_is_one_descent_for_each_owner(url: str) -> None:
         opened.remember_many([(ALICE, "user" if n % 3 else "task", f"note {n}", "s")
                               for n in range(3_000)])
         opened.remember(ALICE_WORK, "task", "Another task's newer note.", "s")
-        explain = memory._sql("", postgresql="EXPLAIN (ANALYZE) "
-                              + memory._SQL_NEWEST_IN_SCOPE.form("postgresql"))
+        newest_form = memory._SQL_NEWEST_IN_SCOPE.form("postgresql")
+        assert newest_form is not None
+        explain = memory._sql("", postgresql="EXPLAIN (ANALYZE) " + newest_form)
         with opened._snapshot({"alice"}) as db:
             plan = "\n".join(row[0] for row in db.execute(explain, ("alice", "alice", "trip")))
         newest = max(m["id"] for m in opened.memories(ALICE))
