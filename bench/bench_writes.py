@@ -1,7 +1,7 @@
 """Write rates beside a plain table, on Zipf text and conversational turns: prints a table;
 never a test.
 
-    python3 bench/bench_writes.py [--size 50000] [--no-postgres]
+    python3 bench/bench_writes.py [--size 50000] [--no-postgres] [--floors]
 
 For each engine (SQLite; PostgreSQL on a throw-away server with fsync on, where its
 binaries are here) and each workload (Zipf: 5 to 15 words, as bench_memory.py draws them;
@@ -14,12 +14,16 @@ against a plain one-table schema (id, user, task, level, text, source, created_a
 - durable: single writes, each its own transaction synced to disk (SQLite synchronous
   FULL, PostgreSQL's commit), in rounds of 25 alternating between the two, so a noisy
   neighbour slows them alike.
-Rates are memories a second; "ratio" is memory.py's over the plain table's.
+Rates are memories a second; "ratio" is memory.py's over the plain table's. `--floors`
+adds, on turns, where a durable write's time goes (time_goes): the store as it is, without
+sync, without its word index and without both, beside the plain table (and on PostgreSQL
+the plain insert in as many round trips as a remember takes).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import sqlite3
 import sys
@@ -82,6 +86,18 @@ class Plain:
     def one(self, text: str) -> None:
         self.db.execute(self.insert, (ME.user, "task-1", "user", text, "s", system_clock()))
 
+    def three_trips(self, text: str) -> None:
+        """The insert in a transaction of a durable remember's three round trips on
+        PostgreSQL (BEGIN with the locks and the rule; what the write needs to know; the
+        write with COMMIT), each other statement trivial: what the protocol alone costs."""
+        with self.db.pipeline():
+            self.db.execute("BEGIN")
+            self.db.execute("SELECT 1")
+        self.db.execute("SELECT 1").fetchall()
+        with self.db.pipeline():
+            self.one(text)
+            self.db.execute("COMMIT")
+
     def close(self) -> None:
         self.db.close()
 
@@ -124,10 +140,56 @@ def measure(engine: str, workload: str, targets: tuple[str, str], size: int,
             "durable ratio": single["ours"] / single["plain"]}
 
 
+def time_goes(engine: str, targets: tuple[str, str], size: int,
+              text: Callable[[], str]) -> list[dict[str, Any]]:
+    """Where a durable single write's time goes, on a store of SIZE memories of the user
+    (and SIZE of others): each writer's wall clock a write, this process's CPU time (the
+    client's work: Python, the driver, SQLite's engine in-process) and the rest (waiting:
+    on the disk's sync, or on the server), in rounds of 25 alternating between writers."""
+    stores = [MemoryStore(targets[0], **memory.RECOMMENDED, durable=durable)
+              for durable in (True, False, True, False)]
+    # The last two never reach the index's threshold, so they write no postings: what a
+    # write costs without its word index (a bench's file; recall there would miss them).
+    for unindexed in stores[2:]:
+        unindexed._index_from = 2**62
+    plain = Plain(targets[1])
+    try:
+        stores[0].remember_many([(Scope(f"other-{n % 10}" if n % 2 else ME.user, "task-1"),
+                                  "user", text(), "s") for n in range(2 * size)])
+        names = ("memory.py", "memory.py, no sync", "memory.py, no word index",
+                 "memory.py, no word index, no sync")
+        writers: dict[str, Callable[[str], object]] = {
+            name: functools.partial(store.remember, ME, "user", source="s")
+            for name, store in zip(names, stores, strict=True)}
+        writers["plain table"] = plain.one
+        if plain.postgres:
+            writers["plain table, three round trips"] = plain.three_trips
+        spent = {name: [0.0, 0.0] for name in writers}
+        for _ in range(SINGLES // 25):
+            for name, write in writers.items():
+                said = [text() for _ in range(25)]
+                wall, cpu = time.perf_counter(), time.process_time()
+                for one in said:
+                    write(one)
+                spent[name][0] += time.perf_counter() - wall
+                spent[name][1] += time.process_time() - cpu
+    finally:
+        for store in stores:
+            store.close()
+        plain.close()
+    plain_ms = spent["plain table"][0] / SINGLES * 1000
+    return [{"engine": engine, "writer": name, "ms a write": wall / SINGLES * 1000,
+             "client CPU ms": cpu / SINGLES * 1000, "waiting ms": (wall - cpu) / SINGLES * 1000,
+             "rate vs plain": plain_ms / (wall / SINGLES * 1000)}
+            for name, (wall, cpu) in spent.items()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=50_000)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--floors", action="store_true",
+                        help="also: where a durable write's time goes, on turns")
     args = parser.parse_args()
     rng = random.Random(SEED)
     zipf = Zipf(rng)
@@ -135,10 +197,14 @@ def main() -> None:
     print(f"memory.py {memory.__version__}, SQLite {sqlite3.sqlite_version},"
           f" {args.size:,} memories of one user and as many of ten others")
     rows: list[dict[str, Any]] = []
+    floors: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         for name, text in workloads.items():
             rows.append(measure("SQLite", name, (f"{folder}/{name}.db",
                                                  f"{folder}/{name}-plain.db"), args.size, text))
+        if args.floors:
+            floors += time_goes("SQLite", (f"{folder}/floors.db", f"{folder}/floors-plain.db"),
+                                args.size, workloads["turns"])
         if not args.no_postgres:
             with postgres(fsync=True) as server:
                 if server is None:
@@ -147,8 +213,15 @@ def main() -> None:
                     rows.append(measure("PostgreSQL", name, (server.new_database(),
                                                              server.new_database()),
                                         args.size, text))
+                if args.floors and server is not None:
+                    floors += time_goes("PostgreSQL", (server.new_database(),
+                                                       server.new_database()),
+                                        args.size, workloads["turns"])
     print(format_table(rows, cell=lambda value: f"{value:,.0f}" if value >= 100
                        else f"{value:.3f}"))
+    if floors:
+        print(f"\nWhere a durable write's time goes (turns, {SINGLES} writes each):")
+        print(format_table(floors, cell=lambda value: f"{value:.3f}"))
 
 
 if __name__ == "__main__":
