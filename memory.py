@@ -1906,7 +1906,15 @@ def fixed_clock(
 
 def system_clock() -> str:
     """The current UTC time, to the second."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return _utc_second(int(time.time()))
+
+
+@functools.lru_cache(maxsize=1)
+def _utc_second(second: int) -> str:
+    # A batch reads the clock for each of its memories, mostly within one second: its
+    # reading formatted once (a datetime's isoformat was 2 µs of a memory's 60 on
+    # PostgreSQL's bulk path).
+    return datetime.fromtimestamp(second, UTC).isoformat()
 
 
 def _utc_form(name: str, reading: str) -> str | None:
