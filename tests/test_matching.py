@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import memory
 from helpers import ALICE, BOB, WORD_RANKS, cli, digest, write_version_1
 from memory import MemoryInputError, MemoryStore, Scope, StoreError, stems, words
-from model import Memory, Model, index_problems, index_problems_at, is_cjk, model_stems
+from model import Memory, Model, index_problems, index_problems_at, is_cjk, model_stems, model_words
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -61,6 +61,13 @@ def test_the_cjk_ranges_are_exactly_the_named_scripts() -> None:
 
 def test_the_exact_rule_is_unchanged() -> None:
     assert words("Alice likes the café") == {"alice", "likes", "caf"}
+
+
+@given(st.text(st.characters(max_codepoint=0x7f), max_size=60)
+       | st.text(st.sampled_from("aZ09 _-'.\x00\u212aİé京"), max_size=30) | st.text(max_size=30))
+def test_the_exact_rule_as_the_model_has_it(text: str) -> None:
+    """Any text, ASCII alone (split at once) or not, has the model's words."""
+    assert words(text) == model_words(text)
 
 
 @pytest.mark.stems
