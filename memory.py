@@ -584,12 +584,19 @@ _SQL_SOME_METADATA = _sql(
     " AND id IN (SELECT value FROM json_each(?))")
 # The memories of the scope whose text has the key: those of the same text, and rarely
 # others (a key is a hash), which the store tells apart by their text.
+# On PostgreSQL the key's hash index finds the row; the user is compared under the "C"
+# collation (equal bytes, as under any deterministic one), which no index of the user's
+# has, so that the planner cannot read the scope's index instead, as it does on a table
+# it has no statistics of yet (a bulk load's, until autovacuum analyzes it).
 _SQL_SAME_TEXT = _sql(
     f"SELECT id, task_id, text, expires_at FROM memories {_IN_SCOPE} AND text_key = ?",
+    postgresql="SELECT id, task_id, text, expires_at FROM memories WHERE user_id = %s"
+    ' COLLATE "C" AND (task_id IS NULL OR task_id = %s) AND text_key = %s',
     postgresql_each=_each_row(
         "user_id text, task_key text, text_key text",
         "SELECT id, task_id, text, expires_at FROM memories WHERE user_id = wanted.user_id"
-        " AND (task_id IS NULL OR task_id = wanted.task_key) AND text_key = wanted.text_key"))
+        ' COLLATE "C" AND (task_id IS NULL OR task_id = wanted.task_key)'
+        " AND text_key = wanted.text_key"))
 # Version 5's upgrade gives every memory its text's key: it reads all of them, as an
 # upgrade must, and writes each under its user.
 _SQL_ALL_TEXTS = _sql("SELECT user_id, id, text FROM memories")

@@ -579,13 +579,56 @@ def test_version_5_s_key_index_is_made_again_key_first(url: str, server: Server)
                    " coalesce(task_id, ''), key) WHERE key IS NOT NULL")
         db.execute("UPDATE store_settings SET value = '5' WHERE name = 'schema_version'")
     with MemoryStore(url) as store:
-        assert store.stats()["schema_version"] == 7
+        assert store.stats()["schema_version"] == 8
         store.remember(ALICE, "task", "Alice's seat: window.", "s", key="seat")
         assert [m["text"] for m in store.memories(ALICE)] == ["Alice's seat: window."]
     (definition,) = server.admin("SELECT indexdef FROM pg_indexes WHERE indexname ="
                                  " 'memories_key'", database_of(url))
     assert "(user_id, key, COALESCE(task_id, ''::text)) WHERE (key IS NOT NULL)" \
         in definition[0]
+
+
+def test_version_7_s_text_key_index_is_made_again_a_hash_index(url: str,
+                                                                server: Server) -> None:
+    with MemoryStore(url) as store:
+        old = store.remember(ALICE, "user", "Alice likes jazz.", "s")
+    server.admin("DROP INDEX memories_text_key", database_of(url))  # version 7's, as made
+    server.admin("CREATE INDEX memories_text_key ON memories (user_id, text_key)",
+                 database_of(url))
+    server.admin("UPDATE store_settings SET value = '7' WHERE name = 'schema_version'",
+                 database_of(url))
+    with MemoryStore(url) as store:
+        assert store.stats()["schema_version"] == 8
+        assert store.remember(ALICE, "user", "alice LIKES  jazz.", "s", dedupe=True) == old
+    (definition,) = server.admin("SELECT indexdef FROM pg_indexes WHERE indexname ="
+                                 " 'memories_text_key'", database_of(url))
+    assert "USING hash (text_key)" in definition[0]
+
+
+def test_a_dedupe_look_up_reads_the_text_keys_hash_index(url: str, server: Server) -> None:
+    """A text key is a hash: in a B-tree each new memory's entry would land on a random
+    page, so the keys are in a hash index, and a dedupe look-up reads it, not the scope's
+    index, before the server has statistics of the table (as a bulk load leaves it until
+    autovacuum analyzes it) and after."""
+    with MemoryStore(url) as opened:
+        ids = opened.remember_many([(ALICE, "user" if n % 3 else "task", f"note {n}", "s")
+                                    for n in range(3_000)])
+        same = memory._SQL_SAME_TEXT
+        wanted = ("alice", "trip", memory._text_key("note 7"))
+        plans = []
+        for analyzed in (False, True):
+            if analyzed:
+                server.admin("ANALYZE memories", database_of(url))
+            with opened._snapshot({"alice"}) as db:
+                plans.append("\n".join(row[0] for row in db.execute(memory._sql(
+                    "", postgresql=f"EXPLAIN {same.form('postgresql')}"), wanted)))
+                plans.append("\n".join(row[0] for row in db.execute(memory._sql(
+                    "", postgresql=f"EXPLAIN {same.form('postgresql', 'each')}"),
+                    (json.dumps([wanted] * 3),))))
+        assert opened.remember(ALICE, "user", "NOTE  7", "s", dedupe=True) == ids[7]
+    for plan in plans:
+        assert re.search(r"Index Scan (using|on) memories_text_key", plan), plan
+        assert "memories_scope" not in plan and "Seq Scan on memories" not in plan, plan
 
 
 def test_a_batch_for_many_users_names_a_group_of_them_at_a_time(url: str) -> None:
