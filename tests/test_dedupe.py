@@ -6,8 +6,11 @@ from __future__ import annotations
 import importlib
 import pathlib
 import sqlite3
+import unicodedata
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, SetClock
@@ -23,6 +26,18 @@ def test_the_same_text_is_kept_once(store: MemoryStore) -> None:
     assert store.remember(ALICE_WORK, "user", "alice is vegetarian.", "s", dedupe=True) == first
     assert store.count(ALICE) == 1
     assert [m["source"] for m in store.memories(ALICE)] == ["chat/1"]  # nothing rewritten
+
+
+@given(st.text(st.characters(max_codepoint=0x7f), max_size=40)
+       | st.text(st.sampled_from("  aaＡß\t\x85\xa0\u3000"), max_size=12)
+       | st.text(max_size=30))
+@example("alice  likes jazz").via("two spaces")
+@example(" alice").via("a space first")
+@example("jazz ").via("a space last")
+@example("alice\u2028likes").via("a separator, not a space")
+def test_the_same_text_is_the_normal_form_with_one_space_between_words(text: str) -> None:
+    assert memory._same_text(text) == " ".join(
+        unicodedata.normalize("NFKC", text).casefold().split())
 
 
 def test_what_is_not_the_same(store: MemoryStore, clock: SetClock) -> None:
