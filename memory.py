@@ -4441,7 +4441,8 @@ class _Writes(_Part):
         """A group's write, with what it needs to know asked (in a batch: read once the
         batch has gone)."""
         mine = sorted(p for user in users for p in positions[user])
-        scopes = sorted({_ScopeKey(rows[p].user_id, rows[p].task_id or "") for p in mine})
+        added = collections.Counter((rows[p].user_id, rows[p].task_id) for p in mine)
+        scopes = sorted({_ScopeKey(user, task or "") for user, task in added})
         # Each user's first scope is asked now, a later one once the earlier is purged:
         # a user's scopes overlap.
         firsts = sorted({key.user: key for key in reversed(scopes)}.values())
@@ -4460,8 +4461,7 @@ class _Writes(_Part):
             due: dict[str, list[Any]] = {key.user: [] for key in firsts}
             due.update(zip((key.user for key in asked), found(), strict=True))
             return due
-        return _Group(users, mine, scopes, firsts, words, collections.Counter(
-            (rows[p].user_id, rows[p].task_id) for p in mine), purgeable, held)
+        return _Group(users, mine, scopes, firsts, words, added, purgeable, held)
 
     def _postings(self, db: _Session, groups: list[_Group], known: list[dict[_Owner, _Held]],
                   values: list[tuple[Any, ...]]) -> list[dict[_Owner, dict[str, list[int]]]]:
