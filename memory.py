@@ -4306,8 +4306,8 @@ class _Writes(_Part):
             fresh = [position for position in range(len(rows)) if position not in same]
             written = self._replace_keyed(db, [rows[p] for p in fresh], noun, fresh)
             new_ids = iter(self.write(db, written, noun, fresh) if fresh else ())
-        ids: list[int] = []
-        for position in range(len(rows)):
+        ids: list[int] = list(new_ids) if not same else []  # else each row's, in turn
+        for position in range(len(rows)) if same else ():
             kept = same.get(position)
             ids.append(next(new_ids) if kept is None else kept if kept > 0 else ids[~kept])
         written = [rows[p] for p in fresh]
@@ -4434,7 +4434,7 @@ class _Writes(_Part):
                 db.executemany(_SQL_COUNT_ADD, [(user, task or "", n)
                                                 for (user, task), n in group.added.items()])
             db.commit()
-        return [memory_id for memory_id, *_ in values]
+        return [value[0] for value in values]
 
     def _ask_group(self, db: _Session, rows: list[_NewMemory], users: list[str],
                    positions: dict[str, list[int]], now: str | None) -> _Group:
@@ -4471,7 +4471,7 @@ class _Writes(_Part):
         one round trip)."""
         added: list[dict[_Owner, dict[str, list[int]]]] = []
         rising: list[tuple[list[str], list[_Owner]]] = []
-        id_at = [memory_id for memory_id, *_ in values].__getitem__
+        id_at = [value[0] for value in values].__getitem__
         for group, held in zip(groups, known, strict=True):
             postings, theirs = {}, []
             for owner, by_word in group.words.items():
