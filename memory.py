@@ -2392,6 +2392,10 @@ class _Session:
     #: is asked (a round trip saved over a network), rather than step by step, asking
     #: only what the counts show can be there (statements saved in-process).
     asks_ahead = False
+    #: A write of at least this many rows sends them before it finds their words, so
+    #: that a server inserts them while the client stems (their ids asked in a round trip
+    #: of its own first); None: never (in-process, nothing would run meanwhile).
+    sends_rows_first_from: int | None = None
     #: The dialect of the statement forms it runs (_Sql.forms); "" for the SQLite text.
     dialect = ""
     #: Whether the memories have their conversations (not in a file of a layout before
@@ -2428,6 +2432,10 @@ class _Session:
         """The block's statements in order, sent together where the engine can: over a
         network each one's round trip is most of a small write's time."""
         return contextlib.nullcontext()
+
+    def send_now(self) -> None:
+        """In a batch, hand what it has queued to the engine now, not with its next
+        statement or at its end, so that a server works on it meanwhile."""
 
     def last_statement(self, sql: str, parameters: Any) -> Any:
         """The cursor of a read transaction's last statement, committing with it where
@@ -4395,7 +4403,9 @@ class _Writes(_Part):
         call: `places`, where the rows are some of its own). Users go in groups of the
         engine's users_per_batch, each group's statements seeing only its users: on
         PostgreSQL one round trip asks what every group's write needs to know, and one
-        more writes them all."""
+        more writes them all. A batch of the engine's sends_rows_first_from rows or more
+        asks for its ids first and sends its rows with the asks, before their words are
+        found, so that a server inserts them while the client stems."""
         now = self._store._read_instant()
         rows = self._dated(rows)  # before the words are asked for: a rule may read the date
         positions: dict[str, list[int]] = collections.defaultdict(list)
@@ -4403,20 +4413,38 @@ class _Writes(_Part):
             positions[row.user_id].append(position)
         users = sorted(positions)
         step = db.users_per_batch or len(users) or 1
+        starts = range(0, len(users), step)
+        group_positions = [sorted(p for user in users[start : start + step]
+                                  for p in positions[user]) for start in starts]
+        rows_first = (db.sends_rows_first_from is not None
+                      and len(rows) >= db.sends_rows_first_from)
+        values = None
+        if rows_first:
+            with db.batch():
+                ask_ids = db.ask_new_ids(len(rows))
+            values = self._values(ask_ids(), rows, noun, places, db.null)
         groups: list[_Group] = []
         with db.batch():
-            ask_ids = db.ask_new_ids(len(rows))
-            for start in range(0, len(users), step):
+            if values is None:
+                ask_ids = db.ask_new_ids(len(rows))
+            for start, mine in zip(starts, group_positions, strict=True):
                 some = users[start : start + step]
                 db.narrow(some)
-                groups.append(self._ask_group(db, rows, some, positions, now))
-        values = self._values(ask_ids(), rows, noun, places, db.null)
-        known = [self._purge(db, group, now) for group in groups]
-        postings = self._postings(db, groups, known, values)
+                if values is not None:
+                    db.executemany(_SQL_INSERT, [values[p] for p in mine])
+                    db.send_now()
+                groups.append(self._ask_group(db, rows, some, mine, now))
+        if values is None:
+            values = self._values(ask_ids(), rows, noun, places, db.null)
+        # The rows may be in already: whatever is read of their owners is of the others.
+        older = values[0][0] if values else 0
+        known = [self._purge(db, group, now, older) for group in groups]
+        postings = self._postings(db, groups, known, values, older)
         with db.batch():
             for group, held, added in zip(groups, known, postings, strict=True):
                 db.narrow(group.users)
-                db.executemany(_SQL_INSERT, [values[p] for p in group.positions])
+                if not rows_first:
+                    db.executemany(_SQL_INSERT, [values[p] for p in group.positions])
                 vectors = [(values[p][0], rows[p].user_id, rows[p].task_id, rows[p].vector)
                            for p in group.positions if rows[p].vector is not None]
                 if vectors:
@@ -4437,10 +4465,9 @@ class _Writes(_Part):
         return [value[0] for value in values]
 
     def _ask_group(self, db: _Session, rows: list[_NewMemory], users: list[str],
-                   positions: dict[str, list[int]], now: str | None) -> _Group:
-        """A group's write, with what it needs to know asked (in a batch: read once the
-        batch has gone)."""
-        mine = sorted(p for user in users for p in positions[user])
+                   mine: list[int], now: str | None) -> _Group:
+        """The write of the group of `users`, whose rows are at positions `mine`, with
+        what it needs to know asked (in a batch: read once the batch has gone)."""
         added = collections.Counter((rows[p].user_id, rows[p].task_id) for p in mine)
         scopes = sorted({_ScopeKey(user, task or "") for user, task in added})
         # Each user's first scope is asked now, a later one once the earlier is purged:
@@ -4464,11 +4491,12 @@ class _Writes(_Part):
         return _Group(users, mine, scopes, firsts, words, added, purgeable, held)
 
     def _postings(self, db: _Session, groups: list[_Group], known: list[dict[_Owner, _Held]],
-                  values: list[tuple[Any, ...]]) -> list[dict[_Owner, dict[str, list[int]]]]:
+                  values: list[tuple[Any, ...]],
+                  older: int) -> list[dict[_Owner, dict[str, list[int]]]]:
         """The postings each group's write adds, given what its owners hold (`known`) and
         the rows' `values`: none for an owner left below the index's threshold, and
-        those of all its memories for one the write takes to it (read for all groups in
-        one round trip)."""
+        those of all its memories (held before the write: ids below `older`) for one the
+        write takes to it (read for all groups in one round trip)."""
         added: list[dict[_Owner, dict[str, list[int]]]] = []
         rising: list[tuple[list[str], list[_Owner]]] = []
         id_at = [value[0] for value in values].__getitem__
@@ -4497,19 +4525,22 @@ class _Writes(_Part):
                                                 strict=True):
                 # Its memories held already are older than the written ones.
                 merged = _postings_of(((memory_id, user, task, text, created_at)
-                                       for memory_id, text, created_at in held_rows),
-                                      self._rule)
+                                       for memory_id, text, created_at in held_rows
+                                       if memory_id < older), self._rule)
                 by_word = merged.get((user, task), collections.defaultdict(list))
                 for word, ids in postings[user, task].items():
                     by_word[word] += ids
                 postings[user, task] = by_word
         return added
 
-    def _purge(self, db: _Session, group: _Group, now: str | None) -> dict[_Owner, _Held]:
-        """Delete up to PURGE_PER_WRITE expired memories of each of the group's scopes,
-        those of each user's first scope asked already; what its owners hold then."""
+    def _purge(self, db: _Session, group: _Group, now: str | None,
+               older: int) -> dict[_Owner, _Held]:
+        """Delete up to PURGE_PER_WRITE expired memories of each of the group's scopes
+        held before the write (ids below `older`), those of each user's first scope asked
+        already; what its owners hold then."""
         held = group.held()
-        due = group.purgeable() if now is not None else {}
+        due = {user: [row for row in found if row[0] < older]
+               for user, found in (group.purgeable() if now is not None else {}).items()}
         if not any(due.values()) and len(group.scopes) == len(group.firsts):
             return held  # nothing to purge, and no later scope to ask
         db.narrow(group.users)
@@ -4517,7 +4548,9 @@ class _Writes(_Part):
         for key in group.scopes if now is not None else ():
             found = due.pop(key.user, None)
             if found is None:  # a later scope, asked after the earlier one's purge
-                found = db.execute(_SQL_EXPIRED_ROWS, (*key, now, PURGE_PER_WRITE)).fetchall()
+                found = [row for row in db.execute(
+                    _SQL_EXPIRED_ROWS, (*key, now, PURGE_PER_WRITE)).fetchall()
+                    if row[0] < older]
             if self.delete(db, key, found):
                 purged.add(key.user)
         again = {owner: by_word for owner, by_word in group.words.items()

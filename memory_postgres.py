@@ -442,6 +442,8 @@ class _PostgresSession(_Session):
     reads_map_first = True
     asks_ahead = True
     users_per_batch = 64
+    # 256 rows' stemming is milliseconds: more than the round trip the ids then take.
+    sends_rows_first_from = 256
 
     def __init__(self, connection: Any, trace: Callable[[str], object] | None = None) -> None:
         self.connection = connection
@@ -660,6 +662,16 @@ class _PostgresSession(_Session):
 
     def batch(self) -> contextlib.AbstractContextManager[object]:
         return self._pipeline()
+
+    def send_now(self) -> None:
+        # psycopg hands libpq a statement whole but sends only what the socket takes,
+        # leaving the rest (most of a batch's rows: megabytes) until its next call.
+        pgconn = self.connection.pgconn
+
+        def flush() -> None:
+            while pgconn.flush():
+                select.select([], [pgconn.socket], [])
+        self._driver(flush)
 
     @property
     def in_transaction(self) -> bool:

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, WORD_RANKS, cli
+from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, WORD_RANKS, SetClock, cli
 from machine import INDEX_FROMS, StoreMatchesModel
 from memory import (
     MemoryInputError,
@@ -334,15 +334,22 @@ def test_sigkill_of_writers_loses_nothing_acknowledged(url: str) -> None:
 
 # -- the model -----------------------------------------------------------------------
 
+ROWS_FIRST_FROM = memory_postgres._PostgresSession.sends_rows_first_from
+
+
 class PostgresMatchesModel(StoreMatchesModel):
     """The state machine of test_properties.py, on a new database per example: the same
     rules, the same model, the same invariants (the index read by the server's owner)."""
 
     server: Server
 
-    @initialize(matching=st.sampled_from(RULES_HERE), index_from=INDEX_FROMS)
-    def open_a_new_store(self, matching: memory.Matching, index_from: int) -> None:
+    @initialize(matching=st.sampled_from(RULES_HERE), index_from=INDEX_FROMS,
+                rows_first_from=st.sampled_from([1, ROWS_FIRST_FROM]))
+    def open_a_new_store(self, matching: memory.Matching, index_from: int,
+                         rows_first_from: int) -> None:
         memory.INDEX_FROM = index_from
+        # Every write sends its rows first, or only a batch of the store's size does.
+        memory_postgres._PostgresSession.sends_rows_first_from = rows_first_from
         self.url = self.server.new_database()
         self.store = MemoryStore(self.url, clock=self.clock, matching=matching)
         self.model = Model(matching)
@@ -360,6 +367,10 @@ class PostgresMatchesModel(StoreMatchesModel):
     @invariant()
     def index_matches_the_memories(self) -> None:
         assert index_problems_at(self.url) == []
+
+    def teardown(self) -> None:
+        memory_postgres._PostgresSession.sends_rows_first_from = ROWS_FIRST_FROM
+        super().teardown()
 
 
 def test_state_machine_against_the_model(server: Server) -> None:
@@ -629,6 +640,32 @@ def test_a_dedupe_look_up_reads_the_text_keys_hash_index(url: str, server: Serve
     for plan in plans:
         assert re.search(r"Index Scan (using|on) memories_text_key", plan), plan
         assert "memories_scope" not in plan and "Seq Scan on memories" not in plan, plan
+
+
+def test_a_batch_sent_before_its_words_indexes_and_purges_only_what_it_should(
+        url: str) -> None:
+    """A batch of sends_rows_first_from rows or more is sent before its words are found,
+    so that the server inserts it while the client stems: what the write then reads of
+    its owners must leave its own rows out. An owner it takes past the index's threshold
+    is indexed once for each memory; a memory expired as soon as it is written (a ttl
+    shorter than the clock's step) is not purged by its own write, which has not yet
+    counted or indexed it."""
+    clock = SetClock()
+    size = memory_postgres._PostgresSession.sends_rows_first_from
+    assert size is not None
+    with MemoryStore(url, clock=clock) as store:
+        held = store.remember_many([(ALICE, "task", f"older hotel {n}", "s")
+                                    for n in range(3)])
+        clock.advance(60)
+        store.remember(ALICE, "task", "An expired hotel note.", "s", ttl=1)
+        clock.advance(60)
+        # Both of the user's scopes, the user level and the task (asked after it).
+        ids = store.remember_many([(ALICE, "task" if n % 2 else "user", f"hotel note {n}",
+                                    "s", 1e-9 if n > 1 else None) for n in range(size)])
+        assert index_problems_at(url) == []
+        assert store.count(ALICE) == 5  # the expired ones neither counted nor kept live
+        assert {m["id"] for m in store.recall(ALICE, "older hotel", limit=3)} == set(held)
+        assert [m["id"] for m in store.recall(ALICE, "hotel note 0", limit=1)] == [ids[0]]
 
 
 def test_a_batch_for_many_users_names_a_group_of_them_at_a_time(url: str) -> None:
