@@ -1961,7 +1961,8 @@ def _same_text(text: str) -> str:
     folded = unicodedata.normalize("NFKC", text).casefold()
     # Every whitespace character but the space is unprintable: a printable text without
     # two spaces in a row or at either end is its own split and join (1.3 us a turn).
-    if folded.isprintable() and "  " not in folded and folded[:1] != " " != folded[-1:]:
+    if (folded.isprintable() and "  " not in folded and not folded.startswith(" ")
+            and not folded.endswith(" ")):
         return folded
     return " ".join(folded.split())
 
@@ -4314,10 +4315,13 @@ class _Writes(_Part):
             fresh = [position for position in range(len(rows)) if position not in same]
             written = self._replace_keyed(db, [rows[p] for p in fresh], noun, fresh)
             new_ids = iter(self.write(db, written, noun, fresh) if fresh else ())
-        ids: list[int] = list(new_ids) if not same else []  # else each row's, in turn
-        for position in range(len(rows)) if same else ():
-            kept = same.get(position)
-            ids.append(next(new_ids) if kept is None else kept if kept > 0 else ids[~kept])
+        if same:  # each row's in turn: its new id, a held memory's, or an earlier row's
+            ids: list[int] = []
+            for position in range(len(rows)):
+                kept = same.get(position)
+                ids.append(next(new_ids) if kept is None else kept if kept > 0 else ids[~kept])
+        else:
+            ids = list(new_ids)
         written = [rows[p] for p in fresh]
         task_level = sum(row.task_id is not None for row in written)
         _log.info("remembered %d memories (%d user level, %d task level), ids %s;"
@@ -4437,7 +4441,7 @@ class _Writes(_Part):
         if values is None:
             values = self._values(ask_ids(), rows, noun, places, db.null)
         # The rows may be in already: whatever is read of their owners is of the others.
-        older = values[0][0] if values else 0
+        older = values[0][0]
         known = [self._purge(db, group, now, older) for group in groups]
         postings = self._postings(db, groups, known, values, older)
         with db.batch():
@@ -4538,8 +4542,11 @@ class _Writes(_Part):
         """Delete up to PURGE_PER_WRITE expired memories of each of the group's scopes
         held before the write (ids below `older`), those of each user's first scope asked
         already; what its owners hold then."""
+        def held_before(found: list[Any]) -> list[Any]:  # the write's own rows may be in
+            return [row for row in found if row[0] < older]
+
         held = group.held()
-        due = {user: [row for row in found if row[0] < older]
+        due = {user: held_before(found)
                for user, found in (group.purgeable() if now is not None else {}).items()}
         if not any(due.values()) and len(group.scopes) == len(group.firsts):
             return held  # nothing to purge, and no later scope to ask
@@ -4548,9 +4555,8 @@ class _Writes(_Part):
         for key in group.scopes if now is not None else ():
             found = due.pop(key.user, None)
             if found is None:  # a later scope, asked after the earlier one's purge
-                found = [row for row in db.execute(
-                    _SQL_EXPIRED_ROWS, (*key, now, PURGE_PER_WRITE)).fetchall()
-                    if row[0] < older]
+                found = held_before(db.execute(
+                    _SQL_EXPIRED_ROWS, (*key, now, PURGE_PER_WRITE)).fetchall())
             if self.delete(db, key, found):
                 purged.add(key.user)
         again = {owner: by_word for owner, by_word in group.words.items()
