@@ -4311,9 +4311,13 @@ class _Writes(_Part):
         with self._store._writing({row.user_id for row in rows}) as db:
             if self._store.embedder is not None:
                 self._store._check_embedder_of(db)
-            same = self._same_texts(db, rows) if dedupe else {}
+            held_keys = self._held_keys(db, rows)
+            # What the batch's keys replace is gone when the call returns: no row of it is
+            # deduplicated to a memory it replaces.
+            replaced = {held[0][0] for held in held_keys.values()}
+            same = self._same_texts(db, rows, replaced) if dedupe else {}
             fresh = [position for position in range(len(rows)) if position not in same]
-            written = self._replace_keyed(db, [rows[p] for p in fresh], noun, fresh)
+            written = self._replace_keyed(db, rows, held_keys, noun, fresh)
             new_ids = iter(self.write(db, written, noun, fresh) if fresh else ())
         if same:  # each row's in turn: its new id, a held memory's, or an earlier row's
             ids: list[int] = []
@@ -4340,38 +4344,51 @@ class _Writes(_Part):
         return [row._replace(vector=vector or None)
                 for row, vector in zip(rows, vectors, strict=True)]
 
-    def _replace_keyed(self, db: _Session, rows: list[_NewMemory], noun: str | None,
-                       places: list[int]) -> list[_NewMemory]:
-        """Forget the memory each keyed row's owner holds under its key, in the write's
-        transaction; the row then keeps that memory's created_at, if it was live (an
-        import refuses it instead: MemoryInputError naming the row's place in the call)."""
+    def _held_keys(self, db: _Session, rows: list[_NewMemory]) -> dict[int, list[Any]]:
+        """The memory each keyed row's owner holds under its key (live or not), by the
+        row's position: the rows of _SQL_KEYED."""
         keyed = [(position, row) for position, row in enumerate(rows) if row.key is not None]
         if not keyed:
-            return rows
-        now = self._store._read_instant()
+            return {}
         with db.batch():
             asked = db.ask_each(_SQL_KEYED, [
                 (row.user_id, row.task_id or "", row.task_id, row.task_id or "", row.key)
                 for _, row in keyed])
-        rows = list(rows)
+        return {position: held for (position, _), held in zip(keyed, asked(), strict=True)
+                if held}
+
+    def _replace_keyed(self, db: _Session, rows: list[_NewMemory],
+                       held_keys: dict[int, list[Any]], noun: str | None,
+                       fresh: list[int]) -> list[_NewMemory]:
+        """The `fresh` rows (positions in the call), having forgotten, in the write's
+        transaction, the memory each keyed one's owner holds under its key (`held_keys`);
+        the row then keeps that memory's created_at, if it was live (an import refuses it
+        instead: MemoryInputError naming the row's place in the call)."""
+        if not held_keys:
+            return [rows[position] for position in fresh]
+        now = self._store._read_instant()
+        written = []
         gone: dict[_ScopeKey, list[tuple[Any, ...]]] = collections.defaultdict(list)
-        for (position, row), held in zip(keyed, asked(), strict=True):
-            if not held:
-                continue
-            old = _MemoryRow(*held[0])
-            gone[_ScopeKey(row.user_id, row.task_id or "")] += held
-            if now is None or old.expires_at is None or old.expires_at > now:
-                if noun == "record":  # an import keeps what it is given, or nothing
-                    raise MemoryInputError(f"record {places[position]}: its owner holds"
-                                           " its key already", places[position])
-                rows[position] = row._replace(first_created=old.created_at)
+        for position in fresh:
+            row, held = rows[position], held_keys.get(position)
+            if held is not None:
+                old = _MemoryRow(*held[0])
+                gone[_ScopeKey(row.user_id, row.task_id or "")] += held
+                if now is None or old.expires_at is None or old.expires_at > now:
+                    if noun == "record":  # an import keeps what it is given, or nothing
+                        raise MemoryInputError(f"record {position}: its owner holds its key"
+                                               " already", position)
+                    row = row._replace(first_created=old.created_at)
+            written.append(row)
         for key, held in gone.items():
             self.delete(db, key, held)
-        return rows
+        return written
 
-    def _same_texts(self, db: _Session, rows: list[_NewMemory]) -> dict[int, int]:
+    def _same_texts(self, db: _Session, rows: list[_NewMemory],
+                    replaced: set[int]) -> dict[int, int]:
         """The rows (by position) whose text a live memory of the same user, level and task
-        holds, each with that memory's id, or ~p for a repeat of the batch's row p."""
+        holds, one the batch does not replace, each with that memory's id, or ~p for a
+        repeat of the batch's row p."""
         now = self._store._read_instant()
         keys = [(row.user_id, row.task_id, _same_text(row.text)) for row in rows]
         distinct = dict(zip(keys, rows, strict=True))  # each key's last row: the same key
@@ -4382,7 +4399,8 @@ class _Writes(_Part):
         for (user_id, task_id, text), found in zip(distinct, asked(), strict=True):
             for memory_id, their_task, their_text, expires_at in found:
                 live = now is None or expires_at is None or expires_at > now
-                if their_task == task_id and live and _same_text(their_text) == text:
+                if their_task == task_id and live and memory_id not in replaced \
+                        and _same_text(their_text) == text:
                     held[user_id, task_id, text] = memory_id
                     break
         same: dict[int, int] = {}

@@ -4,18 +4,21 @@ same text (NFKC, case folded, whitespace collapsed) is kept instead of a second 
 from __future__ import annotations
 
 import importlib
+import itertools
 import pathlib
 import sqlite3
 import unicodedata
 
 import pytest
-from hypothesis import example, given
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, SetClock
 from memory import MemoryInputError, MemoryStore, Scope
 from model import index_problems_at, owner_connection, transactions_left
+
+_USERS = itertools.count()
 
 
 def test_the_same_text_is_kept_once(store: MemoryStore) -> None:
@@ -145,3 +148,54 @@ def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
     with owner_connection(url) as db:
         assert db.execute("SELECT count(*) FROM memories WHERE text_key IS NULL"
                           ).fetchone() == (0,)
+
+
+def test_a_batch_never_acknowledges_a_memory_its_own_key_replaces(store: MemoryStore) -> None:
+    held = store.remember(ALICE, "user", "Alice likes tea", "c/1", key="drink")
+    ids = store.remember_many([(ALICE, "user", "Alice likes tea", "c/2"),
+                               (ALICE, "user", "Alice likes coffee", "c/3", None, "drink")],
+                              dedupe=True)
+    assert held not in ids
+    assert [store.get(ALICE, memory_id)["text"] for memory_id in ids] == [  # type: ignore[index]
+        "Alice likes tea", "Alice likes coffee"]
+    # The key first, then the text it held: the same.
+    held = store.remember(ALICE, "user", "Alice likes rain", "c/4", key="weather")
+    ids = store.remember_many([(ALICE, "user", "Alice likes sun", "c/5", None, "weather"),
+                               (ALICE, "user", "alice likes RAIN", "c/6")], dedupe=True)
+    assert held not in ids and all(store.get(ALICE, memory_id) for memory_id in ids)
+
+
+_TEXTS = ("tea", "Tea", "coffee", "rain")
+_BATCH = st.lists(st.tuples(st.sampled_from(_TEXTS), st.sampled_from(["user", "task"]),
+                            st.sampled_from([None, None, "drink", "food"])),
+                  min_size=1, max_size=6)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=40)
+@given(batches=st.lists(_BATCH, min_size=1, max_size=4))
+def test_mixed_keyed_and_unkeyed_batches_keep_what_a_model_keeps(
+        store: MemoryStore, batches: list[list[tuple[str, str, str | None]]]) -> None:
+    user = f"u{next(_USERS)}"  # the store is the test's: each example a user of its own
+    scope = Scope(user, "trip")
+    model: dict[int, tuple[str, str, str | None]] = {}  # id -> (level, text, key)
+    for batch in batches:
+        one_key_each = {(level, key): item for item in batch
+                        for _, level, key in [item] if key is not None}
+        batch = [item for item in batch
+                 if item[2] is None or one_key_each[item[1], item[2]] is item]
+        ids = store.remember_many([(scope, level, text, "c/1", None, key)
+                                   for text, level, key in batch], dedupe=True)
+        replaced = {memory_id for memory_id, (level, _, key) in model.items()
+                    if key is not None and (level, key) in one_key_each}
+        for memory_id in replaced:
+            del model[memory_id]
+        for memory_id, (text, level, key) in zip(ids, batch, strict=True):
+            if memory_id in model:  # kept instead: the same text, at the same level
+                assert model[memory_id][:2] == (level, text.casefold()) and key is None
+            else:
+                model[memory_id] = (level, text.casefold(), key)
+        # Everything acknowledged is there when the call returns.
+        found = {m["id"]: (m["level"], m["text"].casefold(), m.get("key"))
+                 for m in store.memories(scope)}
+        assert found == model
+    store.erase_user(user)
