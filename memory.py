@@ -1110,6 +1110,7 @@ _SQLITE_AS_RECORDS = (
 
 _log = logging.getLogger("memory")
 _Row = TypeVar("_Row")
+_Checked = TypeVar("_Checked")
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -1469,6 +1470,21 @@ def _compact(value: object, sort_keys: bool = False) -> str:
                       sort_keys=sort_keys)
 
 
+def _encoded(name: str, value: object, check: Callable[[Any], _Checked]
+             ) -> tuple[str, _Checked]:
+    """`value` checked and encoded as compact JSON, and what was encoded checked again
+    (that check's result): a value that changes as it is read (a dict subclass, another
+    thread) is a MemoryInputError, and what is kept is what was checked."""
+    try:
+        check(value)
+        text = _compact(value)
+    except MemoryInputError:
+        raise
+    except (TypeError, ValueError, RuntimeError, RecursionError):
+        raise MemoryInputError(f"{name} changed while it was checked") from None
+    return text, check(json.loads(text, parse_int=_exact_integer))
+
+
 def _check_metadata(metadata: object) -> str | None:
     """The metadata as the compact JSON text the store keeps, or None for none."""
     if metadata is None:
@@ -1476,8 +1492,7 @@ def _check_metadata(metadata: object) -> str | None:
     if not isinstance(metadata, dict):
         raise MemoryInputError(f"metadata must be a dict (a JSON object), got"
                                f" {_described(metadata)}")
-    _check_json("metadata", metadata)
-    text = _compact(metadata)
+    text, _ = _encoded("metadata", metadata, lambda value: _check_json("metadata", value))
     if len(text.encode("utf-8")) > _MAX_METADATA_BYTES:
         raise MemoryInputError(f"metadata is {len(text.encode('utf-8'))} bytes as compact"
                                f" JSON, more than {_MAX_METADATA_BYTES}")
@@ -1597,9 +1612,14 @@ class _Condition(NamedTuple):
 
 def _check_where(where: object) -> list[_Condition] | None:
     """A filter as its conditions, or MemoryInputError naming what is wrong (never a
-    value): {path: value} is equality, {path: {op: value}} an operator's test."""
+    value): {path: value} is equality, {path: {op: value}} an operator's test. The
+    conditions are of a copy of `where`, checked as the copy and the given alike."""
     if where is None:
         return None
+    return _encoded("where", where, _conditions)[1]
+
+
+def _conditions(where: object) -> list[_Condition]:
     if not isinstance(where, dict):
         raise MemoryInputError(f"where must be a dict of paths, got {_described(where)}")
     if len(where) > _MOST_PATHS:
@@ -1613,7 +1633,8 @@ def _check_where(where: object) -> list[_Condition] | None:
         if not all(keys):
             raise MemoryInputError("a path of where has an empty key (a leading, trailing"
                                    " or doubled '.')")
-        _check_text("a path of where", path, _MAX_KEY)
+        # A metadata key may be blank (all spaces): so may a path's, to reach it.
+        _check_text("a path of where", path, _MAX_KEY, blank=True)
         operators = isinstance(test, dict) and any(
             isinstance(name, str) and name.startswith("$") for name in test)
         if not operators:
@@ -1753,6 +1774,9 @@ def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[
 
 def _check_embedder(embedder: object) -> Embedder:
     """The embedder, if it has what Embedder promises."""
+    if isinstance(embedder, type):  # embedder=MiniLM: its embed() would fail at the first write
+        raise MemoryInputError(f"embedder must be an instance, got the class"
+                               f" {embedder.__name__[:200]}: call it, {embedder.__name__[:200]}()")
     name = getattr(embedder, "name", None)
     dimensions = getattr(embedder, "dimensions", None)
     if not isinstance(name, str) or not 0 < len(name) <= MAX_TEXT:
@@ -1803,20 +1827,47 @@ def _vector_blob(vector: object, dimensions: int, position: int) -> bytes:
     return packed.tobytes()
 
 
+_ESCAPED_RUN = re.compile(r"(?:\\x[0-9a-fA-F]{2})+|(?:%[0-9a-fA-F]{2})+"
+                          r"|(?:\\u[0-9a-fA-F]{4})+|\\U[0-9a-fA-F]{8}")
+
+
+def _unescaped(found: re.Match[str]) -> str:
+    """One run of escapes as the text it stands for: bytes (\\xNN, %NN) as UTF-8, UTF-16
+    units (\\uNNNN, a pair for a character past the BMP), a code point (\\UNNNNNNNN)."""
+    run = found.group()
+    if run[0] == "%" or run[1] == "x":
+        return bytes.fromhex(run.replace("%", "").replace("\\x", "")).decode("utf-8", "replace")
+    if run[1] == "U":
+        return chr(min(int(run[2:], 16), sys.maxunicode))
+    return bytes.fromhex(run.replace("\\u", "")).decode("utf-16-be", "replace")
+
+
+def _compared(text: str) -> str:
+    """A text as a message is compared with it: NFKC, case folded, format characters
+    (zero-width and the like) dropped, so that a text broken or widened so still meets."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(c for c in folded if unicodedata.category(c) != "Cf")
+
+
 def _failure_of(exc: Exception, texts: list[str]) -> str:
     """The exception's type, with its message's first line (at most 200 characters) where
     that line shares no run of 4 characters with any of the texts the embedder was given,
-    case aside: a message may quote its input ("cannot embed 'Alice is ...'"), and one
-    that shares nothing with the input cannot be quoting it."""
+    in any form an embedder echoes them: as they are, and with JSON, repr and URL escapes
+    read, each compared by _compared. A message may quote its input ("cannot embed 'Alice
+    is ...'", a JSON request body), and one that shares nothing with it cannot be quoting
+    it; a line that cannot be read so gives the type alone."""
     named = type(exc).__name__
     with contextlib.suppress(Exception):  # str() of a hostile exception may raise
         lines = str(exc).strip().splitlines()
         line = "".join(filter(str.isprintable, lines[0]))[:200].strip() if lines else ""
-        folded, given = line.casefold(), [text.casefold() for text in texts]
-        windows = {folded[at : at + 4] for at in range(max(len(folded) - 3, 1))}
-        quoting = any(window in text for window in windows for text in given) or any(
-            text.strip() and text.strip() in folded for text in given)
-        if line and not quoting:
+        given = [_compared(text) for text in texts]
+        for form in (line, _ESCAPED_RUN.sub(_unescaped, line)):
+            folded = _compared(form)
+            windows = {folded[at : at + 4] for at in range(max(len(folded) - 3, 1))}
+            if any(window in text for window in windows for text in given) or any(
+                    text.strip() and text.strip() in folded for text in given):
+                return named
+        if line:
             return f"{named}: {line}"
     return named
 
@@ -5949,8 +6000,10 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
 
 def _bounded_int(low: int, high: int) -> Callable[[str], int]:
     def parse(value: str) -> int:
-        if not value.isascii() or not value.isdigit() or len(value) > 20:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {_described(value)}")
+        digits = value.removeprefix("-")
+        if not digits.isascii() or not digits.isdigit() or len(digits) > 20:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high},"
+                                             f" got {_described(value)}")
         if not low <= int(value) <= high:
             raise argparse.ArgumentTypeError(f"must be from {low} to {high}")
         return int(value)
@@ -5965,6 +6018,9 @@ def _json_argument(value: str) -> dict[str, Any]:
     except (ValueError, MemoryInputError):
         raise argparse.ArgumentTypeError(f"must be a JSON object, got {_described(value)}"
                                          " that is not JSON (or names a key twice)") from None
+    except RecursionError:
+        raise argparse.ArgumentTypeError("must be a JSON object, got JSON nested too"
+                                         " deeply") from None
     if not isinstance(parsed, dict):
         raise argparse.ArgumentTypeError(f"must be a JSON object, got JSON of type"
                                          f" {type(parsed).__name__}")
@@ -6031,7 +6087,11 @@ def _json_lines(file: str) -> Iterator[tuple[int, Any]]:
     """The JSON value of each line that is not blank, with its number from 1."""
     if file == "-" and sys.stdin is None:
         raise MemoryInputError("FILE is -, but standard input is closed")
-    opened = open(file, "rb") if file != "-" else contextlib.nullcontext(sys.stdin.buffer)
+    try:
+        opened = open(file, "rb") if file != "-" else contextlib.nullcontext(sys.stdin.buffer)
+    except OSError as exc:  # named by its argument: what was typed is never repeated
+        raise MemoryInputError(f"cannot read FILE, the file to import:"
+                               f" {exc.strerror or type(exc).__name__}") from None
     with opened as source:
         for number, line in enumerate(source, start=1):
             if line.strip():
@@ -6048,17 +6108,32 @@ def _load_records(args: argparse.Namespace) -> None:
         raise MemoryInputError("--user and --task are for --from server-memory: records"
                                " name their own user and task")
     numbered = list(_json_lines(args.file))
-    line_of, records = [n for n, _ in numbered], [record for _, record in numbered]
+    args.lines, records = [n for n, _ in numbered], [record for _, record in numbered]
+    longest = args.max_text or MAX_TEXT
     try:
-        _each_valid(records, _record_row, "record")
+        _one_key_each(_each_valid(records, lambda record: _record_row(record, longest),
+                                  "record"), "record")
     except MemoryInputError as exc:
         assert exc.position is not None
-        reason = str(exc).partition(": ")[2]
+        failure = _at_lines(exc, args.lines)
         if _server_memory_kind(records[exc.position]) is not None:  # the server's file
-            reason += "; this looks like memory.jsonl of the MCP memory server: add --from"\
-                " server-memory --user U"
-        raise MemoryInputError(f"line {line_of[exc.position]}: {reason}") from None
+            failure = MemoryInputError(f"{failure}; this looks like memory.jsonl of the MCP"
+                                       " memory server: add --from server-memory --user U")
+        raise failure from None
     args.records = records
+
+
+_RECORDS_NAMED = re.compile(r"^records? (\d+)(?: and (\d+))?")
+
+
+def _at_lines(exc: MemoryInputError, lines: list[int]) -> MemoryInputError:
+    """The import's error naming the lines of the file, where the library's names the
+    records' places in the call (from 0)."""
+    def named(found: re.Match[str]) -> str:
+        places = [int(place) for place in found.groups() if place is not None]
+        return f"line{'s' if len(places) > 1 else ''} " + " and ".join(
+            str(lines[place]) for place in places)
+    return MemoryInputError(_RECORDS_NAMED.sub(named, str(exc), count=1), exc.position)
 
 
 # The reference MCP memory server's file (memory.jsonl): a line an entity, {"type":
@@ -6078,7 +6153,7 @@ def _server_memory_kind(line: Any) -> str | None:
     return kind if isinstance(kind, str) and kind in _SERVER_MEMORY_KEYS else None
 
 
-def _server_memory_texts(line: Any) -> list[tuple[str, str]]:
+def _server_memory_texts(line: Any, longest: int) -> list[tuple[str, str]]:
     """The (text, entity) of each memory one line of memory.jsonl holds."""
     kind = _server_memory_kind(line)
     if kind is None:
@@ -6096,7 +6171,7 @@ def _server_memory_texts(line: Any) -> list[tuple[str, str]]:
     observations = line["observations"]
     if not isinstance(observations, list):
         raise MemoryInputError(f"observations must be a list, got {_described(observations)}")
-    return [(f"{named['name']}: {_check_text('an observation', observation, MAX_TEXT)}",
+    return [(f"{named['name']}: {_check_text('an observation', observation, longest)}",
              named["name"]) for observation in observations]
 
 
@@ -6108,13 +6183,14 @@ def _load_server_memory(args: argparse.Namespace) -> None:
     scope = Scope(args.user, args.task or _MCP_DEFAULT_TASK)
     level = "user" if args.task is None else "task"
     args.items = []
+    longest = args.max_text or MAX_TEXT
     facts: collections.Counter[str] = collections.Counter()  # each entity's, so far
     for number, line in _json_lines(args.file):
         try:
-            for text, entity in _server_memory_texts(line):
+            for text, entity in _server_memory_texts(line, longest):
                 facts[entity] += 1
                 row = _new_row(scope, level, text,
-                               f"{_SERVER_MEMORY}:{entity}/{facts[entity]}")
+                               f"{_SERVER_MEMORY}:{entity}/{facts[entity]}", max_text=longest)
                 args.items.append((scope, level, row.text, row.source))
         except MemoryInputError as exc:
             raise MemoryInputError(f"line {number}: {exc}") from None
@@ -6131,7 +6207,8 @@ def _load_text(args: argparse.Namespace) -> None:
             args.text = sys.stdin.buffer.read().decode("utf-8").removesuffix("\n")
         except UnicodeDecodeError:
             raise MemoryInputError("standard input is not UTF-8") from None
-    row = _new_row(Scope(args.user, args.task), args.level, args.text, args.source, args.ttl)
+    row = _new_row(Scope(args.user, args.task), args.level, args.text, args.source, args.ttl,
+                   max_text=args.max_text or MAX_TEXT)
     if row.ttl is not None:
         _expiry(system_clock(), row.ttl)
 
@@ -6150,7 +6227,12 @@ def _run_import(store: MemoryStore, args: argparse.Namespace) -> int:
         added = (store.count(args.items[0][0]) if args.items else 0) - before
         print(f"imported {added} memories ({len(args.items) - added} already held)")
         return 0
-    ids = store.import_memories(args.records)
+    try:
+        ids = store.import_memories(args.records)
+    except MemoryInputError as exc:
+        if exc.position is None:
+            raise
+        raise _at_lines(exc, args.lines) from None
     print(f"imported {len(ids)} memories")
     return 0
 
@@ -6294,12 +6376,21 @@ def _load_embedder(spec: str, named: str) -> Embedder:
     failure = None
     try:
         with _stdout_to_stderr():
-            made = getattr(importlib.import_module(module), factory)()
+            found = importlib.import_module(module)
+    except ModuleNotFoundError as exc:  # the module typed, or one it imports: a name
+        failure = f"no module named {str(exc.name)[:200]!r} (installed, or on PYTHONPATH?)"
     except Exception as exc:
-        failure = type(exc).__name__
+        failure = f"importing {module[:200]!r} raised {type(exc).__name__}"
+    if failure is None and not callable(getattr(found, factory, None)):
+        failure = f"module {module[:200]!r} has no callable {factory!r}"
+    if failure is None:
+        try:
+            with _stdout_to_stderr():
+                made = getattr(found, factory)()
+        except Exception as exc:
+            failure = f"calling {factory!r} raised {type(exc).__name__}"
     if failure is not None:  # raised out here: the module's own error may quote anything
-        raise MemoryInputError(f"{named}: importing the module or calling the factory raised"
-                               f" {failure}")
+        raise MemoryInputError(f"{named}: {failure}")
     return _check_embedder(made)
 
 
@@ -6349,8 +6440,12 @@ def _open_ranked(args: argparse.Namespace, embedder: Embedder | None) -> MemoryS
             return MemoryStore(args.path, create=False, embedder=embedder, max_text=longest,
                                **ranking)
         except StoreNotFound:
-            return MemoryStore(args.path, embedder=embedder, max_text=longest,
-                               **_recommended_here())
+            settings = _recommended_here()
+            if settings["matching"] == "exact":
+                print("memory: creating the store with matching=exact: the stems extra is"
+                      " not installed (pip install snowballstemmer PyStemmer), and a store"
+                      " keeps its rule until reindex", file=sys.stderr)
+            return MemoryStore(args.path, embedder=embedder, max_text=longest, **settings)
     return MemoryStore(args.path, create=False, embedder=embedder, max_text=longest,
                        **ranking)
 

@@ -665,3 +665,100 @@ def test_the_command_line_keeps_keys_and_metadata_and_filters_and_pages_by_them(
     assert forgot.returncode == 0 and "forgot 1 memories" in forgot.stdout
     assert lines("list", target, *scope) == []
     assert cli("forget-key", target, *scope, "Alice lik").returncode == 1
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """memory.main(ARGS) in this process: its status (2 for argparse's exit), stdout and
+    stderr."""
+    try:
+        status = memory.main(list(args))
+    except SystemExit as exit:
+        status = int(exit.code or 0)
+    said = capsys.readouterr()
+    return status, said.out, said.err
+
+
+@pytest.mark.parametrize("option", [["list", "--where"], ["recall", "q", "--where"],
+                                    ["remember", "text", "--metadata"], ["forget-where"]])
+@pytest.mark.parametrize("depth", [2_000, 30_000])
+def test_deeply_nested_json_options_are_one_line_and_exit_2(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], option: list[str],
+        depth: int) -> None:
+    command, *rest = option
+    nested = "[" * depth + "]" * depth
+    status, _, said = run_main(capsys, command, str(tmp_path / "m.db"), "--user", "a",
+                               "--task", "t", *rest, nested)
+    assert status == 2 and "nested too deeply" in said and "Traceback" not in said
+    assert said.strip().splitlines()[-1].startswith("memory ")
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_max_text_reaches_the_checks_before_the_store_opens(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, long = str(tmp_path / "m.db"), "a" * 5_000
+    status, out, said = run_main(capsys, "remember", path, "--user", "a", "--task", "t", long,
+                                 "--max-text", "10000")
+    assert (status, said) == (0, "") and out.strip() == "1"
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps({"user": "a", "task": None, "level": "user", "text": long,
+                                   "source": "s", "created_at": "2026-10-20T09:00:00+00:00"})
+                       + "\n")
+    status, _, said = run_main(capsys, "import", path, str(records))
+    assert status == 1 and "line 1: text is 5000 characters" in said
+    status, out, said = run_main(capsys, "import", path, str(records), "--max-text", "10000")
+    assert (status, said) == (0, "") and "imported 1 memories" in out
+    server = tmp_path / "memory.jsonl"
+    server.write_text(json.dumps({"type": "entity", "name": "Alice", "entityType": "person",
+                                  "observations": [long]}) + "\n")
+    status, out, said = run_main(capsys, "import", path, str(server), "--from",
+                                 "server-memory", "--user", "b", "--max-text", "10000")
+    assert (status, said) == (0, "") and "imported 1 memories" in out
+
+
+def test_import_names_lines_from_1_for_held_keys_and_keys_given_twice(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "m.db")
+    with MemoryStore(path) as store:
+        store.remember(Scope("a", "t"), "user", "held", "s", key="k")
+
+    def record(key: str) -> str:
+        return json.dumps({"user": "a", "task": None, "level": "user", "text": "x",
+                           "source": "s", "created_at": "2026-10-20T09:00:00+00:00",
+                           "key": key})
+
+    records = tmp_path / "records.jsonl"
+    records.write_text(f"{record('j')}\n\n{record('k')}\n")
+    status, _, said = run_main(capsys, "import", path, str(records))
+    assert status == 1 and said == "memory: error: line 3: its owner holds its key already\n"
+    records.write_text(f"{record('j')}\n\n{record('j')}\n")
+    status, _, said = run_main(capsys, "import", path, str(records))
+    assert status == 1 and said == (
+        "memory: error: lines 1 and 3 give one owner the same key\n")
+
+
+def test_frictions_of_the_first_hour_are_named(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "m.db")
+    status, _, said = run_main(capsys, "recall", path, "--user", "a", "--task", "t", "q",
+                               "--offset", "-1")
+    assert status == 2 and "must be from 0 to 10000" in said
+    status, _, said = run_main(capsys, "import", path, str(tmp_path / "nosuch.jsonl"))
+    assert status == 1 and "cannot read FILE, the file to import: No such file" in said
+    status, _, said = run_main(capsys, "remember", path, "--user", "a", "--task", "t", "x",
+                               "--embedder", "nosuch_module_here:Model")
+    assert status == 1 and "no module named 'nosuch_module_here'" in said
+    status, _, said = run_main(capsys, "remember", path, "--user", "a", "--task", "t", "x",
+                               "--embedder", "json:NoSuchFactory")
+    assert status == 1 and "module 'json' has no callable 'NoSuchFactory'" in said
+    assert not os.path.exists(path)
+
+
+def test_a_store_created_without_the_stems_extra_says_so(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "_best_matching", lambda: "exact")
+    path = str(tmp_path / "m.db")
+    status, _, said = run_main(capsys, "remember", path, "--user", "a", "--task", "t", "x")
+    assert status == 0 and "matching=exact" in said and "snowballstemmer" in said
+    status, _, said = run_main(capsys, "remember", path, "--user", "a", "--task", "t", "y")
+    assert status == 0 and said == ""  # said once, when it is created

@@ -562,3 +562,31 @@ def test_remember_takes_a_key_and_metadata_and_recall_and_list_filter_by_it(
     assert '"drink"' in line and '"kind": "preference"' in line and "\u2028" not in line
     assert listed["total"] == 2 and len(listed["memories"]) == 2
     assert "unknown operator" in message
+
+
+ECHOING_EMBEDDER = """
+import json
+from embedders import ConceptEmbedder
+class Echoing(ConceptEmbedder):
+    def embed(self, texts):  # as an HTTP embedder echoing its request body
+        raise ValueError(json.dumps({"error": "rejected", "input": list(texts)}))
+def made():
+    return Echoing()
+"""
+
+
+def test_an_embedder_s_error_echoing_a_text_escaped_reaches_no_model(
+        tmp_path: pathlib.Path) -> None:
+    (tmp_path / "echoing.py").write_text(ECHOING_EMBEDDER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "tests")])}
+    text = "東京タワーに行きたい"
+
+    async def session() -> str:
+        async with serving(tmp_path / "log", str(tmp_path / "m.db"), "--user", "alice",
+                           "--embedder", "echoing:made", env=env) as s:
+            return await refused(s, "remember", text=text)
+
+    said = run(session())
+    assert "the embedder raised ValueError" in said
+    assert "\\u6771" not in said and text not in said and "rejected" not in said
+    assert text not in (tmp_path / "log").read_text()

@@ -648,3 +648,26 @@ def test_a_store_that_records_an_embedder_says_at_open_when_it_has_none(
     with MemoryStore(target, embedder=ConceptEmbedder()) as store:
         store.reindex(embedder=ConceptEmbedder())
         assert store.stats()["without_vectors"] == 0
+
+
+TOKYO = "東京タワーに行きたい"
+ALICE_TEA = "Алиса любит чай"
+
+
+@pytest.mark.parametrize("raised", [
+    ValueError(json.dumps({"error": "bad input", "input": [TOKYO]})),  # JSON's \u escapes
+    ValueError(f"cannot embed {ALICE_TEA.encode()!r}"),  # a bytes repr's \x escapes
+    ValueError("bad request: " + "".join(f"%{b:02X}" for b in TOKYO.encode())),  # a URL's
+    ValueError("cannot embed \\U00006771\\U00004eac\\U000030bf\\U000030ef"),
+    ValueError("cannot embed ＢＯＢ ＥＡＴＳ"),  # widened: NFKC
+    ValueError("cannot embed Alice is here"),  # the text broken by zero-width spaces
+], ids=["json", "bytes-repr", "url", "code-points", "fullwidth", "zero-width"])
+def test_an_embedder_s_message_quoting_a_text_in_an_escaped_form_is_not_given(
+        target: str, raised: Exception) -> None:
+    broken = "\u200b".join("Alice is here")  # zero-width spaces between its letters
+    texts = [TOKYO, ALICE_TEA, "Bob eats no meat.", broken]
+    with MemoryStore(target, embedder=Broken(raised)) as store:
+        with pytest.raises(StoreError) as caught:
+            store.remember_many([(ALICE, "user", text, "s") for text in texts])
+        assert str(caught.value) == "the embedder raised ValueError"
+        assert store.count(ALICE) == 0

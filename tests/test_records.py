@@ -4,6 +4,7 @@ both ways, recall's offset, embedding control and longer texts, on both engines.
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import threading
 from typing import Any
@@ -506,3 +507,47 @@ def test_the_newest_of_a_conversation_is_read_from_its_index(store: MemoryStore)
     assert [m["id"] for m in newest] == [mine[2]] and [m["id"] for m in below] == [mine[0]]
     reads = [s for s in statements if "FROM memories" in s and "conversation = " in s]
     assert len(reads) == 2 and "ORDER BY id DESC LIMIT" in reads[0]
+
+
+def test_a_blank_metadata_key_is_reached_by_a_filter(store: MemoryStore) -> None:
+    kept = store.remember(ALICE, "user", "x", "s", metadata={"   ": 1, "a": {"  ": "b"}})
+    store.remember(ALICE, "user", "y", "s", metadata={"   ": 2})
+    assert [m["id"] for m in store.memories(ALICE, where={"   ": 1})] == [kept]
+    assert [m["id"] for m in store.memories(ALICE, where={"a.  ": "b"})] == [kept]
+    assert store.count(ALICE, where={"   ": {"$lt": 2}}) == 1
+
+
+class Shifting(dict):  # type: ignore[type-arg]
+    """A dict whose items change once they have been read: as another thread's."""
+
+    def __init__(self, later: list[tuple[Any, Any]], **given: Any) -> None:
+        super().__init__(**given)
+        self.later, self.reads = later, 0
+
+    def items(self) -> Any:
+        self.reads += 1
+        return super().items() if self.reads == 1 else self.later
+
+
+@pytest.mark.parametrize("later", [[(1, object())], [("a", math.inf)],
+                                   [("a", json.loads("[" * 40 + "]" * 40))]],
+                         ids=["an object", "infinity", "too deep"])
+def test_a_value_that_changes_as_it_is_checked_is_refused_and_nothing_is_written(
+        store: MemoryStore, later: list[tuple[Any, Any]]) -> None:
+    with pytest.raises(MemoryInputError, match="metadata changed while it was checked|metadata"):
+        store.remember(ALICE, "user", "x", "s", metadata=Shifting(later, a=1))
+    with pytest.raises(MemoryInputError, match="where"):
+        store.memories(ALICE, where=Shifting(later, a=1))
+    assert store.count(ALICE) == 0
+
+
+def test_an_embedder_class_for_an_instance_is_refused_at_open(target: str) -> None:
+    class Model:  # its name and dimensions on the class, as memory_minilm's MiniLM has
+        name, dimensions = "model-1", 3
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[1.0, 0.0, 0.0] for _ in texts]
+
+    with pytest.raises(MemoryInputError, match="embedder must be an instance, got the class"
+                                               " Model: call it, Model()"):
+        MemoryStore(target, embedder=Model)  # type: ignore[arg-type]
