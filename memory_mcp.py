@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import ipaddress
 import json
 import logging
@@ -47,7 +48,12 @@ try:
     import uvicorn
     from mcp import types
     from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, get_access_token
-    from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+    from mcp.server.auth.middleware.bearer_auth import (
+        AuthenticatedUser,
+        BearerAuthBackend,
+        RequireAuthMiddleware,
+        authorization_context,
+    )
     from mcp.server.auth.provider import AccessToken
     from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
     from mcp.server.lowlevel import Server
@@ -438,6 +444,34 @@ class _Keys:
         return self._known[str(kid)]
 
 
+#: Why a token was refused, by its class (RFC 6750's error_description): never the token,
+#: nor a claim's value. The most specific of PyJWT's errors first.
+_REFUSALS: tuple[tuple[type[Exception], str], ...] = (
+    (jwt.ExpiredSignatureError, "the token has expired"),
+    (jwt.ImmatureSignatureError, "the token is not valid yet"),
+    (jwt.InvalidAudienceError, "the token is for another audience"),
+    (jwt.InvalidIssuerError, "the token is of another issuer"),
+    (jwt.MissingRequiredClaimError, "the token lacks a claim this server requires"
+                                    " (exp, iss, aud)"),
+    (jwt.InvalidAlgorithmError, "the token is not signed with an asymmetric algorithm"),
+    (jwt.InvalidSignatureError, "the token's signature does not verify"),
+    (jwt.InvalidKeyError, "no key of the issuer has the token's key id"),
+    (jwt.PyJWKClientError, "the issuer's keys could not be read"),
+    (jwt.PyJWKSetError, "the issuer's keys could not be read"),
+    (jwt.DecodeError, "the token is not a well-formed JWT"),
+)
+_REFUSAL = "memory.refusal"  # the request scope's key for it
+#: The refusal of the token being verified, set by the verifier in the request's task.
+_refused: contextvars.ContextVar[str | None] = contextvars.ContextVar(_REFUSAL, default=None)
+
+
+def _refusal_of(exc: Exception) -> str:
+    for kind, said in _REFUSALS:
+        if isinstance(exc, kind):
+            return said
+    return "the token could not be verified"
+
+
 class _Verifier:
     """The SDK's TokenVerifier for JWTs of one issuer and audience: a token it accepts
     carries the user it names (`subject`, None where the claim is not a valid user id,
@@ -461,6 +495,7 @@ class _Verifier:
             claims = await asyncio.to_thread(self._claims, token)
         except Exception as exc:  # whatever went wrong, the request fails closed: 401
             _log.info("mcp: refused a token: %s", type(exc).__name__)  # never the token
+            _refused.set(_refusal_of(exc))
             return None
         user = claims.get(self.user_claim)
         valid = isinstance(user, str) and IDENTIFIER.fullmatch(user) is not None
@@ -471,6 +506,33 @@ class _Verifier:
                            # The SDK refuses a token past expires_at: the grace goes in.
                            scopes=[], expires_at=int(claims["exp"]) + _LEEWAY_SECONDS,
                            subject=user if valid else None, claims={"iss": self.issuer})
+
+
+class _Backend(BearerAuthBackend):
+    """The SDK's bearer-token backend, leaving in the request's scope why a token was
+    refused, for _Required's 401."""
+
+    async def authenticate(self, conn: Any) -> Any:
+        _refused.set(None)
+        found = await super().authenticate(conn)
+        if found is None:
+            bearer = conn.headers.get("authorization", "").lower().startswith("bearer ")
+            conn.scope[_REFUSAL] = (_refused.get() or "the token has expired" if bearer
+                                    else "a bearer token is required")
+        return found
+
+
+class _Required(RequireAuthMiddleware):
+    """The SDK's 401, its error_description the class of why (_REFUSALS), not
+    "Authentication required" for every token alike."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not isinstance(scope.get("user"), AuthenticatedUser):
+            await self._send_auth_error(send, status_code=401, error="invalid_token",
+                                        description=scope.get(_REFUSAL, "a bearer token is"
+                                                              " required"))
+            return
+        await super().__call__(scope, receive, send)
 
 
 class _KnownUser:
@@ -498,16 +560,34 @@ _IDLE_SESSION_SECONDS = 300
 _SESSION_HEADER = b"mcp-session-id"
 
 
+class _Held:
+    """A session a user opened, as _SessionsPerUser counts it."""
+
+    def __init__(self, opener: Any, ended: float) -> None:
+        #: The credential that opened it (the SDK's authorization context): the SDK serves
+        #: the session to that credential alone and answers any other 404.
+        self.opener = opener
+        #: When its last request ended, and how many are in flight.
+        self.ended, self.flying = ended, 0
+
+
+def _principal(scope: Any) -> Any:
+    """The request's credential as the SDK's session manager compares it."""
+    user = scope.get("user")
+    return authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+
+
 class _SessionsPerUser:
     """429 for a request that would open a user's `_SESSIONS_PER_USER + 1`-th session.
-    It counts the sessions each user opened that are neither ended (DELETE, or a 404 for
-    their id) nor idle past `_IDLE_SESSION_SECONDS`, when the SDK closes them, and those
-    being opened; a request for one of them makes it new again."""
+    It counts the sessions each user opened until they end: a DELETE by the credential
+    that opened it, a 404 for that credential's request (the SDK has closed it), or idle
+    past `_IDLE_SESSION_SECONDS`, when the SDK closes it; and those being opened. A
+    request of its opener makes it new again; another credential's (a second OAuth
+    client of the same user, which the SDK answers 404) changes nothing."""
 
     def __init__(self, app: Any, clock: Callable[[], float] = time.monotonic) -> None:
         self.app, self.clock = app, clock
-        # user -> session id -> [when its last request ended, its requests in flight]
-        self._open: dict[str, dict[str, list[float]]] = {}
+        self._open: dict[str, dict[str, _Held]] = {}  # user -> session id -> it
         self._opening: dict[str, int] = {}
 
     def held(self, user: str) -> int:
@@ -515,8 +595,8 @@ class _SessionsPerUser:
         closes a session once no request of it has been in flight for the timeout)."""
         sessions = self._open.get(user, {})
         since = self.clock() - _IDLE_SESSION_SECONDS
-        for session in [s for s, (ended, flying) in sessions.items()
-                        if not flying and ended <= since]:
+        for session in [s for s, held in sessions.items()
+                        if not held.flying and held.ended <= since]:
             del sessions[session]
         if not sessions:
             self._open.pop(user, None)
@@ -544,23 +624,24 @@ class _SessionsPerUser:
                 del self._opening[user]
             opened = answer.get("session")
             if answer.get("status", 500) < 400 and opened is not None:
-                self._open.setdefault(user, {})[opened] = [self.clock(), 0]
+                self._open.setdefault(user, {})[opened] = _Held(_principal(scope), self.clock())
 
     async def _served(self, user: str, session: str, scope: Any, receive: Any,
                       send: Any) -> None:
+        held = self._open.get(user, {}).get(session)  # None: another user's, or unknown
+        if held is None or held.opener != _principal(scope):  # the SDK answers it 404
+            await self.app(scope, receive, send)
+            return
         answer: dict[str, Any] = {}
-        held = self._open.get(user, {}).get(session)  # None: another's, or unknown
-        if held is not None:
-            held[1] += 1
+        held.flying += 1
         try:
             await self.app(scope, receive, _watched(send, answer))
         finally:
-            if held is not None:
-                held[0], held[1] = self.clock(), held[1] - 1
-                ended = answer.get("status") == 404 or (
-                    scope.get("method") == "DELETE" and answer.get("status", 500) < 400)
-                if ended:
-                    self._open[user].pop(session, None)
+            held.ended, held.flying = self.clock(), held.flying - 1
+            ended = answer.get("status") == 404 or (
+                scope.get("method") == "DELETE" and answer.get("status", 500) < 400)
+            if ended:
+                self._open.get(user, {}).pop(session, None)
 
 
 def _watched(send: Any, answer: dict[str, Any]) -> Any:
@@ -619,9 +700,9 @@ def _http_app(store: AsyncMemoryStore, args: argparse.Namespace) -> Starlette:
         named = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address
         resource = AnyHttpUrl(f"http://{named}:{args.port}/mcp")
         verifier = _Verifier(args.issuer, args.audience, args.jwks, args.user_claim)
-        middleware = [Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier)),
+        middleware = [Middleware(AuthenticationMiddleware, backend=_Backend(verifier)),
                       Middleware(AuthContextMiddleware)]
-        endpoint = RequireAuthMiddleware(_KnownUser(_SessionsPerUser(endpoint)), [],
+        endpoint = _Required(_KnownUser(_SessionsPerUser(endpoint)), [],
                                          build_resource_metadata_url(resource))
         routes += create_protected_resource_routes(resource, [AnyHttpUrl(args.issuer)])
     return Starlette(routes=[Route("/mcp", endpoint=endpoint), *routes], middleware=middleware,

@@ -32,6 +32,8 @@ import httpx2  # noqa: E402
 import jwt  # noqa: E402
 from mcp import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser  # noqa: E402
+from mcp.server.auth.provider import AccessToken  # noqa: E402
 
 import memory_mcp  # noqa: E402
 from helpers import ROOT  # noqa: E402
@@ -191,6 +193,8 @@ def test_bad_tokens_are_refused_with_401_and_an_invalid_user_with_403(
         "clientInfo": {"name": "t", "version": "1"}}}
     headers = {"Accept": "application/json, text/event-stream"}
 
+    why: dict[str, str] = {}
+
     async def statuses(url: str) -> dict[str, tuple[int, str]]:
         found = {}
         async with httpx2.AsyncClient(timeout=60) as http:
@@ -199,6 +203,7 @@ def test_bad_tokens_are_refused_with_401_and_an_invalid_user_with_403(
                                       {"Authorization": f"Bearer {token}"})}
                 answer = await http.post(url, json=body, headers=sent)
                 found[name] = (answer.status_code, answer.headers.get("www-authenticate", ""))
+                why[name] = answer.json()["error_description"]
             for n, user in enumerate(("Alice", "bob smith", "x" * 65, "")):
                 answer = await http.post(url, json=body, headers={
                     **headers, "Authorization": f"Bearer {issuer.token(user)}"})
@@ -223,6 +228,20 @@ def test_bad_tokens_are_refused_with_401_and_an_invalid_user_with_403(
         assert status == 401, name
         assert challenge.startswith("Bearer ") and f'resource_metadata="{metadata_url}"' in (
             challenge), name
+    # Why, by its class (RFC 6750's error_description), in the body and the challenge.
+    assert why == {
+        "none": "a bearer token is required",
+        "expired": "the token has expired", "expired past the grace": "the token has expired",
+        "not yet valid": "the token is not valid yet",
+        "not yet valid past the grace": "the token is not valid yet",
+        "wrong audience": "the token is for another audience",
+        "wrong issuer": "the token is of another issuer",
+        "forged signature": "the token's signature does not verify",
+        "garbage": "the token is not a well-formed JWT",
+        "alg none": "the token is not signed with an asymmetric algorithm",
+        "HS256": "the token is not signed with an asymmetric algorithm"}
+    for name, said in why.items():
+        assert f'error_description="{said}"' in found[name][1], name
     assert [status for name, (status, _) in found.items() if name.startswith("user")] == [403] * 4
     assert found["no key id"][0] == 200
     assert {name: found[name][0] for name in graced} == dict.fromkeys(graced, 200)
@@ -276,6 +295,39 @@ def test_one_user_s_flood_of_sessions_leaves_the_others_served(tmp_path: pathlib
     assert "refused a session of user alice" in (tmp_path / "log").read_text()
 
 
+def test_another_client_of_the_user_asking_about_her_sessions_frees_no_place(
+        tmp_path: pathlib.Path, issuer: Issuer) -> None:
+    limit = memory_mcp._SESSIONS_PER_USER
+    first = {**ACCEPT, "Authorization": f"Bearer {issuer.token('alice', azp='desktop')}"}
+    second = {**ACCEPT, "Authorization": f"Bearer {issuer.token('alice', azp='phone')}"}
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+    async def attack(url: str) -> None:
+        async with httpx2.AsyncClient(timeout=60) as http:
+            opened = [await http.post(url, json=INITIALIZE, headers=first)
+                      for _ in range(limit)]
+            assert [answer.status_code for answer in opened] == [200] * limit
+            sessions = [answer.headers["mcp-session-id"] for answer in opened]
+            for _ in range(3):  # each round: the second client asks about every one of them
+                for session in sessions:
+                    for ask in (http.post(url, json=listed,
+                                          headers={**second, "mcp-session-id": session}),
+                                http.delete(url, headers={**second, "mcp-session-id": session})):
+                        assert (await ask).status_code == 404
+                more = await http.post(url, json=INITIALIZE, headers=second)
+                assert more.status_code == 429, more.text
+            for session in sessions:  # they stay open for the client that opened them
+                served = await http.post(url, json=listed,
+                                         headers={**first, "mcp-session-id": session})
+                assert served.status_code == 200, served.text
+            ended = await http.delete(url, headers={**first, "mcp-session-id": sessions[0]})
+            assert ended.status_code == 200
+            assert (await http.post(url, json=INITIALIZE, headers=second)).status_code == 200
+
+    with serving(str(tmp_path / "m.db"), tmp_path / "log", *token_args(issuer)) as server:
+        run(attack(server.url))
+
+
 def test_a_user_s_idle_sessions_stop_counting_when_the_server_closes_them() -> None:
     """The count forgets a session idle past the timeout, never one with a request in
     flight (the SDK closes neither sooner)."""
@@ -291,7 +343,7 @@ def test_a_user_s_idle_sessions_stop_counting_when_the_server_closes_them() -> N
         await send({"type": "http.response.body", "body": b""})
 
     sessions = memory_mcp._SessionsPerUser(app, clock=lambda: now[0])
-    user = types.SimpleNamespace(access_token=types.SimpleNamespace(subject="alice"))
+    user = AuthenticatedUser(AccessToken(token="t", client_id="c", scopes=[], subject="alice"))
 
     async def request(method: str, session: bytes | None = None) -> None:
         headers = [] if session is None else [(b"mcp-session-id", session)]
