@@ -36,6 +36,23 @@ _log = logging.getLogger("memory.agents")
 LONGEST_ITEM = 1_000_000
 
 
+def _check_order(session_id: str, location: object) -> None:
+    """ValueError where the two look swapped, AgentsSession(path, "chat-1", ...): the
+    session id an existing file, or a location with no store that looks like an id (no
+    folder, no suffix), which would otherwise create a store file named so."""
+    if os.path.isfile(session_id):
+        raise ValueError("the session id names an existing file: AgentsSession takes the"
+                         " session id first, then the store's location:"
+                         " AgentsSession(session_id, location, user=...)")
+    if isinstance(location, str) and "://" not in location and location != ":memory:" \
+            and not os.path.exists(location) and os.sep not in location \
+            and "." not in location:
+        raise ValueError("the location has no store and looks like a session id:"
+                         " AgentsSession takes the session id first, then the store's"
+                         " location (a path with a suffix, ./name for one without, or a"
+                         " postgresql:// URL): AgentsSession(session_id, location, user=...)")
+
+
 class AgentsSession:
     """A session of the Agents SDK (`Runner.run(..., session=...)`) kept in a MemoryStore.
 
@@ -52,6 +69,7 @@ class AgentsSession:
                  **options: Any) -> None:
         if not isinstance(session_id, str) or not session_id or "/" in session_id[-1:]:
             raise ValueError("session_id must be a non-empty string not ending in /")
+        _check_order(session_id, location)
         self.session_id = session_id
         self.scope = Scope(user, task)
         self.session_settings = (coerce_session_settings(session_settings)

@@ -4,6 +4,8 @@ Runner.run with a scripted model (no network)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import pathlib
 from typing import Any
 
 import pytest
@@ -168,3 +170,18 @@ def test_bad_arguments_are_refused(tmp_path: Any) -> None:
             AgentsSession(session_id, str(tmp_path / "m.db"), user="alice")  # type: ignore
     with pytest.raises(ValueError):
         AgentsSession("s", str(tmp_path / "m.db"), user="")
+
+
+def test_arguments_given_the_wrong_way_round_say_which_is_which(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    MemoryStore("memory.db").close()
+    with pytest.raises(ValueError, match="the session id names an existing file"):
+        AgentsSession("memory.db", "chat-1", user="alice")
+    with pytest.raises(ValueError, match="the location has no store and looks like a"
+                                         " session id"):
+        AgentsSession("chat-1", "chat-2", user="alice")
+    assert sorted(os.listdir(tmp_path)) == ["memory.db"]  # no store named chat-1 or chat-2
+    session = AgentsSession("chat-1", "./store", user="alice")  # a file without a suffix
+    session.close()
+    assert os.path.isfile(tmp_path / "store")
