@@ -91,7 +91,7 @@ __all__ = [
     "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -185,12 +185,18 @@ _FOLDED_SCRIPTS = (
 )
 # Sized so a row stays on its B-tree page (no overflow page) and rewriting one is cheap.
 POSTINGS_PER_ROW = 96
-# An owner (a user's own level, or one of their tasks) has its words indexed once it holds
-# this many memories; recall reads a smaller owner's memories instead, as fast as a few
-# postings rows. A write for many users who hold a memory or two each, an import's or a
-# nightly batch's, would otherwise write an index row for nearly every word of every
+# An owner (a user's own level, or one of their tasks) has its words indexed once its
+# memories weigh this much; recall reads a smaller owner's memories instead, as fast as a
+# few postings rows. A write for many users who hold a memory or two each, an import's or
+# a nightly batch's, would otherwise write an index row for nearly every word of every
 # memory, where one user's memories share their words' rows.
 INDEX_FROM = 16
+# A memory weighs one for each _WEIGHED_BY characters of its text begun: a memory of the
+# default MAX_TEXT weighs one, so INDEX_FROM counts memories, while a long text (max_text
+# up to 1,000,000) is indexed at once, not read and split into words at every recall (15
+# texts of 1,000,000 characters made a small owner's recall cost 0.3 s, under the store's
+# lock, which every other user of the store then waited for).
+_WEIGHED_BY = 2000
 # Each connection's page cache: the word index of a large store is written in key order
 # per word, i.e. all over the file.
 _CACHE_KIB = 64 * 1024
@@ -462,6 +468,10 @@ _SQLITE_VERSION_8 = (
     "CREATE INDEX memory_fields_id ON memory_fields (user_id, id)",
 )
 
+# Version 10 weighs each owner's memories (_weight), which decides whether its words are
+# indexed, as it counts them.
+_SQLITE_ADD_WEIGHT = "ALTER TABLE memory_counts ADD COLUMN weight INTEGER NOT NULL DEFAULT 0"
+
 # Version 9 holds each owner's vectors again in sealed blocks, so that recall past the
 # kept budget reads a scope's vectors a blob at a time, not a row at a time (2.7 us a row
 # through sqlite3, 30 times numpy's own cost of scoring it). A block is some of one
@@ -489,6 +499,8 @@ _SQLITE_VERSION_9 = (
     " (user_id, task_id, first_id, last_id)",
 )
 
+_SQLITE_VERSION_10 = (*_SQLITE_VERSION_9, _SQLITE_ADD_WEIGHT)
+
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
@@ -501,6 +513,9 @@ _VECTORS_FROM = 7
 _RECORDS_FROM = 8
 # The version whose vectors are in blocks as well (read row by row before it).
 _VECTOR_BLOCKS_FROM = 9
+# The version whose owners are indexed by the weight of their memories (by their count
+# before it).
+_WEIGHTS_FROM = 10
 
 
 class _Layout(NamedTuple):
@@ -522,6 +537,7 @@ SQLITE_LAYOUTS = (
     _Layout(7, _SQLITE_VERSION_7),
     _Layout(8, _SQLITE_VERSION_8),
     _Layout(9, _SQLITE_VERSION_9),
+    _Layout(10, _SQLITE_VERSION_10),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -691,26 +707,50 @@ _SQL_COUNT = _sql(
     postgresql="SELECT coalesce(sum(memories), 0)::bigint FROM memory_counts WHERE user_id = %s"
     " AND task_key IN ('', %s)")
 _SQL_COUNT_ADD = _sql(
-    "INSERT INTO memory_counts (user_id, task_key, memories) VALUES (?, ?, ?)"
-    " ON CONFLICT (user_id, task_key) DO UPDATE SET memories = memories + excluded.memories",
-    postgresql="INSERT INTO memory_counts (user_id, task_key, memories) VALUES (%s, %s, %s)"
-    " ON CONFLICT (user_id, task_key) DO UPDATE"
-    " SET memories = memory_counts.memories + excluded.memories",
+    "INSERT INTO memory_counts (user_id, task_key, memories, weight) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (user_id, task_key) DO UPDATE SET memories = memories + excluded.memories,"
+    " weight = weight + excluded.weight",
+    postgresql="INSERT INTO memory_counts (user_id, task_key, memories, weight)"
+    " VALUES (%s, %s, %s, %s) ON CONFLICT (user_id, task_key) DO UPDATE"
+    " SET memories = memory_counts.memories + excluded.memories,"
+    " weight = memory_counts.weight + excluded.weight",
     # Its rows' keys are distinct (ON CONFLICT may not meet one row twice).
-    postgresql_many="INSERT INTO memory_counts (user_id, task_key, memories) "
-    + _from_arrays("text", "text", "bigint") + " ON CONFLICT (user_id, task_key) DO UPDATE"
-    " SET memories = memory_counts.memories + excluded.memories")
-# How many memories one owner holds (user level: task_key ''), and each of a scope's two.
-_SQL_OWNER_COUNT = _sql("SELECT memories FROM memory_counts WHERE user_id = ? AND task_key = ?")
+    postgresql_many="INSERT INTO memory_counts (user_id, task_key, memories, weight) "
+    + _from_arrays("text", "text", "bigint", "bigint")
+    + " ON CONFLICT (user_id, task_key) DO UPDATE"
+    " SET memories = memory_counts.memories + excluded.memories,"
+    " weight = memory_counts.weight + excluded.weight")
+# How many memories one owner holds (user level: task_key '') and what they weigh, and
+# each of a scope's two owners'.
+_SQL_OWNER_COUNT = _sql(
+    "SELECT memories, weight FROM memory_counts WHERE user_id = ? AND task_key = ?")
 _SQL_SCOPE_COUNTS = _sql(
-    "SELECT task_key, memories FROM memory_counts WHERE user_id = ? AND task_key IN ('', ?)",
+    "SELECT task_key, memories, weight FROM memory_counts WHERE user_id = ?"
+    " AND task_key IN ('', ?)",
     postgresql_each=_each_row(
         "user_id text, task_key text",
-        "SELECT task_key, memories FROM memory_counts WHERE user_id = wanted.user_id"
+        "SELECT task_key, memories, weight FROM memory_counts WHERE user_id = wanted.user_id"
         " AND task_key IN ('', wanted.task_key)"))
+# A file from before the weights, opened read-only: an owner's weight was its count.
+_SQL_SCOPE_COUNTS_UNWEIGHED = _sql(
+    "SELECT task_key, memories, memories FROM memory_counts WHERE user_id = ?"
+    " AND task_key IN ('', ?)")
 _SQL_COUNT_SUBTRACT = _sql(
-    "UPDATE memory_counts SET memories = memories - ? WHERE user_id = ? AND task_key = ?"
+    "UPDATE memory_counts SET memories = memories - ?, weight = weight - ? WHERE user_id = ?"
+    " AND task_key = ?"
 )
+# Each owner of the user weighed (the upgrade that adds the weights): what _weight gives.
+_SQL_WEIGH_OWNERS = _sql(
+    f"UPDATE memory_counts SET weight = (SELECT coalesce(sum(1 + (length(text) - 1)"
+    f" / {_WEIGHED_BY:d}), 0) FROM memories WHERE user_id = ? AND ifnull(task_id, '')"
+    " = memory_counts.task_key) WHERE user_id = ?",
+    postgresql=f"UPDATE memory_counts SET weight = (SELECT coalesce(sum(1 + (length(text) - 1)"
+    f" / {_WEIGHED_BY:d}), 0) FROM memories WHERE user_id = %s AND coalesce(task_id, '')"
+    " = memory_counts.task_key) WHERE user_id = %s")
+# The user's owners the weights take to the index's threshold that their count did not.
+_SQL_NEWLY_INDEXED = _sql(
+    "SELECT task_key FROM memory_counts WHERE user_id = ? AND memories < ? AND weight >= ?"
+    " ORDER BY task_key")
 _SQL_COUNT_DROP_EMPTY = _sql(
     "DELETE FROM memory_counts WHERE user_id = ? AND task_key = ? AND memories <= 0"
 )
@@ -830,7 +870,7 @@ _NEWEST_ROW = (
 )
 _INDEXED_OWNER = (
     "EXISTS (SELECT 1 FROM memory_counts WHERE user_id = {user} AND task_key = {task_key}"
-    " AND memories >= {least})")
+    " AND weight >= {least})")
 _NEWEST_POSTINGS = (
     f"SELECT value, ({_NEWEST_ROW.format(column='first_id', user='?', task='?')}),"
     f" ({_NEWEST_ROW.format(column='length(ids)', user='?', task='?')}) FROM json_each(?)"
@@ -2277,11 +2317,17 @@ def _postings_of(rows: Iterable[tuple[int, str, str | None, str, str]],
     return owners
 
 
+def _weight(text: str) -> int:
+    """What a memory weighs toward its owner's index threshold: one for each _WEIGHED_BY
+    characters of its text begun."""
+    return 1 + (len(text) - 1) // _WEIGHED_BY
+
+
 class _Held(NamedTuple):
     """What a write needs to know of an owner it writes for."""
 
-    #: How many memories the owner holds.
-    memories: int
+    #: What the owner's memories weigh (_weight): its words are indexed from index_from.
+    weight: int
     #: How many the scope of its task (of the user level alone for the user level) holds.
     in_scope: int
     #: The newest postings row of each of the written words that has one.
@@ -2293,12 +2339,12 @@ def _ask_held(db: _Session, owners: dict[_Owner, dict[str, list[int]]],
     """What each owner holds, for the words it is written with, asked now and read when
     the returned function is called (in a batch, once the batch has gone). An engine
     that does not ask ahead reads the counts first and asks for the newest rows of the
-    indexed owners alone (an owner below `index_from` has none)."""
+    indexed owners alone (an owner weighing less than `index_from` has none)."""
     listed = list(owners)
     counted = db.ask_each(_SQL_SCOPE_COUNTS, [(user, task or "") for user, task in listed])
 
-    def own(owner: _Owner, counts: list[Any]) -> int:
-        return sum(n for key, n in counts if key == (owner[1] or ""))
+    def own(owner: _Owner, counts: list[Any]) -> int:  # its weight
+        return sum(weight for key, _, weight in counts if key == (owner[1] or ""))
 
     indexed = listed
     if not db.asks_ahead:
@@ -2312,7 +2358,7 @@ def _ask_held(db: _Session, owners: dict[_Owner, dict[str, list[int]]],
     @functools.cache  # read once, however often asked
     def read() -> dict[_Owner, _Held]:
         found = dict(zip(indexed, newest(), strict=True))
-        return {owner: _Held(own(owner, counts), sum(n for _, n in counts), {
+        return {owner: _Held(own(owner, counts), sum(n for _, n, _ in counts), {
             word: (first_id, size) for word, first_id, size in found.get(owner, ())
             if first_id is not None}) for owner, counts in zip(listed, counted(), strict=True)}
     return read
@@ -2320,8 +2366,9 @@ def _ask_held(db: _Session, owners: dict[_Owner, dict[str, list[int]]],
 
 class _Group(NamedTuple):
     """One group of a write's users: its rows' positions, scopes (each user's first apart)
-    and words (each owner's, by position), how many rows each owner gets, and what was
-    asked for it: the first scopes' expired memories, and what its owners hold."""
+    and words (each owner's, by position), how many rows each owner gets and what they
+    weigh, and what was asked for it: the first scopes' expired memories, and what its
+    owners hold."""
 
     users: list[str]
     positions: list[int]
@@ -2329,6 +2376,7 @@ class _Group(NamedTuple):
     firsts: list[_ScopeKey]
     words: dict[_Owner, dict[str, list[int]]]
     added: collections.Counter[_Owner]
+    weighed: collections.Counter[_Owner]
     purgeable: Callable[[], dict[str, list[Any]]]
     held: Callable[[], dict[_Owner, _Held]]
 
@@ -2355,10 +2403,12 @@ def _add_postings(db: _Session, owners: dict[_Owner, dict[str, list[int]]],
 def _index_words(db: _Session, rows: Iterable[tuple[int, str, str | None, str, str]],
                  rule: _Rule, index_from: int) -> None:
     """Index (id, user_id, task_id, text, created_at) rows, ids ascending, whose owners
-    have no postings yet and hold no other memories: those of owners of `index_from` or
-    more."""
+    have no postings yet and hold no other memories: those of owners whose rows weigh
+    `index_from` or more."""
     rows = list(rows)
-    held = collections.Counter((user_id, task_id) for _, user_id, task_id, *_ in rows)
+    held: collections.Counter[_Owner] = collections.Counter()
+    for _, user_id, task_id, text, _ in rows:
+        held[user_id, task_id] += _weight(text)
     _add_postings(db, _postings_of(
         (row for row in rows if held[row[1], row[2]] >= index_from), rule), {})
 
@@ -2369,18 +2419,21 @@ def _unindexing(db: _Session, user_id: str, rows: Sequence[tuple[Any, ...]], rul
     counts and the sealed blocks, asked now (two round trips to a server: the owners'
     counts with where their blocks are, then the rows of the memories' words); the
     returned function writes it, in the caller's batch, before the memories' own rows go.
-    An owner left with fewer than `index_from` memories loses all its postings; a block
+    An owner left weighing less than `index_from` loses all its postings; a block
     holding any of the memories is dropped, so that no block outlives a vector."""
     removed = collections.Counter(task_id for _, task_id, *_ in rows)
+    lighter: collections.Counter[str | None] = collections.Counter()
+    for _, task_id, text, *_ in rows:
+        lighter[task_id] += _weight(text)
     with db.batch():
         counts = [db.ask(_SQL_OWNER_COUNT, (user_id, task_id or "")) for task_id in removed]
         drop_blocks = _ask_vector_blocks(db, user_id, [(row[0], row[1]) for row in rows])
     indexed, unindexed = set(), []
-    for (task_id, n), counted in zip(removed.items(), counts, strict=True):
-        held = next(iter(counted()), (0,))[0]
-        if held - n >= index_from:
+    for task_id, counted in zip(removed, counts, strict=True):
+        weight = next(iter(counted()), (0, 0))[1]
+        if weight - lighter[task_id] >= index_from:
             indexed.add(task_id)
-        elif held >= index_from:
+        elif weight >= index_from:
             unindexed.append((user_id, task_id))
     groups: dict[tuple[str | None, str], set[int]] = collections.defaultdict(set)
     for memory_id, task_id, text, _, created_at, *_ in rows:
@@ -2408,7 +2461,7 @@ def _unindexing(db: _Session, user_id: str, rows: Sequence[tuple[Any, ...]], rul
 
     def write() -> None:
         db.executemany(_SQL_DROP_OWNER_POSTINGS, unindexed)
-        db.executemany(_SQL_COUNT_SUBTRACT, [(n, user_id, task or "")
+        db.executemany(_SQL_COUNT_SUBTRACT, [(n, lighter[task], user_id, task or "")
                                              for task, n in removed.items()])
         db.executemany(_SQL_COUNT_DROP_EMPTY, [(user_id, task or "") for task in removed])
         db.executemany(_SQL_REWRITE_POSTINGS, rewritten)
@@ -2458,6 +2511,9 @@ class _Session:
     #: Whether the store holds its vectors in sealed blocks as well (likewise, from version
     #: 9 on SQLite), which its writes keep and its recalls read.
     has_vector_blocks = True
+    #: Whether its owners are weighed (memory_counts.weight): an older file opened
+    #: read-only has counts alone.
+    has_weights = True
     #: What a write gives _SQL_INSERT for a NULL: None, or '' where binding a None costs
     #: the driver more (sqlite3 looks it up in its registry of adapters, 0.5 µs a
     #: parameter against 0.1 for a str: a tenth of a bulk write's work in SQLite).
@@ -2723,12 +2779,40 @@ def _upgrade_to_9(db: _SqliteEngine) -> None:
     _seal_every_owner(db)
 
 
+def _weigh_every_owner(db: _Session) -> None:
+    """Weigh every owner's memories, and index the words of those their weight takes to
+    the file's threshold where their count did not (the upgrade that adds the weights:
+    SQLite's version 10, PostgreSQL's 9). Their postings are made as a write that takes an
+    owner to the threshold makes them."""
+    recorded = db.execute(_SQL_MATCHING).fetchone()[0]
+    matching, index_from = _recorded_rule(recorded)
+    rule = None
+    for (user,) in db.execute(_SQL_USERS).fetchall():
+        db.execute(_SQL_WEIGH_OWNERS, (user, user))
+        if not index_from:  # every owner's words are indexed already
+            continue
+        for (task_key,) in db.execute(_SQL_NEWLY_INDEXED, (user, index_from, index_from)
+                                      ).fetchall():
+            rule = rule or _rule_of(matching)
+            task = task_key or None
+            rows = db.execute(_SQL_OWNER_TEXTS, (user, task_key, task)).fetchall()
+            _add_postings(db, _postings_of(((memory_id, user, task, text, created_at)
+                                            for memory_id, text, created_at in rows), rule), {})
+
+
+def _upgrade_to_10(db: _SqliteEngine) -> None:
+    """Version 9 gains the weight of each owner's memories, by which its words are
+    indexed."""
+    _execute_script(db, _SQLITE_VERSION_10[len(_SQLITE_VERSION_9):])
+    _weigh_every_owner(db)
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
-    _upgrade_to_6, _upgrade_to_7, _upgrade_to_8, _upgrade_to_9,
+    _upgrade_to_6, _upgrade_to_7, _upgrade_to_8, _upgrade_to_9, _upgrade_to_10,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -2933,6 +3017,7 @@ class _SqliteEngine(_Engine, _Session):
             self.has_conversations = stamped >= _CONVERSATIONS_FROM
             self.has_vectors = stamped >= _VECTORS_FROM
             self.has_vector_blocks = stamped >= _VECTOR_BLOCKS_FROM
+            self.has_weights = stamped >= _WEIGHTS_FROM
             if stamped < _RECORDS_FROM:
                 _execute_script(self, _SQLITE_AS_RECORDS)
             return
@@ -4532,7 +4617,7 @@ class _Writes(_Part):
                 if fields:
                     db.executemany(_SQL_INSERT_FIELDS, fields)
                 _add_postings(db, added, {owner: held[owner].newest for owner in added})
-                db.executemany(_SQL_COUNT_ADD, [(user, task or "", n)
+                db.executemany(_SQL_COUNT_ADD, [(user, task or "", n, group.weighed[user, task])
                                                 for (user, task), n in group.added.items()])
             db.commit()
         return [value[0] for value in values]
@@ -4542,6 +4627,9 @@ class _Writes(_Part):
         """The write of the group of `users`, whose rows are at positions `mine`, with
         what it needs to know asked (in a batch: read once the batch has gone)."""
         added = collections.Counter((rows[p].user_id, rows[p].task_id) for p in mine)
+        weighed: collections.Counter[_Owner] = collections.Counter()
+        for p in mine:
+            weighed[rows[p].user_id, rows[p].task_id] += _weight(rows[p].text)
         scopes = sorted({_ScopeKey(user, task or "") for user, task in added})
         # Each user's first scope is asked now, a later one once the earlier is purged:
         # a user's scopes overlap.
@@ -4561,27 +4649,27 @@ class _Writes(_Part):
             due: dict[str, list[Any]] = {key.user: [] for key in firsts}
             due.update(zip((key.user for key in asked), found(), strict=True))
             return due
-        return _Group(users, mine, scopes, firsts, words, added, purgeable, held)
+        return _Group(users, mine, scopes, firsts, words, added, weighed, purgeable, held)
 
     def _postings(self, db: _Session, groups: list[_Group], known: list[dict[_Owner, _Held]],
                   values: list[tuple[Any, ...]],
                   older: int) -> list[dict[_Owner, dict[str, list[int]]]]:
         """The postings each group's write adds, given what its owners hold (`known`) and
-        the rows' `values`: none for an owner left below the index's threshold, and
-        those of all its memories (held before the write: ids below `older`) for one the
-        write takes to it (read for all groups in one round trip)."""
+        the rows' `values`: none for an owner left weighing less than the index's
+        threshold, and those of all its memories (held before the write: ids below
+        `older`) for one the write takes to it (read for all groups in one round trip)."""
         added: list[dict[_Owner, dict[str, list[int]]]] = []
         rising: list[tuple[list[str], list[_Owner]]] = []
         id_at = [value[0] for value in values].__getitem__
         for group, held in zip(groups, known, strict=True):
             postings, theirs = {}, []
             for owner, by_word in group.words.items():
-                memories = held[owner].memories
-                if memories + group.added[owner] < self._index_from:
+                weight = held[owner].weight
+                if weight + group.weighed[owner] < self._index_from:
                     continue
                 postings[owner] = {word: list(map(id_at, at))
                                    for word, at in by_word.items()}
-                if 0 < memories < self._index_from:
+                if 0 < weight < self._index_from:
                     theirs.append(owner)
             added.append(postings)
             rising.append((group.users, theirs))
@@ -4806,17 +4894,20 @@ class _Planner(_Part):
             # first; SQLite's postings are read until they are too many.
             row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
                        if db.reads_map_first else None)
-            counted = db.execute(_SQL_SCOPE_COUNTS, key)
+            counted = db.execute(_SQL_SCOPE_COUNTS if db.has_weights
+                                 else _SQL_SCOPE_COUNTS_UNWEIGHED, key)
             expired_ids = _ask_expired(db, key, now)
             # What tells whether the store's copy of the scope is good (_kept).
             kept = meant is not None or (context and _numpy() is not None)
             newest = db.execute(_SQL_NEWEST_IN_SCOPE, (key.user, *key)) if kept else None
         expired = expired_ids()
-        held = dict(counted.fetchall())
+        counts = counted.fetchall()
+        held = {task_key: memories for task_key, memories, _ in counts}
+        weights = {task_key: weight for task_key, _, weight in counts}
         # N and df count live memories only.
         visible = sum(held.values()) - len(expired) if by_words == "idf" else 0
         unindexed = [task for task in (None, key.task)
-                     if 0 < held.get(task or "", 0) < self._index_from]
+                     if 0 < weights.get(task or "", 0) < self._index_from]
         admitted = None if conditions is None else self.admitted(db, key, conditions)
         if admitted is not None and admitted.allowed is not None \
                 and not admitted.allowed - admitted.excluded:

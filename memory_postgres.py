@@ -41,6 +41,7 @@ from memory import (
     _Session,
     _Sql,
     _transaction,
+    _weigh_every_owner,
 )
 
 try:
@@ -54,7 +55,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 8
+POSTGRES_SCHEMA_VERSION = 9
 
 
 def _guarded(table: str) -> tuple[str, ...]:
@@ -141,7 +142,7 @@ _PG_POLICY = (
     "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
 _PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY,
-                    5: _PG_POLICY, 6: _PG_POLICY, 7: _PG_POLICY, 8: _PG_POLICY}
+                    5: _PG_POLICY, 6: _PG_POLICY, 7: _PG_POLICY, 8: _PG_POLICY, 9: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -222,6 +223,12 @@ _PG_ADD_VECTOR_BLOCKS = (
 _PG_HASH_TEXT_KEYS = (
     "DROP INDEX memories_text_key",
     "CREATE INDEX memories_text_key ON memories USING hash (text_key)",
+)
+# Version 9: the weight of each owner's memories, as SQLite's version 10 has it; the
+# upgrade weighs every user's, as an operator's call does.
+_PG_ADD_WEIGHTS = (
+    "SELECT set_config('memory.operator', 'on', true)",
+    "ALTER TABLE memory_counts ADD COLUMN weight BIGINT NOT NULL DEFAULT 0",
 )
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
@@ -387,6 +394,14 @@ def _hash_text_keys(db: _PostgresSession) -> None:
         db._send(statement)
 
 
+def _add_weights(db: _PostgresSession) -> None:
+    """Version 8 gains the weight of each owner's memories, by which its words are
+    indexed."""
+    for statement in _PG_ADD_WEIGHTS:
+        db._send(statement)
+    _weigh_every_owner(db)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
@@ -395,6 +410,7 @@ POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (6, _key_after_user),
     (7, _add_vector_blocks),
     (8, _hash_text_keys),
+    (9, _add_weights),
 ]
 
 

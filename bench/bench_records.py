@@ -13,7 +13,12 @@ In the same run, on the same rows, with RECOMMENDED's settings (no embedder):
   with a range filter that 1% match (it reads the scope's metadata);
 - get(key) among 100 and 10,000 keyed memories, against what an adapter without keys does
   (read the scope's memories and find the key in each text's JSON) at 100 and 1,000;
-- remember and recall of one text of 2,000, 20,000 and 200,000 characters.
+- remember and recall of one text of 2,000, 20,000 and 200,000 characters;
+- a small owner (15 memories) of short texts or of texts of 1,000,000 characters: its
+  recall, and another user's recall while the small owner's run back to back in a thread
+  (the store serves one call at a time: the other user waits for the one under way).
+
+    python3 bench/bench_records.py --small-owner-only   # that table alone
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -130,10 +136,51 @@ def long_texts(location: Callable[[], str], engine: str) -> list[dict[str, Any]]
     return table
 
 
+def small_owner(location: Callable[[], str], engine: str) -> list[dict[str, Any]]:
+    table = []
+    for length in (60, 1_000_000):
+        with MemoryStore(location(), max_text=memory._LONGEST_TEXT,
+                         **memory._recommended_here()) as store:
+            table.append(small_owner_row(store, length, engine))
+    return table
+
+
+def small_owner_row(store: MemoryStore, length: int, engine: str) -> dict[str, Any]:
+    draw = zipf_words(7)
+    store.remember_many([(USER, "user", " ".join(draw(length // 4))[:length].strip(),
+                          f"c/{n}") for n in range(15)])
+    other = Scope("bob", "bench")
+    store.remember_many([(other, "user", " ".join(draw(12)), f"b/{n}") for n in range(200)])
+    queries = itertools.cycle([" ".join(draw(3)) for _ in range(40)])
+    own = p50_ms(lambda: store.recall(USER, next(queries), 5), 20)
+    answers = [[r["id"] for r in store.recall(USER, next(queries), 5)] for _ in range(20)]
+    answered = statistics.median(sum(len(m["text"]) for i in ids if (m := store.get(USER, i)))
+                                 for ids in answers)
+    # The floor: the answer's memories read by id, which any recall returning them reads.
+    floor = p50_ms(lambda: [store.get(USER, i) for i in answers[len(answers) // 2]], 20)
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            store.recall(USER, next(queries), 5)
+    thread = threading.Thread(target=load)
+    thread.start()
+    try:
+        theirs = p50_ms(lambda: store.recall(other, next(queries), 5), 20)
+    finally:
+        stop.set()
+        thread.join(600)
+    return {"engine": engine, "small owner's texts": f"15 x {length:,}",
+            "its recall p50 ms": own, "characters it returns": int(answered),
+            "its answer read by id p50 ms": floor,
+            "another user's recall meanwhile p50 ms": theirs}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--sqlite-only", action="store_true")
+    parser.add_argument("--small-owner-only", action="store_true")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="memory-bench-records-"))
     files = (str(folder / f"{n}.db") for n in itertools.count())
@@ -149,11 +196,17 @@ def main() -> None:
         engines.append(("PostgreSQL", server.new_database))
     print(f"memory.py {memory.__version__}, Python {platform.python_version()}")
     try:
+        if args.small_owner_only:
+            table = [row for name, where in engines for row in small_owner(where, name)]
+            print(f"\nA small owner\n\n{format_table(table)}")
+            return
         tables = {"Filters": [row for name, where in engines
                               for row in filters(where(), args.size, name)],
                   "Keys": [row for name, where in engines for row in keys(where, name)],
                   "Long texts": [row for name, where in engines
-                                 for row in long_texts(where, name)]}
+                                 for row in long_texts(where, name)],
+                  "A small owner": [row for name, where in engines
+                                    for row in small_owner(where, name)]}
         for title, table in tables.items():
             print(f"\n{title}\n\n{format_table(table)}")
     finally:

@@ -38,6 +38,9 @@ from model import (
 # From how many memories an owner's words are indexed: low ones, so that a few calls take
 # an owner across the threshold and back and a scope mixes owners on each side of it.
 INDEX_FROMS = st.sampled_from([1, 2, 3, memory.INDEX_FROM])
+# How many characters of a text weigh one toward it: the store's, or few, so that one
+# text can take an owner across the threshold and a deletion back.
+WEIGHED_BYS = st.sampled_from([memory._WEIGHED_BY, 12])
 
 
 class StoreMatchesModel(RuleBasedStateMachine):
@@ -48,15 +51,18 @@ class StoreMatchesModel(RuleBasedStateMachine):
         self.created = fixed_clock()
         self.highest_id = 0
         self.index_from = memory.INDEX_FROM  # the module's, given back at teardown
+        self.weighed_by = memory._WEIGHED_BY
 
-    @initialize(matching=st.sampled_from(RULES_HERE), index_from=INDEX_FROMS)
-    def open_a_new_store(self, matching: memory.Matching, index_from: int) -> None:
-        memory.INDEX_FROM = index_from
+    @initialize(matching=st.sampled_from(RULES_HERE), index_from=INDEX_FROMS,
+                weighed_by=WEIGHED_BYS)
+    def open_a_new_store(self, matching: memory.Matching, index_from: int,
+                         weighed_by: int) -> None:
+        memory.INDEX_FROM, memory._WEIGHED_BY = index_from, weighed_by
         self.store = MemoryStore(self.folder / "memory.db", clock=self.clock, matching=matching)
         self.model = Model(matching)
 
     def teardown(self) -> None:
-        memory.INDEX_FROM = self.index_from
+        memory.INDEX_FROM, memory._WEIGHED_BY = self.index_from, self.weighed_by
         self.store.close()
         shutil.rmtree(self.folder)
 

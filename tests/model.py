@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from hypothesis import strategies as st
 
+import memory
 from helpers import WORD_RANKS
 from memory import MATCHING, MAX_TEXT, Matching, Scope
 from pg_server import APP_ROLE
@@ -271,22 +272,27 @@ class Statements(Protocol):
 def index_problems(db: Statements) -> list[str]:
     """How the word index and the counts differ from the memories they describe: every
     (user, word, task, id) once under the file's rule, nothing for a memory that is gone,
-    nothing for an owner (user, task) holding fewer memories than the file's threshold
-    (every owner where it records none), and each (user, task)'s count exact."""
+    nothing for an owner (user, task) whose memories weigh less than the file's threshold
+    (every owner where it records none; a memory weighs one for each _WEIGHED_BY characters
+    of its text begun), and each (user, task)'s count and weight exact."""
     (recorded,) = db.execute("SELECT value FROM store_settings WHERE name = 'matching'"
                              ).fetchone()
     matching, _, index_from = recorded.partition(";index-from=")
-    counted = dict(((u, t), n) for u, t, n in db.execute(
-        "SELECT user_id, task_key, memories FROM memory_counts"))
-    actual = collections.Counter((u, t or "") for u, t in db.execute(
-        "SELECT user_id, task_id FROM memories"))
-    if counted != dict(actual):
-        return [f"counts {counted} where the memories give {dict(actual)}"]
+    counted = {(u, t): (n, w) for u, t, n, w in db.execute(
+        "SELECT user_id, task_key, memories, weight FROM memory_counts")}
+    memories = db.execute("SELECT id, user_id, task_id, text, created_at FROM memories"
+                          ).fetchall()
+    actual: dict[tuple[str, str], tuple[int, int]] = {}
+    for _, user, task, text, _ in memories:
+        n, weight = actual.get((user, task or ""), (0, 0))
+        weighs = 1 + (len(text) - 1) // memory._WEIGHED_BY
+        actual[user, task or ""] = (n + 1, weight + weighs)
+    if counted != actual:
+        return [f"counts and weights {counted} where the memories give {actual}"]
     least = int(index_from or 0)
     expected = {(user, word, task, memory_id)
-                for memory_id, user, task, text, created_at in db.execute(
-                    "SELECT id, user_id, task_id, text, created_at FROM memories")
-                if actual[user, task or ""] >= least
+                for memory_id, user, task, text, created_at in memories
+                if actual[user, task or ""][1] >= least
                 for word in memory_terms(matching, text, created_at)}
     found: list[tuple[str, str, str | None, int]] = []
     for user, word, task, first_id, blob in db.execute(

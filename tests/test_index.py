@@ -541,3 +541,99 @@ def test_a_threshold_this_code_never_wrote_is_refused(target: str, recorded: str
     with owner_connection(target) as db:
         assert db.execute("SELECT value FROM store_settings WHERE name = 'matching'"
                           ).fetchall() == [(recorded,)]
+
+
+LONG = memory._WEIGHED_BY * memory.INDEX_FROM  # characters: one such text weighs INDEX_FROM
+
+
+def long_text(words: str, length: int = LONG) -> str:
+    """`words`, then filler words, to `length` characters."""
+    filler = " ".join(f"filler{n}" for n in range(length // 8))
+    return f"{words} {filler}"[:length].rstrip()
+
+
+@pytest.mark.parametrize("rank", WORD_RANKS)
+def test_a_long_text_takes_its_owner_to_the_index_at_once(target: str,
+                                                           rank: memory.Rank) -> None:
+    """An owner is indexed once its memories weigh INDEX_FROM, one for each _WEIGHED_BY
+    characters of a text begun: one long text is enough, recall then reads no text to
+    split into words, and the forget of that text takes the owner back below."""
+    clock, created = fixed_clock(), fixed_clock()
+    model = Model()
+    trip = Scope("alice", "trip")
+    statements: list[str] = []
+
+    def remember(text: str) -> int:
+        items: list[tuple[Scope, str, str, str, float | None]] = [(trip, "user", text, "s",
+                                                                    None)]
+        ids = store.remember_many(items)
+        model.remembered(ids, items, created)
+        return ids[0]
+
+    with MemoryStore(target, clock=clock, max_text=memory._LONGEST_TEXT) as store:
+        remember("hotel by the river")
+        just_below = remember(long_text("hotel with a pool", LONG - 2 * memory._WEIGHED_BY))
+        assert index_rows(target, None) == 0  # weighing INDEX_FROM - 1
+        store.forget(trip, just_below)
+        model.memories = [m for m in model.memories if m.id != just_below]
+        long = remember(long_text("quiet hotel near the station"))
+        assert index_rows(target, None) > 0 and index_problems_at(target) == []
+        store.db.set_trace_callback(statements.append)
+        for query in ("hotel", "quiet station", "river"):
+            assert store.recall(trip, query, 5, rank=rank) == model.recall(trip, query, 5,
+                                                                             rank)
+        store.db.set_trace_callback(None)
+        # No text read to be split: only the results' rows, by id.
+        assert not [s for s in statements if "SELECT id, text, created_at FROM memories"
+                    in s or "text, created_at FROM memories WHERE user_id" in s]
+        store.forget(trip, long)
+        model.memories = [m for m in model.memories if m.id != long]
+        assert index_rows(target, None) == 0 and index_problems_at(target) == []
+        assert store.recall(trip, "hotel", 5, rank=rank) == model.recall(trip, "hotel", 5,
+                                                                           rank)
+
+
+def test_an_upgrade_weighs_every_owner_and_indexes_those_its_weight_takes_over(
+        target: str) -> None:
+    """A file from before the weights (SQLite's layout 9, PostgreSQL's version 8) holds no
+    postings for a small owner of long texts: the upgrade weighs every owner and indexes
+    that one, in the upgrade's transaction; recall finds the same before and after."""
+    trip = Scope("alice", "trip")
+    with MemoryStore(target, clock=fixed_clock(), max_text=memory._LONGEST_TEXT) as store:
+        store.remember(trip, "user", long_text("quiet hotel near the station"), "s")
+        store.remember(trip, "task", "hotel booked for two nights", "s")
+        store.remember(Scope("bob", "trip"), "user", "Bob likes the station hotel", "s")
+        found = store.recall(trip, "quiet station hotel", 5)
+    postgres = target.startswith("postgresql://")
+    with owner_connection(target) as db:  # as the release before the weights left it
+        db.execute("DELETE FROM memory_words WHERE user_id = 'alice' AND task_id IS NULL")
+        db.execute("ALTER TABLE memory_counts DROP COLUMN weight")
+        db.execute("UPDATE store_settings SET value = '8' WHERE name = 'schema_version'"
+                   if postgres else "PRAGMA user_version = 9")
+        if not postgres:
+            db.execute("COMMIT")  # sqlite3 began one before the delete
+    if not postgres:
+        with MemoryStore(target, read_only=True, max_text=memory._LONGEST_TEXT) as reader:
+            assert reader.recall(trip, "quiet station hotel", 5) == found  # as it is
+    assert index_rows(target, None) == 0  # her long text was not indexed then
+    with MemoryStore(target, max_text=memory._LONGEST_TEXT) as store:
+        assert index_problems_at(target) == []
+        assert index_rows(target, None) > 0
+        assert store.recall(trip, "quiet station hotel", 5) == found
+
+
+def test_a_long_text_does_not_hold_up_another_user_s_recall(tmp_path: pathlib.Path) -> None:
+    """Recall of a small owner holding long texts reads postings, not the texts, under
+    the store's lock, which another user's recall waits for (traced: the one owner whose
+    texts are read is the other user's, of one short memory)."""
+    with MemoryStore(tmp_path / "m.db", max_text=memory._LONGEST_TEXT) as store:
+        store.remember_many([(ALICE, "user", long_text(f"hotel {n}", 200_000), "s")
+                             for n in range(3)])
+        store.remember(Scope("bob", "trip"), "user", "Bob likes the station hotel", "s")
+        statements: list[str] = []
+        store.db.set_trace_callback(statements.append)
+        assert len(store.recall(ALICE, "hotel", 3)) == 3
+        assert store.recall(Scope("bob", "trip"), "hotel", 3)[0]["text"].startswith("Bob")
+        store.db.set_trace_callback(None)
+        read = [s for s in statements if "text, created_at FROM memories" in s]
+        assert read and all("user_id = 'bob'" in s for s in read)  # his short one alone

@@ -35,7 +35,7 @@ from hypothesis.stateful import initialize, invariant, rule, run_state_machine_a
 
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, WORD_RANKS, SetClock, cli
-from machine import INDEX_FROMS, StoreMatchesModel
+from machine import INDEX_FROMS, WEIGHED_BYS, StoreMatchesModel
 from memory import (
     MemoryInputError,
     MemoryStore,
@@ -344,10 +344,10 @@ class PostgresMatchesModel(StoreMatchesModel):
     server: Server
 
     @initialize(matching=st.sampled_from(RULES_HERE), index_from=INDEX_FROMS,
-                rows_first_from=st.sampled_from([1, ROWS_FIRST_FROM]))
-    def open_a_new_store(self, matching: memory.Matching, index_from: int,
+                weighed_by=WEIGHED_BYS, rows_first_from=st.sampled_from([1, ROWS_FIRST_FROM]))
+    def open_a_new_store(self, matching: memory.Matching, index_from: int, weighed_by: int,
                          rows_first_from: int) -> None:
-        memory.INDEX_FROM = index_from
+        memory.INDEX_FROM, memory._WEIGHED_BY = index_from, weighed_by
         # Every write sends its rows first, or only a batch of the store's size does.
         memory_postgres._PostgresSession.sends_rows_first_from = rows_first_from
         self.url = self.server.new_database()
@@ -584,13 +584,14 @@ def test_version_5_s_key_index_is_made_again_key_first(url: str, server: Server)
     with MemoryStore(url) as store:
         store.remember(ALICE, "task", "Alice's seat: aisle.", "s", key="seat")
     with owner_connection(url) as db:  # version 5's index, as its release made it
+        db.execute("ALTER TABLE memory_counts DROP COLUMN weight")
         db.execute("DROP TABLE memory_vector_blocks")
         db.execute("DROP INDEX memories_key")
         db.execute("CREATE UNIQUE INDEX memories_key ON memories (user_id,"
                    " coalesce(task_id, ''), key) WHERE key IS NOT NULL")
         db.execute("UPDATE store_settings SET value = '5' WHERE name = 'schema_version'")
     with MemoryStore(url) as store:
-        assert store.stats()["schema_version"] == 8
+        assert store.stats()["schema_version"] == 9
         store.remember(ALICE, "task", "Alice's seat: window.", "s", key="seat")
         assert [m["text"] for m in store.memories(ALICE)] == ["Alice's seat: window."]
     (definition,) = server.admin("SELECT indexdef FROM pg_indexes WHERE indexname ="
@@ -606,10 +607,11 @@ def test_version_7_s_text_key_index_is_made_again_a_hash_index(url: str,
     server.admin("DROP INDEX memories_text_key", database_of(url))  # version 7's, as made
     server.admin("CREATE INDEX memories_text_key ON memories (user_id, text_key)",
                  database_of(url))
+    server.admin("ALTER TABLE memory_counts DROP COLUMN weight", database_of(url))
     server.admin("UPDATE store_settings SET value = '7' WHERE name = 'schema_version'",
                  database_of(url))
     with MemoryStore(url) as store:
-        assert store.stats()["schema_version"] == 8
+        assert store.stats()["schema_version"] == 9
         assert store.remember(ALICE, "user", "alice LIKES  jazz.", "s", dedupe=True) == old
     (definition,) = server.admin("SELECT indexdef FROM pg_indexes WHERE indexname ="
                                  " 'memories_text_key'", database_of(url))
