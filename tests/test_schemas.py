@@ -22,7 +22,9 @@ import memory
 from helpers import FIXTURES
 from memory import MemoryStore, Scope, fixed_clock
 
-RELEASES = sorted(path.stem for path in FIXTURES.glob("version-*.sqlite3"))
+# By version (10 after 9), then by name: version 4's two layouts are in commit order so.
+RELEASES = sorted((path.stem for path in FIXTURES.glob("version-*.sqlite3")),
+                  key=lambda name: (int(name.split("-")[1]), name))
 
 
 def release(name: str, folder: pathlib.Path) -> tuple[pathlib.Path, dict[str, Any]]:
