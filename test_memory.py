@@ -113,10 +113,10 @@ class TestNames(unittest.TestCase):
         named = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
         named |= {node.value for node in ast.walk(tree)
                   if isinstance(node, ast.Constant) and isinstance(node.value, str)}
-        for adapter, framework in [("memory_langgraph", "langgraph"),
-                                   ("memory_agents", "agents"), ("memory_adk", "google")]:
-            self.assertTrue((HERE / f"{adapter}.py").exists())
-            self.assertNotIn(adapter, imported | named)
+        self.assertNotIn("memory_frameworks", imported | named)
+        for adapter, framework in [("langgraph", "langgraph"), ("agents", "agents"),
+                                   ("adk", "google")]:
+            self.assertTrue((HERE / "memory_frameworks" / f"{adapter}.py").exists())
             self.assertNotIn(framework, imported)
 
     def test_memory_py_copied_alone_is_the_whole_sqlite_store_and_its_command(self) -> None:

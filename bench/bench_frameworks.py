@@ -9,7 +9,7 @@ In the same run, on files in one folder:
 
 - LangGraph: a namespace ("alice", "memories") holding 100 or 10,000 items (a value of 8
   to 20 words and a number), put in batches of 500; then get of a random key, put of a
-  new item, put replacing an item, each the median of 200 calls: memory_langgraph's
+  new item, put replacing an item, each the median of 200 calls: memory_frameworks.langgraph's
   LangGraphStore on each engine against LangGraph's SqliteStore (no index either side).
 - The Agents SDK: a session of 100 or 10,000 items; add_items of one item and
   get_items(limit=1), the median of 200: AgentsSession on each engine against the SDK's
@@ -80,7 +80,7 @@ def langgraph_table(locations: list[tuple[str, Callable[[], str]]],
                     folder: Path) -> list[dict[str, Any]]:
     from langgraph.store.sqlite import SqliteStore
 
-    from memory_langgraph import LangGraphStore
+    from memory_frameworks.langgraph import LangGraphStore
     table = []
     for size in SIZES:
         for engine, location in locations:
@@ -119,7 +119,7 @@ def agents_table(locations: list[tuple[str, Callable[[], str]]],
                  folder: Path) -> list[dict[str, Any]]:
     from agents import SQLiteSession
 
-    from memory_agents import AgentsSession
+    from memory_frameworks.agents import AgentsSession
     table = []
     for size in SIZES:
         for engine, location in locations:
@@ -166,7 +166,7 @@ async def adk_row(name: str, service: Any, size: int) -> dict[str, Any]:
 def adk_table(locations: list[tuple[str, Callable[[], str]]]) -> list[dict[str, Any]]:
     from google.adk.memory.in_memory_memory_service import InMemoryMemoryService
 
-    from memory_adk import ADKMemoryService
+    from memory_frameworks.adk import ADKMemoryService
     table = []
     for size in (100, 1_000):
         for engine, location in locations:

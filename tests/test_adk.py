@@ -1,4 +1,4 @@
-"""memory_adk: Google ADK's memory service over the store, on each engine, with ADK's own
+"""memory_frameworks.adk: Google ADK's memory service over the store, on each engine, with ADK's own
 Session and Event types and its Runner driving an agent that needs no model."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from google.adk.sessions.session import Session  # noqa: E402
 from google.genai import types  # noqa: E402
 
 from memory import MemoryStore  # noqa: E402
-from memory_adk import NO_SESSION, ADKMemoryService, identifier  # noqa: E402
+from memory_frameworks.adk import NO_SESSION, ADKMemoryService, identifier  # noqa: E402
 
 
 def event(author: str, text: str, at: float, *, event_id: str | None = None,

@@ -1,4 +1,4 @@
-"""memory_agents: the Agents SDK's Session over the store, on each engine, through
+"""memory_frameworks.agents: the Agents SDK's Session over the store, on each engine, through
 Runner.run with a scripted model (no network)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from agents.usage import Usage  # noqa: E402
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
 from memory import MemoryStore, Scope  # noqa: E402
-from memory_agents import AgentsSession  # noqa: E402
+from memory_frameworks.agents import AgentsSession  # noqa: E402
 
 set_tracing_disabled(True)
 

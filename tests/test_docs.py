@@ -113,8 +113,8 @@ def run_pycon(block: Block) -> None:
 
 
 # An example naming an extra's feature needs that extra; without it, it skips, saying so.
-EXTRAS = {"stems": "snowballstemmer", "mcp": "mcp", "memory_langgraph": "langgraph",
-          "memory_agents": "agents", "memory_adk": "google.adk"}
+EXTRAS = {"stems": "snowballstemmer", "mcp": "mcp", "memory_frameworks.langgraph": "langgraph",
+          "memory_frameworks.agents": "agents", "memory_frameworks.adk": "google.adk"}
 # README's model, from the minilm extra and a package installed apart (README says how);
 # with MEMORY_REQUIRE_MODEL=1 (.ci/run, which installs them) its absence fails instead.
 MODEL = ("memory_minilm", ["tokenizers", "all_minilm_l6_v2"])

@@ -1,4 +1,4 @@
-"""memory_langgraph: LangGraph's BaseStore over the store, on each engine, through
+"""memory_frameworks.langgraph: LangGraph's BaseStore over the store, on each engine, through
 BaseStore's own methods and inside a compiled graph."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from langgraph.store.base import (  # noqa: E402
 
 from helpers import SetClock  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
-from memory_langgraph import AsyncLangGraphStore, LangGraphStore  # noqa: E402
+from memory_frameworks.langgraph import AsyncLangGraphStore, LangGraphStore  # noqa: E402
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The OpenAI Agents SDK's Session protocol over memory.py.
 
-    from memory_agents import AgentsSession
+    from memory_frameworks.agents import AgentsSession
     session = AgentsSession("chat-42", "memory.db", user="alice")   # or a postgresql:// URL
     result = await Runner.run(agent, "Where did I say I stay in Lisbon?", session=session)
 
@@ -19,13 +19,15 @@ import logging
 import os
 from typing import Any
 
-from agents.memory.session_settings import (
-    SessionSettings,
-    coerce_session_settings,
-    resolve_session_limit,
-)
-
 from memory import RECOMMENDED, MemoryStore, Scope
+from memory_frameworks import needs
+
+with needs("agents"):
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
 
 __all__ = ["AgentsSession"]
 

@@ -1,6 +1,6 @@
 """LangGraph's store interface (`langgraph.store.base.BaseStore`) over memory.py.
 
-    from memory_langgraph import LangGraphStore
+    from memory_frameworks.langgraph import LangGraphStore
     store = LangGraphStore("memory.db", user="alice")           # or a postgresql:// URL
     graph = builder.compile(store=store)                         # nodes call get_store()
 
@@ -30,26 +30,28 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from langgraph.store.base import (
-    BaseStore,
-    GetOp,
-    IndexConfig,
-    InvalidNamespaceError,
-    Item,
-    ListNamespacesOp,
-    MatchCondition,
-    Op,
-    PutOp,
-    Result,
-    SearchItem,
-    SearchOp,
-    TTLConfig,
-    ensure_embeddings,
-    get_text_at_path,
-    validate_op_namespace,
-)
-
 from memory import RECOMMENDED, Memory, MemoryStore, Rank, Scope
+from memory_frameworks import needs
+
+with needs("langgraph"):
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        IndexConfig,
+        InvalidNamespaceError,
+        Item,
+        ListNamespacesOp,
+        MatchCondition,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+        TTLConfig,
+        ensure_embeddings,
+        get_text_at_path,
+        validate_op_namespace,
+    )
 
 __all__ = ["AsyncLangGraphStore", "LangGraphStore"]
 

@@ -1,6 +1,6 @@
 """Google ADK's memory service (`google.adk.memory.BaseMemoryService`) over memory.py.
 
-    from memory_adk import ADKMemoryService
+    from memory_frameworks.adk import ADKMemoryService
     memory_service = ADKMemoryService("memory.db")              # or a postgresql:// URL
     runner = Runner(agent=agent, app_name="travel", session_service=sessions,
                     memory_service=memory_service)
@@ -25,13 +25,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from google.adk.events.event import Event
-from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
-from google.adk.memory.memory_entry import MemoryEntry
-from google.adk.sessions.session import Session
-from google.genai import types
-
 from memory import IDENTIFIER, MAX_LIMIT, MAX_QUERY, RECOMMENDED, MemoryStore, Recalled, Scope
+from memory_frameworks import needs
+
+with needs("adk"):
+    from google.adk.events.event import Event
+    from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
+    from google.adk.memory.memory_entry import MemoryEntry
+    from google.adk.sessions.session import Session
+    from google.genai import types
 
 __all__ = ["ADKMemoryService"]
 
