@@ -84,7 +84,7 @@ def langgraph_table(locations: list[tuple[str, Callable[[], str]]],
     table = []
     for size in SIZES:
         for engine, location in locations:
-            mine = LangGraphStore(location())
+            mine = LangGraphStore(location(), user_label=0)
             table.append(langgraph_row(f"LangGraphStore, {engine}", mine, size))
             mine.close()
         with SqliteStore.from_conn_string(str(folder / f"langgraph-{size}.db")) as theirs:

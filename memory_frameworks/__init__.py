@@ -10,7 +10,25 @@ Each stands on memory.py, which names none of them. docs/frameworks.md tells the
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterator
+
+from memory import IDENTIFIER
+
+# The prefix of a name given as its digest: a name that is an identifier but begins so is
+# hashed too, so no one chooses a name that equals the digest of another's.
+_DIGESTED = "h-"
+
+
+def identifier(name: str, what: str) -> str:
+    """The store's identifier (a user or task id) for a name a framework gives: the name
+    itself where it is one (and does not begin "h-"), else "h-" and 62 hex digits of its
+    SHA-256, so that two names ("user_1", "User-1") never share one."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{what} must be a non-empty str")
+    if IDENTIFIER.fullmatch(name) and not name.startswith(_DIGESTED):
+        return name
+    return _DIGESTED + hashlib.sha256(name.encode()).hexdigest()[:62]
 
 
 @contextlib.contextmanager

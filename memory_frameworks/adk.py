@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from memory import IDENTIFIER, MAX_LIMIT, MAX_QUERY, RECOMMENDED, MemoryStore, Recalled, Scope
-from memory_frameworks import needs
+from memory import MAX_LIMIT, MAX_QUERY, RECOMMENDED, MemoryStore, Recalled, Scope
+from memory_frameworks import identifier, needs
 
 with needs("adk"):
     from google.adk.events.event import Event
@@ -44,19 +44,6 @@ LONGEST_TEXT = 1_000_000
 #: The conversation of events added without a session id, as ADK's own service names it.
 NO_SESSION = "__unknown_session_id__"
 _LONGEST_KEY = 512
-# A name that is an identifier but begins so is hashed too: no one chooses a name that
-# equals the digest of another's.
-_DIGESTED = "h-"
-
-
-def identifier(name: str, what: str) -> str:
-    """The store's identifier for an ADK app name or user id: the name itself where it
-    is one (and does not begin "h-"), else "h-" and 62 hex digits of its SHA-256."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{what} must be a non-empty str")
-    if IDENTIFIER.fullmatch(name) and not name.startswith(_DIGESTED):
-        return name
-    return _DIGESTED + hashlib.sha256(name.encode()).hexdigest()[:62]
 
 
 def _text(event: Event) -> str | None:

@@ -1,17 +1,18 @@
 """LangGraph's store interface (`langgraph.store.base.BaseStore`) over memory.py.
 
     from memory_frameworks.langgraph import LangGraphStore
-    store = LangGraphStore("memory.db", user="alice")           # or a postgresql:// URL
+    store = LangGraphStore("memory.db", user_label=1)   # ("memories", user_id); or user="alice"
     graph = builder.compile(store=store)                         # nodes call get_store()
 
 Each item is one memory of the user's task `task` (default "langgraph"): its namespace and
 key become the memory's key (readable JSON, or a digest where that is not printable or
 longer than a key may be) and its metadata (the namespace, each of its prefixes, the key,
 the ttl and whether it is indexed), its value the metadata's `value`, which LangGraph's
-filters read. The user comes from `user=` (one user's store) or, without it, from the
-namespace label at `user_label` (default 0: `("alice", "memories")` is alice's): a search
-or a listing whose prefix does not name the user is refused, so that no namespace reaches
-another user's items. docs/frameworks.md tells the rest.
+filters read. The user is the code's choice, never a namespace's shape: `user=` (one
+user's store), or `user_label=N`, the namespace label that holds the user (0 for
+`("alice", "memories")`, 1 for `("memories", "alice")` as LangGraph's tutorials and LangMem
+write it); a search or a listing whose prefix does not name the user is refused, so that
+no namespace reaches another user's items. docs/frameworks.md tells the rest.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import os
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from memory import RECOMMENDED, Memory, MemoryStore, Rank, Scope
-from memory_frameworks import needs
+from memory_frameworks import identifier, needs
 
 with needs("langgraph"):
     from langgraph.store.base import (
@@ -59,8 +60,10 @@ _log = logging.getLogger("memory.langgraph")
 
 #: The longest text (a value's indexed text) a store this module opens takes.
 LONGEST_TEXT = 1_000_000
-# recall returns at most 20 a call: a longer search reads pages of it.
+# recall returns at most 20 a call: a longer search reads pages of it, as deep as recall's
+# offset goes.
 _RECALL_PAGE = 20
+_DEEPEST_OFFSET = 10_000
 # A record's key: the [labels..., key] JSON where it is printable and short enough.
 _LONGEST_KEY = 512
 # A memory takes at most 16 texts to embed (one vector each).
@@ -69,6 +72,10 @@ _SOURCE = "langgraph"
 # Every item's metadata holds this, so a search of the whole namespace tree finds items
 # alone (the user's other memories, visible in every task, have none).
 _MARK = {"langgraph.v": 1}
+_WHOSE = ("LangGraphStore needs to be told whose items are whose: user=\"alice\" for one"
+          " user's store, or user_label=N for the namespace label that holds the user:"
+          " user_label=0 for namespaces such as (user_id, \"memories\"), user_label=1 for"
+          " (\"memories\", user_id), as LangGraph's tutorials and LangMem write them")
 
 
 class _Embedder:
@@ -132,20 +139,35 @@ def _when(stamp: str | None) -> datetime:
     return datetime.fromisoformat(cast(str, stamp))
 
 
+class _Record(NamedTuple):
+    """What an item memory holds, checked (_record_of)."""
+
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any]
+    minutes: float | None
+
+
 class LangGraphStore(BaseStore):
     """A LangGraph store whose items are memories of a MemoryStore (SQLite or PostgreSQL).
 
     `conn_string_or_store`: a path or postgresql:// URL (opened with RECOMMENDED unless
     `options` say otherwise, and closed by close()), or an open MemoryStore, used as it is.
-    `index`: LangGraph's IndexConfig (dims, embed, fields); items are then found by meaning
-    and words (`rank`, default "hybrid"); without it, by words alone. `ttl`: TTLConfig."""
+    `user`: the one user of the store's items; or `user_label`: which namespace label holds
+    each item's user (a label that is not a user id is given as its digest: identifier).
+    One of the two is required. `index`: LangGraph's IndexConfig (dims, embed, fields);
+    items are then found by meaning and words (`rank`, default "hybrid"); without it, by
+    words alone. `ttl`: TTLConfig."""
 
     supports_ttl: bool = True
 
     def __init__(self, conn_string_or_store: str | os.PathLike[str] | MemoryStore, *,
-                 user: str | None = None, user_label: int = 0, task: str = "langgraph",
+                 user: str | None = None, user_label: int | None = None,
+                 task: str = "langgraph",
                  index: IndexConfig | None = None, ttl: TTLConfig | None = None,
                  rank: Rank | None = None, **options: Any) -> None:
+        if (user is None) == (user_label is None):
+            raise ValueError(_WHOSE)
         if user is None and (type(user_label) is not int or user_label < 0):
             raise ValueError("user_label must be an int from 0")
         self.user, self.user_label, self.task = user, user_label, task
@@ -226,28 +248,52 @@ class LangGraphStore(BaseStore):
     def _scope(self, namespace: tuple[str, ...]) -> Scope:
         if self.user is not None:
             return Scope(self.user, self.task)
-        if len(namespace) <= self.user_label:
+        assert self.user_label is not None  # the constructor has one or the other
+        if len(namespace) <= self.user_label or namespace[self.user_label] == "*":
             raise InvalidNamespaceError(f"the namespace or prefix has no label"
                                         f" {self.user_label}, which names the user: no"
                                         " operation spans users")
-        return Scope(namespace[self.user_label], self.task)
+        return Scope(identifier(namespace[self.user_label], "the user's label"), self.task)
 
-    def _item(self, found: Memory, score: float | None = None,
+    def _record_of(self, scope: Scope, found: Memory) -> _Record | None:
+        """The item a memory of the scope holds, if it is one this adapter wrote: of its
+        task (not the user level, which other tools write), of its source, its record's
+        fields of their types, and its key the one its namespace and key give, so that a
+        memory planted by another tool, however its metadata looks, is never an item (it
+        is skipped, and logged by id)."""
+        meta = found.get("metadata")
+        kept = meta.get("langgraph") if isinstance(meta, dict) else None
+        record = None
+        if found["level"] == "task" and found["source"] == _SOURCE \
+                and isinstance(kept, dict) and isinstance(meta, dict):
+            namespace, key, minutes = (kept.get("namespace"), kept.get("key"),
+                                       kept.get("ttl"))
+            if isinstance(namespace, list) and namespace \
+                    and all(type(label) is str for label in namespace) \
+                    and type(key) is str and isinstance(meta.get("value"), dict) \
+                    and (minutes is None or type(minutes) in (int, float)) \
+                    and found.get("key") == _record_key(tuple(namespace), key) \
+                    and (self.user is not None
+                         or self._scope(tuple(namespace)) == scope):
+                record = _Record(tuple(namespace), key, meta["value"], minutes)
+        if record is None:
+            _log.warning("memory %d of the langgraph task is no item of this adapter's:"
+                         " skipped", found["id"])
+        return record
+
+    def _item(self, found: Memory, record: _Record, score: float | None = None,
               searched: bool = False) -> Item:
-        meta = cast(dict[str, Any], found.get("metadata"))
-        kept = meta["langgraph"]
         stamps = {"created_at": _when(found["created_at"]),
                   "updated_at": _when(found.get("updated_at") or found["created_at"])}
         if searched:
-            return SearchItem(tuple(kept["namespace"]), kept["key"], meta["value"],
-                              score=score, **stamps)
-        return Item(value=meta["value"], key=kept["key"], namespace=tuple(kept["namespace"]),
-                    **stamps)
+            return SearchItem(record.namespace, record.key, record.value, score=score,
+                              **stamps)
+        return Item(value=record.value, key=record.key, namespace=record.namespace, **stamps)
 
     def _refresh(self, refreshed: dict[tuple[Scope, float], list[int]], scope: Scope,
-                 found: Memory, asked: bool) -> None:
+                 found: Memory, record: _Record, asked: bool) -> None:
         """Note a read item's ttl for renewal, where the op asks it and TTLConfig allows."""
-        minutes = cast(dict[str, Any], found.get("metadata"))["langgraph"]["ttl"]
+        minutes = record.minutes
         if asked and minutes is not None and (self.ttl_config or {}).get("refresh_on_read",
                                                                          True):
             refreshed.setdefault((scope, float(minutes)), []).append(found["id"])
@@ -255,10 +301,14 @@ class LangGraphStore(BaseStore):
     def _get(self, op: GetOp, refreshed: dict[tuple[Scope, float], list[int]]) -> Item | None:
         scope = self._scope(op.namespace)
         found = self.store.get(scope, key=_record_key(op.namespace, op.key))
-        if found is None or "metadata" not in found:
+        # get(key=) falls back to the user level's key: a memory there is no item.
+        record = None if found is None or found["level"] != "task" \
+            else self._record_of(scope, found)
+        if found is None or record is None or (record.namespace, record.key) != (
+                tuple(op.namespace), op.key):
             return None
-        self._refresh(refreshed, scope, found, op.refresh_ttl)
-        return self._item(found)
+        self._refresh(refreshed, scope, found, record, op.refresh_ttl)
+        return self._item(found, record)
 
     def _search(self, op: SearchOp, refreshed: dict[tuple[Scope, float], list[int]]
                 ) -> list[Item]:
@@ -271,30 +321,62 @@ class LangGraphStore(BaseStore):
             where["langgraph.indexed"] = True
             found = self._recalled(scope, op.query, where, op.offset, op.limit)
         else:  # LangGraph's own stores: the most recently updated first
-            listed = self.store.memories(scope, newest_first=True, where=where,
-                                         limit=op.offset + op.limit)
-            found = [(memory, None) for memory in listed[op.offset:]]
-        for memory, _ in found:
-            self._refresh(refreshed, scope, memory, op.refresh_ttl)
-        return [self._item(memory, score, searched=True) for memory, score in found]
+            found = self._listed(scope, where, op.offset, op.limit)
+        for memory, record, _ in found:
+            self._refresh(refreshed, scope, memory, record, op.refresh_ttl)
+        return [self._item(memory, record, score, searched=True)
+                for memory, record, score in found]
+
+    def _listed(self, scope: Scope, where: dict[str, Any], offset: int, limit: int
+                ) -> list[tuple[Memory, _Record, float | None]]:
+        """The items of the filter, newest first, from `offset`: pages of offset + limit
+        memories, each down from the last, until `limit` items are found (a memory that
+        is no item takes no place)."""
+        found: list[tuple[Memory, _Record, float | None]] = []
+        skipped, size, before = 0, offset + limit, None
+        while len(found) < limit:
+            page = self.store.memories(scope, newest_first=True, where=where, limit=size,
+                                       before=before)
+            for memory in page:
+                record = self._record_of(scope, memory)
+                if record is None:
+                    continue
+                if skipped < offset:
+                    skipped += 1
+                elif len(found) < limit:
+                    found.append((memory, record, None))
+            if len(page) < size:
+                break
+            before = page[-1]["id"]
+        return found
 
     def _recalled(self, scope: Scope, query: str, where: dict[str, Any], offset: int,
-                  limit: int) -> list[tuple[Memory, float | None]]:
-        found: list[tuple[Memory, float | None]] = []
-        for start in range(offset, offset + limit, _RECALL_PAGE):
-            page = self.store.recall(scope, query, min(_RECALL_PAGE, offset + limit - start),
-                                     rank=self._rank, context=False, where=where,
-                                     offset=start)
-            found += [(cast(Memory, memory), memory["score"]) for memory in page]
-            if len(page) < _RECALL_PAGE:
+                  limit: int) -> list[tuple[Memory, _Record, float | None]]:
+        """The items recall ranks best for `query`, from `offset`: pages of the ranking
+        until `limit` of them are found (a memory that is no item takes no place)."""
+        found: list[tuple[Memory, _Record, float | None]] = []
+        skipped, start = 0, 0
+        while len(found) < limit:
+            page = self.store.recall(scope, query, _RECALL_PAGE, rank=self._rank,
+                                     context=False, where=where, offset=start)
+            for memory in page:
+                record = self._record_of(scope, cast(Memory, memory))
+                if record is None:
+                    continue
+                if skipped < offset:
+                    skipped += 1
+                elif len(found) < limit:
+                    found.append((cast(Memory, memory), record, memory["score"]))
+            start += _RECALL_PAGE
+            if len(page) < _RECALL_PAGE or start > _DEEPEST_OFFSET:
                 break
         return found
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conditions = op.match_conditions or ()
         scope = self._listing_scope(conditions)
-        held = {tuple(cast(dict[str, Any], memory["metadata"])["langgraph"]["namespace"])
-                for memory in self.store.memories(scope, where=_MARK)}
+        held = {record.namespace for memory in self.store.memories(scope, where=_MARK)
+                if (record := self._record_of(scope, memory)) is not None}
         matching = sorted(namespace for namespace in held
                           if all(_matches(condition, namespace) for condition in conditions))
         if op.max_depth is not None:
@@ -304,11 +386,12 @@ class LangGraphStore(BaseStore):
     def _listing_scope(self, conditions: Sequence[MatchCondition]) -> Scope:
         if self.user is not None:
             return Scope(self.user, self.task)
+        assert self.user_label is not None  # the constructor has one or the other
         for condition in conditions:
             path = tuple(condition.path)
             if condition.match_type == "prefix" and len(path) > self.user_label \
                     and path[self.user_label] != "*":
-                return Scope(path[self.user_label], self.task)
+                return Scope(identifier(path[self.user_label], "the user's label"), self.task)
         raise InvalidNamespaceError("a listing needs a prefix condition that names the user"
                                     f" (label {self.user_label}): no listing spans users")
 

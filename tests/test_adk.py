@@ -22,7 +22,8 @@ from google.adk.sessions.session import Session  # noqa: E402
 from google.genai import types  # noqa: E402
 
 from memory import MemoryStore  # noqa: E402
-from memory_frameworks.adk import NO_SESSION, ADKMemoryService, identifier  # noqa: E402
+from memory_frameworks import identifier  # noqa: E402
+from memory_frameworks.adk import NO_SESSION, ADKMemoryService  # noqa: E402
 
 
 def event(author: str, text: str, at: float, *, event_id: str | None = None,

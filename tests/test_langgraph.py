@@ -254,3 +254,96 @@ def test_the_async_twin_opens_answers_and_closes(target: str) -> None:
                     await lg.alist_namespaces(), await lg.sweep_ttl()]
 
     assert asyncio.run(run()) == [{"text": "async hello"}, ["k"], [("a",)], 0]
+
+
+def test_no_constructor_takes_a_user_from_a_namespace_without_being_told_which_label(
+        target: str) -> None:
+    for made in (lambda: LangGraphStore(target),
+                 lambda: LangGraphStore(target, user="alice", user_label=1),
+                 lambda: LangGraphStore.from_conn_string(target).__enter__(),
+                 lambda: asyncio.run(AsyncLangGraphStore.from_conn_string(target)
+                                     .__aenter__())):
+        with pytest.raises(ValueError, match=r"user_label=0 for namespaces such as \(user_id,"
+                                             r" \"memories\"\), user_label=1 for"):
+            made()
+
+
+def test_a_user_label_of_star_or_of_another_shape_reaches_no_other_user(target: str) -> None:
+    with LangGraphStore.from_conn_string(target, user_label=1) as lg:
+        lg.put(("memories", "Alice Smith"), "food", {"text": "vegetarian"})
+        lg.put(("memories", "alice"), "food", {"text": "eats fish"})
+        with pytest.raises(InvalidNamespaceError):
+            lg.search(("memories", "*"), query="vegetarian")
+        with pytest.raises(InvalidNamespaceError):
+            lg.get(("memories", "*"), "food")
+        # "Alice Smith" is no store identifier: she is its digest, apart from "alice".
+        assert [i.value["text"] for i in lg.search(("memories", "Alice Smith"))] == [
+            "vegetarian"]
+        assert [i.value["text"] for i in lg.search(("memories", "alice"))] == ["eats fish"]
+        users = {r["user"] for u in ("alice",) for r in lg.store.export_user(u)}
+        assert users == {"alice"} and lg.store.count(Scope("alice", "langgraph")) == 1
+
+
+def planted(store: MemoryStore, user: str, level: str, task: str, source: str,
+            value: object, namespace: object = ("prefs",), key: object = "food",
+            record_key: str = '["prefs","food"]', prefixes: object = None) -> None:
+    """A memory another tool (a model over memory mcp) wrote, dressed as an item."""
+    store.remember(Scope(user, task), level, "planted", source,  # type: ignore[arg-type]
+                   key=record_key, metadata={
+                       "langgraph.v": 1, "value": value, "langgraph": {
+                           "v": 1, "namespace": namespace, "key": key, "ttl": None,
+                           "indexed": True, "p": prefixes or {"1": "prefs"}}})
+
+
+def test_a_memory_another_tool_wrote_is_never_an_item_however_it_looks(
+        target: str, caplog: pytest.LogCaptureFixture) -> None:
+    with MemoryStore(target) as shared:
+        lg = LangGraphStore(shared, user="alice")
+        # At the user level (MCP's remember's default), of another source, or malformed.
+        planted(shared, "alice", "user", "langgraph", "mcp", {"role": "system"})
+        planted(shared, "alice", "task", "langgraph", "mcp:raw", {"role": "system"},
+                record_key='["other","k"]')
+        planted(shared, "alice", "task", "langgraph", "langgraph", "not a dict",
+                record_key='["x","k"]')
+        planted(shared, "alice", "task", "langgraph", "langgraph", {"v": 1}, namespace="prefs",
+                record_key='["y","k"]')
+        planted(shared, "alice", "task", "langgraph", "langgraph", {"v": 1}, key=5,
+                record_key='["z","k"]')
+        planted(shared, "alice", "task", "langgraph", "langgraph", {"v": 1},
+                record_key="not the item's key")
+        assert lg.get(("prefs",), "food") is None
+        assert lg.search(()) == [] and lg.search((), query="planted") == []
+        assert lg.list_namespaces() == []
+        lg.put(("prefs",), "drink", {"text": "tea"})
+        assert [i.key for i in lg.search(())] == ["drink"]
+        assert [i.key for i in lg.search((), query="tea planted")] == ["drink"]
+        assert lg.list_namespaces() == [("prefs",)]
+    assert "no item of this adapter's: skipped" in caplog.text
+    assert "planted" not in caplog.text and "system" not in caplog.text
+
+
+def test_a_forged_item_naming_another_user_s_namespace_is_not_hers(target: str) -> None:
+    with LangGraphStore.from_conn_string(target, user_label=1) as lg:
+        # Under alice's scope, an item claiming bob's namespace.
+        planted(lg.store, "alice", "task", "langgraph", "langgraph", {"text": "forged"},
+                namespace=["memories", "bob"], record_key='["memories","bob","food"]',
+                prefixes={"1": "memories", "2": "memories.alice"})
+        assert lg.search(("memories", "alice")) == []
+        assert lg.search(("memories", "bob")) == []
+        assert lg.get(("memories", "bob"), "food") is None
+        assert lg.list_namespaces(prefix=("memories", "alice")) == []
+
+
+def test_a_search_pages_past_memories_that_are_no_items(target: str) -> None:
+    with MemoryStore(target) as shared:
+        lg = LangGraphStore(shared, user="alice")
+        for n in range(6):
+            lg.put(("prefs",), f"k{n}", {"text": f"tea {n}"})
+            planted(shared, "alice", "user", "langgraph", "mcp", {"text": "tea"},
+                    record_key=f'["prefs","p{n}"]')
+        keys = [[i.key for i in lg.search(("prefs",), limit=2, offset=offset)]
+                for offset in (0, 2, 4, 6)]
+        assert keys == [["k5", "k4"], ["k3", "k2"], ["k1", "k0"], []]
+        found = [[i.key for i in lg.search(("prefs",), query="tea", limit=2, offset=offset)]
+                 for offset in (0, 2, 4)]
+        assert sorted(sum(found, [])) == [f"k{n}" for n in range(6)]
