@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -258,14 +258,21 @@ def test_the_async_twin_opens_answers_and_closes(target: str) -> None:
 
 def test_no_constructor_takes_a_user_from_a_namespace_without_being_told_which_label(
         target: str) -> None:
-    for made in (lambda: LangGraphStore(target),
-                 lambda: LangGraphStore(target, user="alice", user_label=1),
-                 lambda: LangGraphStore.from_conn_string(target).__enter__(),
-                 lambda: asyncio.run(AsyncLangGraphStore.from_conn_string(target)
-                                     .__aenter__())):
+    async def opened_async() -> None:
+        async with AsyncLangGraphStore.from_conn_string(target):
+            pass
+
+    def opened() -> None:
+        with LangGraphStore.from_conn_string(target):
+            pass
+
+    made: list[Callable[[], object]] = [
+        lambda: LangGraphStore(target), opened, lambda: asyncio.run(opened_async()),
+        lambda: LangGraphStore(target, user="alice", user_label=1)]
+    for make in made:
         with pytest.raises(ValueError, match=r"user_label=0 for namespaces such as \(user_id,"
                                              r" \"memories\"\), user_label=1 for"):
-            made()
+            make()
 
 
 def test_a_user_label_of_star_or_of_another_shape_reaches_no_other_user(target: str) -> None:
