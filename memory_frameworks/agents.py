@@ -14,12 +14,13 @@ tells the rest.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
 from typing import Any
 
-from memory import RECOMMENDED, MemoryStore, Scope
+from memory import RECOMMENDED, Memory, MemoryStore, Scope
 from memory_frameworks import needs
 
 with needs("agents"):
@@ -55,6 +56,21 @@ def _check_order(session_id: str, location: object) -> None:
                          " postgresql:// URL): AgentsSession(session_id, location, user=...)")
 
 
+# A session id stands for itself in the store where it can: printable, not blank, no space
+# at either end, no "/" at its end (the conversation is the source up to its last "/"), at
+# most this long, and not beginning as a digest does; any other is its digest.
+_LONGEST_PLAIN_ID = 256
+_DIGESTED = "sha256:"
+
+
+def _conversation(session_id: str) -> str:
+    """The store's conversation for a session id: the id itself, or its digest."""
+    plain = (session_id.isprintable() and session_id.strip() == session_id != ""
+             and not session_id.endswith("/") and len(session_id) <= _LONGEST_PLAIN_ID
+             and not session_id.startswith(_DIGESTED))
+    return session_id if plain else _DIGESTED + hashlib.sha256(session_id.encode()).hexdigest()
+
+
 class AgentsSession:
     """A session of the Agents SDK (`Runner.run(..., session=...)`) kept in a MemoryStore.
 
@@ -69,14 +85,16 @@ class AgentsSession:
                  user: str, task: str = "agents",
                  session_settings: SessionSettings | dict[str, Any] | None = None,
                  **options: Any) -> None:
-        if not isinstance(session_id, str) or not session_id or "/" in session_id[-1:]:
-            raise ValueError("session_id must be a non-empty string not ending in /")
+        if not isinstance(session_id, str):
+            raise ValueError("session_id must be a str")
         _check_order(session_id, location)
         self.session_id = session_id
+        self._conversation = _conversation(session_id)
+        self._closed = False
         self.scope = Scope(user, task)
         self.session_settings = (coerce_session_settings(session_settings)
                                  if session_settings is not None else SessionSettings())
-        self._source = f"{session_id}/item"
+        self._source = f"{self._conversation}/item"
         if isinstance(location, MemoryStore):
             if options:
                 raise ValueError("options open a store: give a path, not an open store")
@@ -85,24 +103,55 @@ class AgentsSession:
             settings: dict[str, Any] = {**RECOMMENDED, "max_text": LONGEST_ITEM, **options}
             self.store, self._owned = MemoryStore(location, **settings), True
 
+    def _open(self) -> None:
+        if self._closed:
+            raise RuntimeError("AgentsSession is closed")
+
+    def _item(self, memory: Memory) -> tuple[bool, Any]:
+        """Whether the memory is an item this session wrote, and the item: of its task
+        (not the user level, which other tools write), of its source, its text JSON. Any
+        other memory of the conversation is skipped, and logged by id."""
+        if memory["level"] == "task" and memory["source"] == self._source \
+                and "key" not in memory:
+            try:
+                return True, json.loads(memory["text"])
+            except ValueError:
+                pass
+        _log.warning("memory %d of the session's conversation is no item: skipped",
+                     memory["id"])
+        return False, None
+
+    def _newest(self, most: int | None) -> list[tuple[Memory, Any]]:
+        """The session's newest `most` items (all for None), newest first, read a page at
+        a time from the newest back, past memories that are no items."""
+        found: list[tuple[Memory, Any]] = []
+        before = None
+        while most is None or len(found) < most:
+            size = None if most is None else most - len(found)
+            page = self.store.memories(self.scope, conversation=self._conversation,
+                                       newest_first=True, limit=size, before=before)
+            for memory in page:
+                own, item = self._item(memory)
+                if own:
+                    found.append((memory, item))
+            if size is None or len(page) < size:
+                break
+            before = page[-1]["id"]
+        return found
+
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """The session's items, oldest first: all, or the newest `limit` (else the
         settings' limit), read from the newest back (limit=1 reads one memory)."""
+        self._open()
         most = resolve_session_limit(limit, self.session_settings)
         if most is not None and most <= 0:
             return []
-        if most is None:
-            found = await asyncio.to_thread(self.store.memories, self.scope,
-                                            conversation=self.session_id)
-        else:
-            found = await asyncio.to_thread(self.store.memories, self.scope,
-                                            conversation=self.session_id, newest_first=True,
-                                            limit=most)
-            found.reverse()
-        return [json.loads(memory["text"]) for memory in found]
+        found = await asyncio.to_thread(self._newest, most)
+        return [item for _, item in reversed(found)]
 
     async def add_items(self, items: list[Any]) -> None:
         """Keep the items after the session's others, all in one transaction or none."""
+        self._open()
         if not items:
             return
         rows = [{"scope": self.scope, "level": "task", "source": self._source,
@@ -113,22 +162,32 @@ class AgentsSession:
     async def pop_item(self) -> Any | None:
         """Remove the newest item and return it (None for an empty session). Two pops at
         once take two items: a pop whose item another took takes the next."""
+        self._open()
         while True:
-            newest = await asyncio.to_thread(self.store.memories, self.scope,
-                                             conversation=self.session_id,
-                                             newest_first=True, limit=1)
+            newest = await asyncio.to_thread(self._newest, 1)
             if not newest:
                 return None
-            if await asyncio.to_thread(self.store.forget, self.scope, newest[0]["id"]):
-                return json.loads(newest[0]["text"])
+            memory, item = newest[0]
+            if await asyncio.to_thread(self.store.forget, self.scope, memory["id"]):
+                return item
 
     async def clear_session(self) -> None:
-        """Forget every item of the session, in one transaction."""
-        cleared = await asyncio.to_thread(self.store.forget_conversation, self.scope,
-                                          self.session_id)
+        """Forget every item of the session: in one transaction where the conversation
+        holds nothing else, else item by item (what is no item stays)."""
+        self._open()
+        cleared = await asyncio.to_thread(self._clear)
         _log.info("cleared %d items of a session", cleared)
 
+    def _clear(self) -> int:
+        listed = self.store.memories(self.scope, conversation=self._conversation)
+        own = [memory["id"] for memory in listed if self._item(memory)[0]]
+        if len(own) == len(listed):
+            return self.store.forget_conversation(self.scope, self._conversation)
+        return sum(self.store.forget(self.scope, memory_id) for memory_id in own)
+
     def close(self) -> None:
-        """Close the MemoryStore if this session opened it; again: nothing."""
-        if self._owned:
+        """Close the MemoryStore if this session opened it; every call after is a
+        RuntimeError; again: nothing."""
+        if self._owned and not self._closed:
             self.store.close()
+        self._closed = True
