@@ -31,6 +31,23 @@ def identifier(name: str, what: str) -> str:
     return _DIGESTED + hashlib.sha256(name.encode()).hexdigest()[:62]
 
 
+# A framework's session id stands for itself as a conversation where it can: printable,
+# not blank, no space at either end, no "/" at its end (a conversation is a source up to
+# its last "/"), at most this long, and not beginning as a digest does; any other is its
+# digest.
+_LONGEST_PLAIN_ID = 256
+_CONVERSATION_DIGEST = "sha256:"
+
+
+def conversation(session_id: str) -> str:
+    """The store's conversation for a framework's session id: the id, or its digest."""
+    plain = (session_id.isprintable() and session_id.strip() == session_id != ""
+             and not session_id.endswith("/") and len(session_id) <= _LONGEST_PLAIN_ID
+             and not session_id.startswith(_CONVERSATION_DIGEST))
+    return session_id if plain else (_CONVERSATION_DIGEST
+                                     + hashlib.sha256(session_id.encode()).hexdigest())
+
+
 @contextlib.contextmanager
 def needs(extra: str) -> Iterator[None]:
     """The framework imports of the module of `extra`: where a package is missing, the

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from memory import MAX_LIMIT, MAX_QUERY, RECOMMENDED, MemoryStore, Recalled, Scope
-from memory_frameworks import identifier, needs
+from memory import MAX_LIMIT, MAX_QUERY, RECOMMENDED, Memory, MemoryStore, Recalled, Scope
+from memory_frameworks import conversation, identifier, needs
 
 with needs("adk"):
     from google.adk.events.event import Event
@@ -44,6 +44,8 @@ LONGEST_TEXT = 1_000_000
 #: The conversation of events added without a session id, as ADK's own service names it.
 NO_SESSION = "__unknown_session_id__"
 _LONGEST_KEY = 512
+# recall gives at most MAX_LIMIT a call and pages as deep as this.
+_DEEPEST_OFFSET = 10_000
 
 
 def _text(event: Event) -> str | None:
@@ -101,13 +103,13 @@ class ADKMemoryService(BaseMemoryService):
         await self._add(self.scope(app_name, user_id), session_id or NO_SESSION, events)
 
     async def _add(self, scope: Scope, session_id: str, events: Iterable[Event]) -> None:
-        if not isinstance(session_id, str) or not session_id:
-            raise ValueError("the session id must be a non-empty str")
+        if not isinstance(session_id, str):
+            raise ValueError("the session id must be a str")
         fresh = [(event, text) for event in events if (text := _text(event)) is not None]
         if not fresh:
             return
-        kept = await asyncio.to_thread(self.store.memories, scope, conversation=session_id)
-        known = {memory["key"] for memory in kept if memory.get("key")}
+        talk = conversation(session_id)
+        known = await asyncio.to_thread(self._kept_keys, scope, talk)
         rows = []
         for event, text in fresh:
             key = _key(session_id, event.id)
@@ -116,13 +118,18 @@ class ADKMemoryService(BaseMemoryService):
             known.add(key)
             role = event.content.role if event.content is not None else None
             rows.append({"scope": scope, "level": "task", "text": text,
-                         "source": f"{session_id}/event", "key": key,
+                         "source": f"{talk}/event", "key": key,
                          "metadata": {"adk": {"v": 1, "session": session_id, "event": event.id,
                                               "author": event.author, "role": role,
-                                              "at": event.timestamp}}})
+                                              "at": _seconds(event.timestamp)}}})
         if rows:
             await asyncio.to_thread(self.store.remember_many, rows)
         _log.info("kept %d new events of %d", len(rows), len(fresh))
+
+    def _kept_keys(self, scope: Scope, talk: str) -> set[str]:
+        """The keys of the events the session keeps already."""
+        kept = self.store.memories(scope, conversation=talk)
+        return {str(memory.get("key")) for memory in kept if _own(memory) is not None}
 
     async def search_memory(self, *, app_name: str, user_id: str,
                             query: str) -> SearchMemoryResponse:
@@ -133,9 +140,22 @@ class ADKMemoryService(BaseMemoryService):
             raise ValueError("query must be a str")
         if not query.strip():
             return SearchMemoryResponse()
-        found = await asyncio.to_thread(self.store.recall, scope, query[:MAX_QUERY],
-                                        self.limit)
-        return SearchMemoryResponse(memories=[_entry(memory) for memory in found])
+        found = await asyncio.to_thread(self._found, scope, query[:MAX_QUERY])
+        return SearchMemoryResponse(memories=[_entry(memory, adk) for memory, adk in found])
+
+    def _found(self, scope: Scope, query: str) -> list[tuple[Recalled, dict[str, Any]]]:
+        """The best `limit` of the scope's memories this service kept for `query`: pages of
+        recall, past memories that are no event of its (_own)."""
+        found: list[tuple[Recalled, dict[str, Any]]] = []
+        start = 0
+        while len(found) < self.limit:
+            page = self.store.recall(scope, query, MAX_LIMIT, where=_MARK, offset=start)
+            found += [(memory, adk) for memory in page
+                      if (adk := _own(memory)) is not None][:self.limit - len(found)]
+            start += MAX_LIMIT
+            if len(page) < MAX_LIMIT or start > _DEEPEST_OFFSET:
+                break
+        return found
 
     async def delete_memory(self, *, app_name: str, user_id: str,
                             memory_id: str | None = None) -> None:
@@ -144,7 +164,12 @@ class ADKMemoryService(BaseMemoryService):
         scope = self.scope(app_name, user_id)
         if isinstance(memory_id, str) and memory_id.isascii() and memory_id.isdigit() \
                 and len(memory_id) <= 18:
-            await asyncio.to_thread(self.store.forget, scope, int(memory_id))
+            await asyncio.to_thread(self._forget, scope, int(memory_id))
+
+    def _forget(self, scope: Scope, memory_id: int) -> None:
+        found = self.store.get(scope, memory_id)
+        if found is not None and _own(found) is not None:  # another tool's stays
+            self.store.forget(scope, memory_id)
 
     def close(self) -> None:
         """Close the MemoryStore if this service opened it; again: nothing."""
@@ -152,8 +177,44 @@ class ADKMemoryService(BaseMemoryService):
             self.store.close()
 
 
-def _entry(memory: Recalled) -> MemoryEntry:
-    adk: dict[str, Any] = (memory.get("metadata") or {}).get("adk") or {}
+# Every kept event's metadata holds it: recall's filter of the service's memories.
+_MARK = {"adk.v": 1}
+
+
+def _seconds(timestamp: object) -> float | None:
+    """An event's time, where it is one a datetime holds (an event may say 1e20)."""
+    if type(timestamp) not in (int, float):
+        return None
+    try:
+        datetime.fromtimestamp(timestamp)  # type: ignore[arg-type]
+    except (OverflowError, ValueError, OSError):
+        return None
+    return float(timestamp)  # type: ignore[arg-type]
+
+
+def _own(memory: Memory | Recalled) -> dict[str, Any] | None:
+    """The event record of a memory this service kept: of the app's task (never the user
+    level, which other tools write), its source an event's, its metadata's fields of
+    their types and its key the one they give; None for any other memory, which is
+    skipped and logged by id."""
+    meta = memory.get("metadata")
+    adk = meta.get("adk") if isinstance(meta, dict) else None
+    if memory["level"] == "task" and memory["source"].endswith("/event") \
+            and isinstance(adk, dict) and adk.get("v") == 1 \
+            and isinstance(session := adk.get("session"), str) \
+            and isinstance(event := adk.get("event"), str) \
+            and memory.get("key") == _key(session, event) \
+            and memory["source"] == f"{conversation(session)}/event" \
+            and all(adk.get(name) is None or isinstance(adk[name], str)
+                    for name in ("author", "role")) \
+            and (adk.get("at") is None or _seconds(adk["at"]) is not None):
+        return adk
+    _log.warning("memory %d of the app's task is no event of this service's: skipped",
+                 memory["id"])
+    return None
+
+
+def _entry(memory: Recalled, adk: dict[str, Any]) -> MemoryEntry:
     at = adk.get("at")
     return MemoryEntry(
         id=str(memory["id"]),

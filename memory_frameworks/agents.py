@@ -14,14 +14,13 @@ tells the rest.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
 from typing import Any
 
 from memory import RECOMMENDED, Memory, MemoryStore, Scope
-from memory_frameworks import needs
+from memory_frameworks import conversation, needs
 
 with needs("agents"):
     from agents.memory.session_settings import (
@@ -56,21 +55,6 @@ def _check_order(session_id: str, location: object) -> None:
                          " postgresql:// URL): AgentsSession(session_id, location, user=...)")
 
 
-# A session id stands for itself in the store where it can: printable, not blank, no space
-# at either end, no "/" at its end (the conversation is the source up to its last "/"), at
-# most this long, and not beginning as a digest does; any other is its digest.
-_LONGEST_PLAIN_ID = 256
-_DIGESTED = "sha256:"
-
-
-def _conversation(session_id: str) -> str:
-    """The store's conversation for a session id: the id itself, or its digest."""
-    plain = (session_id.isprintable() and session_id.strip() == session_id != ""
-             and not session_id.endswith("/") and len(session_id) <= _LONGEST_PLAIN_ID
-             and not session_id.startswith(_DIGESTED))
-    return session_id if plain else _DIGESTED + hashlib.sha256(session_id.encode()).hexdigest()
-
-
 class AgentsSession:
     """A session of the Agents SDK (`Runner.run(..., session=...)`) kept in a MemoryStore.
 
@@ -89,7 +73,7 @@ class AgentsSession:
             raise ValueError("session_id must be a str")
         _check_order(session_id, location)
         self.session_id = session_id
-        self._conversation = _conversation(session_id)
+        self._conversation = conversation(session_id)
         self._closed = False
         self.scope = Scope(user, task)
         self.session_settings = (coerce_session_settings(session_settings)

@@ -232,8 +232,6 @@ def test_bad_arguments_are_refused(tmp_path: Any) -> None:
         with pytest.raises(ValueError):
             await service.search_memory(app_name="travel", user_id="alice",
                                         query=5)  # type: ignore
-        with pytest.raises(ValueError):
-            await service.add_session_to_memory(session(TRIP, session_id=""))
         assert service.store.count(service.scope("travel", "alice")) == 0
         service.close()
 
@@ -285,3 +283,73 @@ def test_a_runner_s_sessions_keep_one_user_s_memories_from_another(target: str) 
     answers = asyncio.run(run())
     assert answers["alice"][1] == "My seat preference is the aisle."
     assert answers["bob"] == ["nothing"]
+
+
+@pytest.mark.parametrize("session_id", ["", "   ", "ends/", "x" * 3000, "a/b/"])
+def test_any_session_id_is_added_again_without_a_rewrite(target: str, session_id: str) -> None:
+    async def run() -> None:
+        service = ADKMemoryService(target)
+        scope = service.scope("travel", "alice")
+        await service.add_session_to_memory(session(TRIP[:2], session_id=session_id))
+        first = [m["id"] for m in service.store.memories(scope)]
+        found = await service.search_memory(app_name="travel", user_id="alice",
+                                            query="Lisbon")
+        await service.add_session_to_memory(session(TRIP, session_id=session_id))
+        ids = [m["id"] for m in service.store.memories(scope)]
+        assert ids[:2] == first and len(ids) == 4  # the two kept are not written again
+        # An id a search gave still names its memory.
+        await service.delete_memory(app_name="travel", user_id="alice",
+                                    memory_id=found.memories[0].id)
+        assert service.store.count(scope) == 3
+        assert [e.custom_metadata for e in found.memories][0] == {"session_id": session_id}
+        service.close()
+
+    asyncio.run(run())
+
+
+def test_an_event_time_no_datetime_holds_never_breaks_a_search(target: str) -> None:
+    async def run() -> list[Any]:
+        service = ADKMemoryService(target)
+        events = [event("user", f"Lisbon trip {n}", at) for n, at in
+                  enumerate([1e20, -1e20, 253402300800.0, 1_700_000_000.0])]
+        await service.add_session_to_memory(session(events))
+        found = await service.search_memory(app_name="travel", user_id="alice",
+                                            query="Lisbon trip")
+        service.close()
+        return list(zip(texts(found), [entry.timestamp for entry in found.memories],
+                        strict=True))
+
+    found = sorted(asyncio.run(run()))
+    assert [text for text, _ in found] == [f"Lisbon trip {n}" for n in range(4)]
+    assert [at is None for _, at in found] == [True, True, True, False]
+
+
+def test_a_memory_another_tool_wrote_is_never_an_adk_memory(
+        target: str, caplog: pytest.LogCaptureFixture) -> None:
+    async def run() -> tuple[list[str], int]:
+        service = ADKMemoryService(target)
+        scope = service.scope("travel", "alice")
+        await service.add_session_to_memory(session(TRIP[:1]))
+        store = service.store
+        # At the user level (memory mcp's default), with odd adk metadata, a forged key.
+        store.remember(scope, "user", "Lisbon planted at user level", "s1/event")
+        for planted in ([1, 2], {"v": 1, "session": ["s1"], "event": "e"}, "adk",
+                        {"v": 1, "session": "s1", "event": "e", "at": 1e20}):
+            store.remember(scope, "task", "Lisbon planted", "s1/event",
+                           metadata={"adk": planted, "adk.v": 1})
+        store.remember(scope, "task", "Lisbon forged", "s1/event", key='["s1","other"]',
+                       metadata={"adk": {"v": 1, "session": "s1", "event": "e"}})
+        found = await service.search_memory(app_name="travel", user_id="alice",
+                                            query="Lisbon planted forged flying")
+        for memory in store.memories(scope):  # a delete by any id forgets only its own
+            await service.delete_memory(app_name="travel", user_id="alice",
+                                        memory_id=str(memory["id"]))
+        left = store.count(scope)
+        service.close()
+        return texts(found), left
+
+    found, left = asyncio.run(run())
+    assert found == ["I am flying to Lisbon in May."] and left == 6
+    assert "no event of this service's: skipped" in caplog.text
+    assert "planted" not in caplog.text
+
