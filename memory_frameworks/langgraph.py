@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
 from memory import RECOMMENDED, Memory, MemoryStore, Rank, Scope
@@ -135,6 +135,13 @@ def _filter_paths(filter: Mapping[str, Any], within: str = "value") -> dict[str,
     return where
 
 
+def _microseconds() -> str:
+    """The clock of a store this module opens: UTC to the microsecond, since LangGraph's
+    ttl is minutes that may be a fraction of one (5 s is 0.083), where the store's own
+    clock reads to the second."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
 def _when(stamp: str | None) -> datetime:
     return datetime.fromisoformat(cast(str, stamp))
 
@@ -182,7 +189,8 @@ class LangGraphStore(BaseStore):
                                  " embedder=..., or give a path and let index embed")
             self.store, self._owned = conn_string_or_store, False
         else:
-            settings: dict[str, Any] = {**RECOMMENDED, "max_text": LONGEST_TEXT, **options}
+            settings: dict[str, Any] = {**RECOMMENDED, "max_text": LONGEST_TEXT,
+                                        "clock": _microseconds, **options}
             if index is not None:
                 settings.setdefault("embedder", _Embedder(index))
             self.store, self._owned = MemoryStore(conn_string_or_store, **settings), True
@@ -212,7 +220,7 @@ class LangGraphStore(BaseStore):
 
     def close(self) -> None:
         """Stop the sweeper and close the MemoryStore if this opened it; again: nothing."""
-        self.stop_ttl_sweeper()
+        LangGraphStore.stop_ttl_sweeper(self)  # the async twin's is a coroutine
         if self._owned:
             self.store.close()
 
@@ -294,8 +302,9 @@ class LangGraphStore(BaseStore):
                  found: Memory, record: _Record, asked: bool) -> None:
         """Note a read item's ttl for renewal, where the op asks it and TTLConfig allows."""
         minutes = record.minutes
+        # Where TTLConfig does not say, no read refreshes, as LangGraph's SqliteStore has it.
         if asked and minutes is not None and (self.ttl_config or {}).get("refresh_on_read",
-                                                                         True):
+                                                                         False):
             refreshed.setdefault((scope, float(minutes)), []).append(found["id"])
 
     def _get(self, op: GetOp, refreshed: dict[tuple[Scope, float], list[int]]) -> Item | None:
@@ -540,3 +549,13 @@ class AsyncLangGraphStore(LangGraphStore):
 
     async def sweep_ttl(self) -> int:  # type: ignore[override]
         return await asyncio.to_thread(self.store.purge_expired)
+
+    async def start_ttl_sweeper(  # type: ignore[override]
+            self, sweep_interval_minutes: float | None = None) -> asyncio.Future[None]:
+        """LangGraphStore's sweeper, started from asyncio code: an asyncio future done when
+        it stops."""
+        return asyncio.wrap_future(super().start_ttl_sweeper(sweep_interval_minutes))
+
+    async def stop_ttl_sweeper(  # type: ignore[override]
+            self, timeout: float | None = None) -> bool:
+        return await asyncio.to_thread(super().stop_ttl_sweeper, timeout)

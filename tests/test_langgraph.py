@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -144,7 +145,7 @@ def test_list_namespaces_with_conditions_wildcards_and_depth(lg: LangGraphStore)
 def test_ttl_in_minutes_refreshed_on_read_unless_asked_not(target: str,
                                                            clock: SetClock) -> None:
     with LangGraphStore.from_conn_string(target, user="alice", clock=clock,
-                                         ttl={"default_ttl": 10}) as lg:
+                                         ttl={"default_ttl": 10, "refresh_on_read": True}) as lg:
         lg.put(("s",), "kept", {"v": 1})
         lg.put(("s",), "short", {"v": 2}, ttl=1)
         lg.put(("s",), "never", {"v": 3}, ttl=None)
@@ -354,3 +355,26 @@ def test_a_search_pages_past_memories_that_are_no_items(target: str) -> None:
         found = [[i.key for i in lg.search(("prefs",), query="tea", limit=2, offset=offset)]
                  for offset in (0, 2, 4)]
         assert sorted(sum(found, [])) == [f"k{n}" for n in range(6)]
+
+
+def test_a_ttl_of_a_fraction_of_a_minute_is_kept_to_the_microsecond(target: str) -> None:
+    with LangGraphStore.from_conn_string(target, user="alice",
+                                         ttl={"default_ttl": 5 / 60}) as lg:
+        lg.put(("s",), "k", {"v": 1})
+        (kept,) = lg.store.memories(Scope("alice", "langgraph"))
+    created = datetime.fromisoformat(kept["created_at"])
+    expires = datetime.fromisoformat(kept["expires_at"])  # type: ignore[arg-type]
+    assert "." in kept["created_at"]  # read to the microsecond
+    assert (expires - created).total_seconds() == pytest.approx(5.0, abs=1e-6)
+
+
+def test_the_async_twin_s_sweeper_starts_and_stops_as_coroutines(target: str) -> None:
+    async def run() -> bool:
+        async with AsyncLangGraphStore.from_conn_string(target, user="alice") as lg:
+            stopped = await lg.start_ttl_sweeper(sweep_interval_minutes=1)
+            assert not stopped.done()
+            assert await lg.stop_ttl_sweeper(timeout=30)
+            await asyncio.wait_for(stopped, 30)
+            return stopped.done()
+
+    assert asyncio.run(run())
