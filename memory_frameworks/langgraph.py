@@ -25,7 +25,9 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -121,18 +123,75 @@ def _prefixes(namespace: tuple[str, ...]) -> dict[str, str]:
 
 def _filter_paths(filter: Mapping[str, Any], within: str = "value") -> dict[str, Any]:
     """LangGraph's filter as the store's `where`: a dict without operators matches the
-    nested object path by path, as LangGraph's in-memory store does."""
+    nested object path by path, as LangGraph's in-memory store does; each operand as
+    _operands gives it."""
     where: dict[str, Any] = {}
     for name, wanted in filter.items():
         if not isinstance(name, str) or not name:
             raise ValueError("a filter's keys must be non-empty strings")
         path = f"{within}.{name}"
-        if isinstance(wanted, dict) and wanted and not any(
-                str(op).startswith("$") for op in wanted):
+        operators = isinstance(wanted, dict) and any(str(op).startswith("$") for op in wanted)
+        if isinstance(wanted, dict) and wanted and not operators:
             where.update(_filter_paths(wanted, path))
-        else:
-            where[path] = wanted
+            continue
+        tests: dict[str, Any] = {}
+        for op, operand in (wanted.items() if operators else [("$eq", wanted)]):
+            for kept_op, kept in _operands(op, operand):
+                tests[kept_op] = _stricter(kept_op, tests[kept_op], kept) \
+                    if kept_op in tests else kept
+        if tests:
+            where[path] = tests
     return where
+
+
+# The store keeps no value a filter of LangGraph's may still compare with: not NaN or an
+# infinity, no integer past 2**53, no string holding a NUL. Such an operand is compared as
+# LangGraph's stores compare it, by what it means for the values the store can hold.
+_LARGEST = sys.float_info.max
+_NOTHING: list[tuple[str, Any]] = [("$in", [])]
+
+
+def _operands(op: str, operand: Any) -> list[tuple[str, Any]]:
+    """The store's tests for one of LangGraph's (none: every value holds)."""
+    if type(operand) is int and abs(operand) > 2**53:
+        operand = float(operand) if abs(operand) < 2**1024 else math.copysign(math.inf,
+                                                                              operand)
+    if op in ("$in", "$nin") and isinstance(operand, (list, tuple)):
+        held = [value for value in (_operands("$eq", item) for item in operand)
+                if value != _NOTHING]
+        return [(op, [value[0][1] for value in held])]
+    if isinstance(operand, float) and math.isnan(operand):
+        return [] if op == "$ne" else _NOTHING
+    if isinstance(operand, float) and math.isinf(operand):
+        above = operand > 0
+        return {"$eq": _NOTHING, "$ne": [],
+                "$lt": [("$lte", _LARGEST)] if above else _NOTHING,
+                "$lte": [("$lte", _LARGEST)] if above else _NOTHING,
+                "$gt": _NOTHING if above else [("$gte", -_LARGEST)],
+                "$gte": _NOTHING if above else [("$gte", -_LARGEST)]}.get(op, [(op, operand)])
+    if isinstance(operand, str) and "\x00" in operand:
+        # No held string has a NUL: below this one are those up to its part before it.
+        before = operand.partition("\x00")[0]
+        return {"$eq": _NOTHING, "$ne": [], "$lt": [("$lte", before)],
+                "$lte": [("$lte", before)], "$gt": [("$gt", before)],
+                "$gte": [("$gt", before)]}.get(op, [(op, operand)])
+    return [(op, operand)]
+
+
+def _stricter(op: str, one: Any, other: Any) -> Any:
+    """Two operands of one test on a path, as one: what both admit."""
+    if op in ("$lt", "$lte") and _comparable(one, other):
+        return min(one, other)
+    if op in ("$gt", "$gte") and _comparable(one, other):
+        return max(one, other)
+    if op == "$in":
+        return [value for value in one if value in other]
+    raise ValueError(f"a filter gives {op} twice on one path")
+
+
+def _comparable(one: Any, other: Any) -> bool:
+    numbers = {type(one), type(other)} <= {int, float}
+    return numbers or (type(one) is str and type(other) is str)
 
 
 def _microseconds() -> str:
@@ -180,7 +239,9 @@ class LangGraphStore(BaseStore):
         self.user, self.user_label, self.task = user, user_label, task
         self.index_config = index
         self.ttl_config = ttl
-        self._fields = list((index or {}).get("fields") or ["$"])
+        # SqliteStore's and PostgresStore's IndexConfig call them text_fields.
+        given = cast(Mapping[str, Any], index or {})
+        self._fields = list(given.get("fields") or given.get("text_fields") or ["$"])
         if isinstance(conn_string_or_store, MemoryStore):
             if options:
                 raise ValueError("options open a store: give a path, not an open store")
@@ -410,8 +471,6 @@ class LangGraphStore(BaseStore):
         for (namespace, key), op in last.items():
             if not namespace:
                 raise InvalidNamespaceError("a namespace cannot be empty")
-            if namespace[0] == "langgraph":
-                raise InvalidNamespaceError('a namespace\'s root label cannot be "langgraph"')
             if op.value is not None:
                 written.append(self._record(namespace, key, op))
         if written:
@@ -540,6 +599,21 @@ class AsyncLangGraphStore(LangGraphStore):
             yield store
         finally:
             await store.aclose()
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """LangGraphStore's batch, from any thread but the event loop's, which it would
+        hold up (asyncio.InvalidStateError there, as AsyncSqliteStore's sync calls are)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop runs in this thread
+            return super().batch(ops)
+        raise asyncio.InvalidStateError(
+            "a synchronous call of AsyncLangGraphStore from the event loop would hold it"
+            " up: await the a-methods (aget, aput, asearch, ...) instead")
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """batch, in a worker thread."""
+        return await asyncio.to_thread(super().batch, list(ops))
 
     async def setup(self) -> None:  # type: ignore[override]
         """Nothing to do: the store's schema is made when it opens."""

@@ -378,3 +378,56 @@ def test_the_async_twin_s_sweeper_starts_and_stops_as_coroutines(target: str) ->
             return stopped.done()
 
     assert asyncio.run(run())
+
+
+def test_a_raw_batch_takes_what_the_public_calls_refuse_as_langgraph_s_own_stores_do(
+        lg: LangGraphStore) -> None:
+    with pytest.raises(InvalidNamespaceError):
+        lg.put(("langgraph", "x"), "k", {"v": 1})  # BaseStore's own check
+    lg.batch([PutOp(("langgraph", "x"), "k", {"v": 1})])
+    found = lg.batch([GetOp(("langgraph", "x"), "k")])[0]
+    assert found is not None and found.value == {"v": 1}  # type: ignore[union-attr]
+
+
+def test_filter_operands_the_store_cannot_hold_compare_as_langgraph_s_stores_compare_them(
+        lg: LangGraphStore) -> None:
+    for n, price in enumerate([10, 20, 30]):
+        lg.put(("items",), f"i{n}", {"price": price, "name": f"a{n}"})
+    cases: list[tuple[dict[str, Any], list[str]]] = [
+        ({"price": {"$lt": float("inf")}}, ["i0", "i1", "i2"]),
+        ({"price": {"$gt": float("-inf")}}, ["i0", "i1", "i2"]),
+        ({"price": {"$gt": float("inf")}}, []), ({"price": {"$lt": float("-inf")}}, []),
+        ({"price": {"$eq": float("nan")}}, []), ({"price": {"$ne": float("nan")}},
+                                                 ["i0", "i1", "i2"]),
+        ({"price": {"$lt": 10**100}}, ["i0", "i1", "i2"]),
+        ({"price": {"$gt": 15, "$lt": float("inf")}}, ["i1", "i2"]),
+        ({"name": "a0\x00' OR '1'='1"}, []), ({"name": {"$ne": "a0\x00"}}, ["i0", "i1", "i2"]),
+        ({"name": {"$lt": "a1\x00"}}, ["i0", "i1"]), ({"name": {"$gt": "a1\x00"}}, ["i2"]),
+        ({"name": {"$in": ["a2", "a0\x00"]}}, ["i2"]),
+    ]
+    for where, keys in cases:
+        assert sorted(i.key for i in lg.search(("items",), filter=where)) == keys, where
+
+
+def test_the_async_twin_s_synchronous_calls_refuse_the_event_loop_s_thread(
+        target: str) -> None:
+    async def run() -> Any:
+        async with AsyncLangGraphStore.from_conn_string(target, user="alice") as lg:
+            with pytest.raises(asyncio.InvalidStateError):
+                lg.put(("a",), "k", {"v": 1})
+            await lg.aput(("a",), "k", {"v": 1})
+            # From a thread of its own, a synchronous call is served.
+            return await asyncio.to_thread(lg.get, ("a",), "k")
+
+    found = asyncio.run(run())
+    assert found is not None and found.value == {"v": 1}
+
+
+def test_text_fields_as_sqlite_store_s_index_config_names_them(target: str) -> None:
+    index: Any = {**concepts_index(), "text_fields": ["about"]}
+    with LangGraphStore.from_conn_string(target, user="alice", index=index) as lg:
+        lg.put(("n",), "k", {"about": "jazz concert", "where": "lisbon portugal"})
+        by_field = lg.search(("n",), query="jazz")
+        by_other = lg.search(("n",), query="lisbon portugal")
+    assert by_field[0].score is not None and by_other[0].score is not None
+    assert by_field[0].score > 0.9 > by_other[0].score  # "where" is neither embedded nor text
