@@ -1010,6 +1010,25 @@ def _of_owner(user: str, task: str | None, of_user: _Sql, of_task: _Sql
     return (of_user, (user,)) if task is None else (of_task, (user, task))
 
 
+# An owner's newest memories down from an id: each owner's a backward range of the scope
+# index, where the scope's two owners read together were every row of both, sorted.
+_SQL_OWNER_DOWN, _SQL_TASK_DOWN = _owner_forms(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND task_id {{task}}"
+    " AND id > ? AND id < ? ORDER BY id DESC LIMIT ?")
+
+
+def _newest_down(db: _Session, key: _ScopeKey, after: int, before: int,
+                 most: int) -> list[tuple[Any, ...]]:
+    """The scope's `most` newest memories between two ids, newest first: each owner's
+    read down its own range of the index, the two merged."""
+    rows: list[tuple[Any, ...]] = []
+    for task in (None, key.task):
+        sql, owner = _of_owner(key.user, task, _SQL_OWNER_DOWN, _SQL_TASK_DOWN)
+        rows += db.execute(sql, (*owner, after, before, most)).fetchall()
+    rows.sort(key=operator.itemgetter(0), reverse=True)
+    return rows[:most]
+
+
 # A scope's vectors, each owner's in id order: its sealed blocks (version 9) in order, and
 # the rows no block holds, between and after them, each run of rows from its range of the
 # scope index (no sort of the scope's rows), read a block at a time (_Session.blocks):
@@ -1648,6 +1667,23 @@ class _Condition(NamedTuple):
         """The terms whose memories an equality holds for ($eq, $in) or fails ($ne, $nin)."""
         return [_term(self.path, item) for item in
                 (self.value if self.op in ("$in", "$nin") else [self.value])]
+
+
+def _admits(conditions: list[_Condition], metadata: str | None) -> bool:
+    """Whether a filter admits a memory of this metadata, as the index of its terms and
+    the ordering tests together do (_Planner.admitted)."""
+    found = {} if metadata is None else _metadata_of(metadata)
+    for condition in conditions:
+        if condition.op in _ORDERED:
+            if not condition.holds(found):
+                return False
+            continue
+        # The one term of the path the index may hold for this memory (_terms).
+        held, value = _value_at(found, condition.path)
+        if (held and _term(condition.path, value) in condition.terms()) != (
+                condition.op in ("$eq", "$in")):
+            return False
+    return True
 
 
 def _check_where(where: object) -> list[_Condition] | None:
@@ -4402,6 +4438,13 @@ def _ask_expired(db: _Session, key: _ScopeKey, now: str | None) -> Callable[[], 
     return lambda: set(json.loads(found.fetchone()[0]))
 
 
+# A filtered page newest first reads down the newest rows, this many times its size, then
+# as many times more, _WALKS times in all, before it asks the index of terms instead (a
+# filter that admits one memory in 64 or fewer).
+_WALKED_PAGES = 4
+_WALKS = 3
+
+
 class _Page(NamedTuple):
     """Which of a scope's memories memories() lists, checked."""
 
@@ -4932,14 +4975,21 @@ class _Planner(_Part):
         expired = _expired_of(db, key, self._store._expiry_instant(db, key))
         first, below, most, talk = page.after, page.before, page.limit, page.conversation
         if page.newest_first or page.down or page.conditions is not None:
+            walked = self._walked(db, key, page, expired) if page.conditions is not None \
+                and page.newest_first and most is not None and talk is None else None
+            if walked is not None:
+                return walked
             if page.conditions is not None:
-                rows = self.visible_where(db, key, page.conditions, expired)
+                rows = self.visible_where(db, key, page.conditions, expired,
+                                          None if talk is not None else page)
             else:
                 asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
                 if talk is not None and db.has_conversations:  # its page from its index
                     found = db.execute(_SQL_CONVERSATION_DOWN if page.newest_first
                                        else _SQL_CONVERSATION_BETWEEN,
                                        (*key, talk, first, below, asked))
+                elif page.newest_first and talk is None:
+                    found = _newest_down(db, key, first, below, asked)
                 else:  # an older file's conversations are told apart below, uncut
                     found = db.execute(
                         _SQL_VISIBLE_DOWN if page.newest_first else _SQL_VISIBLE_BETWEEN,
@@ -4963,6 +5013,24 @@ class _Planner(_Part):
             found = [memory for memory in found if memory["id"] > first
                      and _conversation_of(memory["source"]) == talk]
         return found if most is None else found[:most]
+
+    def _walked(self, db: _Session, key: _ScopeKey, page: _Page,
+                expired: set[int]) -> list[Memory] | None:
+        """A filtered page, newest first, read down the scope's newest memories a few times
+        the page's size and tested row by row: where the filter admits most of them (an
+        adapter's mark on its every item), that is the page, not the index's every
+        admitted id; None where those rows did not fill it (then the index decides)."""
+        assert page.conditions is not None and page.limit is not None
+        found: list[_MemoryRow] = []
+        below, asked = page.before, _WALKED_PAGES * page.limit
+        for _ in range(_WALKS):
+            rows = _newest_down(db, key, page.after, below, min(_MAX_ID, asked))
+            found += [row for row in map(_MemoryRow._make, rows) if row.id not in expired
+                      and _admits(page.conditions, row.metadata)]
+            if len(found) >= page.limit or len(rows) < asked:
+                return [row.memory() for row in found[:page.limit]]
+            below, asked = rows[-1][0], asked * _WALKED_PAGES
+        return None
 
     def query_vector(self, rank: Rank, query: str) -> bytes | None:
         """The query's vector where the rank reads meaning, made outside the lock as a
@@ -5265,14 +5333,19 @@ class _Planner(_Part):
         return len(self.visible_where(db, key, conditions, expired))
 
     def visible_where(self, db: _Session, key: _ScopeKey, conditions: list[_Condition],
-                      expired: set[int]) -> list[_MemoryRow]:
-        """The live memories of the scope a filter admits, by id ascending."""
+                      expired: set[int], page: _Page | None = None) -> list[_MemoryRow]:
+        """The live memories of the scope a filter admits, by id ascending; with a `page`,
+        at least those of it, and where the filter's equalities name its memories, only
+        those (a page of a user's thousands is a page's rows, not all of them)."""
         admitted = self.admitted(db, key, conditions)
         if admitted.allowed is None:
             rows = db.execute(_SQL_VISIBLE, key).fetchall()
         else:
-            rows = db.execute(_SQL_VISIBLE_IDS, (*key, json.dumps(sorted(admitted.allowed)))
-                              ).fetchall()
+            wanted = sorted(admitted.allowed - admitted.excluded - expired)
+            if page is not None and page.limit is not None:
+                wanted = [i for i in wanted if page.after < i < page.before]
+                wanted = wanted[-page.limit:] if page.newest_first else wanted[:page.limit]
+            rows = db.execute(_SQL_VISIBLE_IDS, (*key, json.dumps(wanted))).fetchall()
         return [_MemoryRow(*row) for row in rows
                 if row[0] not in expired and row[0] in admitted]
 

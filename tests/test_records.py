@@ -551,3 +551,26 @@ def test_an_embedder_class_for_an_instance_is_refused_at_open(target: str) -> No
     with pytest.raises(MemoryInputError, match="embedder must be an instance, got the class"
                                                " Model: call it, Model()"):
         MemoryStore(target, embedder=Model)  # type: ignore[arg-type]
+
+
+def test_newest_first_pages_with_and_without_a_filter_agree_with_the_whole_listing(
+        store: MemoryStore) -> None:
+    """A newest-first page reads each owner's newest rows down its own index range and
+    merges them; a filtered one tests rows read so, a few pages' worth, then asks the
+    index of terms where those held too few (a filter that admits one memory in 97)."""
+    store.remember_many([(ALICE, "task" if n % 3 else "user", f"note {n}", "s", None, None,
+                          {"rare": n % 97 == 0, "n": n}) for n in range(600)])
+    store.remember(Scope("alice", "other"), "task", "another task's", "s",
+                   metadata={"rare": True})
+    everything = [m["id"] for m in store.memories(ALICE)]
+    for where, limit in [(None, 7), ({"rare": True}, 3), ({"rare": False}, 50),
+                         ({"n": {"$gte": 590}}, 4)]:
+        wanted = [m["id"] for m in store.memories(ALICE, where=where)][::-1]
+        pages, before = [], None
+        while page := store.memories(ALICE, newest_first=True, limit=limit, before=before,
+                                     where=where):
+            assert len(page) <= limit
+            pages += [m["id"] for m in page]
+            before = page[-1]["id"]
+        assert pages == wanted, where
+    assert len(everything) == 600
