@@ -21,9 +21,10 @@ import hashlib
 import json
 import logging
 import os
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from memory import MAX_LIMIT, MAX_QUERY, RECOMMENDED, Memory, MemoryStore, Recalled, Scope
 from memory_frameworks import conversation, identifier, needs
@@ -43,6 +44,8 @@ _log = logging.getLogger("memory.adk")
 LONGEST_TEXT = 1_000_000
 #: The conversation of events added without a session id, as ADK's own service names it.
 NO_SESSION = "__unknown_session_id__"
+#: The conversation of the memories add_memory is given explicitly.
+EXPLICIT = "__memory__"
 _LONGEST_KEY = 512
 # recall gives at most MAX_LIMIT a call and pages as deep as this.
 _DEEPEST_OFFSET = 10_000
@@ -99,7 +102,8 @@ class ADKMemoryService(BaseMemoryService):
                                    custom_metadata: Mapping[str, object] | None = None
                                    ) -> None:
         """Keep the events not yet kept in the session (or, without one, in the
-        conversation NO_SESSION), in one transaction. custom_metadata is not kept."""
+        conversation NO_SESSION), in one transaction. custom_metadata is not kept (an
+        event's metadata is its own: add_memory keeps it for explicit memories)."""
         await self._add(self.scope(app_name, user_id), session_id or NO_SESSION, events)
 
     async def _add(self, scope: Scope, session_id: str, events: Iterable[Event]) -> None:
@@ -131,6 +135,32 @@ class ADKMemoryService(BaseMemoryService):
         kept = self.store.memories(scope, conversation=talk)
         return {str(memory.get("key")) for memory in kept if _own(memory) is not None}
 
+    async def add_memory(self, *, app_name: str, user_id: str,
+                         memories: Sequence[MemoryEntry],
+                         custom_metadata: Mapping[str, object] | None = None) -> None:
+        """Keep explicit memories, each one memory of the conversation EXPLICIT (keyed by
+        its id where it has one, so that giving it again replaces it), with its author,
+        role and custom_metadata (the call's under the entry's own) as its metadata; all
+        in one transaction. A search gives them back as they were given."""
+        scope = self.scope(app_name, user_id)
+        rows = []
+        for entry in memories:
+            text = "\n".join(part.text for part in (entry.content.parts or []) if part.text)
+            if not text.strip():
+                raise ValueError("a memory to add needs text in its content")
+            event = entry.id or uuid.uuid4().hex
+            custom = {**(custom_metadata or {}), **(entry.custom_metadata or {})}
+            rows.append({"scope": scope, "level": "task", "text": text,
+                         "source": f"{EXPLICIT}/event", "key": _key(EXPLICIT, event),
+                         "metadata": {"adk": {"v": 1, "session": EXPLICIT, "event": event,
+                                              "author": entry.author,
+                                              "role": entry.content.role, "at": None,
+                                              "timestamp": entry.timestamp,
+                                              "custom": custom}}})
+        if rows:
+            await asyncio.to_thread(self.store.remember_many, rows)
+        _log.info("kept %d explicit memories", len(rows))
+
     async def search_memory(self, *, app_name: str, user_id: str,
                             query: str) -> SearchMemoryResponse:
         """The user's memories of the app that match `query` best, best first, by the
@@ -145,13 +175,18 @@ class ADKMemoryService(BaseMemoryService):
 
     def _found(self, scope: Scope, query: str) -> list[tuple[Recalled, dict[str, Any]]]:
         """The best `limit` of the scope's memories this service kept for `query`: pages of
-        recall, past memories that are no event of its (_own)."""
+        recall, past memories that are no event of its (_own), and past those that match
+        nothing of the query themselves (a turn's neighbours lend it score, which ranks
+        it, but are not returned for it alone, as ADK's own services return what
+        matches)."""
         found: list[tuple[Recalled, dict[str, Any]]] = []
         start = 0
         while len(found) < self.limit:
-            page = self.store.recall(scope, query, MAX_LIMIT, where=_MARK, offset=start)
-            found += [(memory, adk) for memory in page
-                      if (adk := _own(memory)) is not None][:self.limit - len(found)]
+            page = self.store.recall(scope, query, MAX_LIMIT, where=_MARK, offset=start,
+                                     explain=True)
+            found += [(_unexplained(memory), adk) for memory in page
+                      if _matches(memory) and (adk := _own(memory)) is not None
+                      ][:self.limit - len(found)]
             start += MAX_LIMIT
             if len(page) < MAX_LIMIT or start > _DEEPEST_OFFSET:
                 break
@@ -175,6 +210,16 @@ class ADKMemoryService(BaseMemoryService):
         """Close the MemoryStore if this service opened it; again: nothing."""
         if self._owned:
             self.store.close()
+
+
+def _matches(memory: Recalled) -> bool:
+    """Whether a recalled memory matches the query itself: by a word, or by meaning."""
+    why: Mapping[str, Any] = memory.get("why") or {}
+    return bool(why.get("matched")) or "meaning" in why
+
+
+def _unexplained(memory: Recalled) -> Recalled:
+    return cast(Recalled, {name: value for name, value in memory.items() if name != "why"})
 
 
 # Every kept event's metadata holds it: recall's filter of the service's memories.
@@ -206,7 +251,8 @@ def _own(memory: Memory | Recalled) -> dict[str, Any] | None:
             and memory.get("key") == _key(session, event) \
             and memory["source"] == f"{conversation(session)}/event" \
             and all(adk.get(name) is None or isinstance(adk[name], str)
-                    for name in ("author", "role")) \
+                    for name in ("author", "role", "timestamp")) \
+            and isinstance(adk.get("custom", {}), dict) \
             and (adk.get("at") is None or _seconds(adk["at"]) is not None):
         return adk
     _log.warning("memory %d of the app's task is no event of this service's: skipped",
@@ -220,7 +266,9 @@ def _entry(memory: Recalled, adk: dict[str, Any]) -> MemoryEntry:
         id=str(memory["id"]),
         content=types.Content(role=adk.get("role"), parts=[types.Part(text=memory["text"])]),
         author=adk.get("author"),
-        # As ADK's own services give it: the event's time, local and ISO 8601.
+        # As ADK's own services give it: the event's time, local and ISO 8601; an explicit
+        # memory's as it was given.
         timestamp=datetime.fromtimestamp(at).isoformat() if isinstance(at, int | float)
-        else None,
-        custom_metadata={"session_id": adk["session"]} if "session" in adk else {})
+        else adk.get("timestamp"),
+        custom_metadata=adk["custom"] if adk["session"] == EXPLICIT and "custom" in adk
+        else {"session_id": adk["session"]})
