@@ -9,11 +9,13 @@ In the same run, on files in one folder:
 
 - LangGraph: a namespace ("alice", "memories") holding 100 or 10,000 items (a value of 8
   to 20 words and a number), put in batches of 500; then get of a random key, put of a
-  new item, put replacing an item, each the median of 200 calls: memory_frameworks.langgraph's
-  LangGraphStore on each engine against LangGraph's SqliteStore (no index either side).
+  new item, put replacing an item, each the median of 200 calls, and search of the
+  namespace without a query (the usual "load this user's memories"), alone and with a
+  filter, the median of 50: memory_frameworks.langgraph's LangGraphStore on each engine
+  against LangGraph's SqliteStore (no index either side).
 - The Agents SDK: a session of 100 or 10,000 items; add_items of one item and
-  get_items(limit=1), the median of 200: AgentsSession on each engine against the SDK's
-  SQLiteSession.
+  get_items(limit=1), the median of 200, and pop_item (its item added back after each),
+  the median of 50: AgentsSession on each engine against the SDK's SQLiteSession.
 - Google ADK: a session of 100 or 1,000 events added; then add_session_to_memory of the
   session grown by one event (as a runner's callback adds it after each turn), the median
   of 20, and search_memory of 3 words, the median of 200: ADKMemoryService on each engine
@@ -71,9 +73,12 @@ def langgraph_row(name: str, store: Any, size: int) -> dict[str, Any]:
     got = p50_ms(lambda: store.get(NAMESPACE, f"k{next(keys)}"))
     added = p50_ms(lambda: store.put(NAMESPACE, f"k{next(fresh)}", value(chooser, 0)))
     replaced = p50_ms(lambda: store.put(NAMESPACE, f"k{next(keys)}", value(chooser, 1)))
+    listed = p50_ms(lambda: store.search(NAMESPACE, limit=10), 50)
+    filtered = p50_ms(lambda: store.search(NAMESPACE, filter={"n": size // 2}, limit=10), 50)
     assert store.get(NAMESPACE, f"k{size}") is not None
     return {"store": name, "items": size, "get p50 ms": got, "put new p50 ms": added,
-            "put replacing p50 ms": replaced}
+            "put replacing p50 ms": replaced, "search, no query p50 ms": listed,
+            "search, a filter p50 ms": filtered}
 
 
 def langgraph_table(locations: list[tuple[str, Callable[[], str]]],
@@ -111,8 +116,15 @@ async def agents_row(name: str, session: Any, size: int) -> dict[str, Any]:
                                                    "content": f"turn {next(turns)}"}]))
     newest = await p50(lambda: session.get_items(limit=1))
     assert (await session.get_items(limit=1))[0]["content"] == f"turn {size + CALLS - 1}"
+    popped: list[float] = []
+    for _ in range(CALLS // 4):  # each pop's item given back, so the session keeps its size
+        began = time.perf_counter()
+        item = await session.pop_item()
+        popped.append(time.perf_counter() - began)
+        await session.add_items([item])
     return {"session": name, "items": size, "add_items(1) p50 ms": added,
-            "get_items(limit=1) p50 ms": newest}
+            "get_items(limit=1) p50 ms": newest,
+            "pop_item p50 ms": statistics.median(popped) * 1000}
 
 
 def agents_table(locations: list[tuple[str, Callable[[], str]]],
