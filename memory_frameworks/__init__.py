@@ -11,13 +11,27 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from collections.abc import Iterator
+from typing import Any
 
-from memory import IDENTIFIER
+from memory import IDENTIFIER, RECOMMENDED, MemoryStore
 
 # The prefix of a name given as its digest: a name that is an identifier but begins so is
 # hashed too, so no one chooses a name that equals the digest of another's.
 _DIGESTED = "h-"
+
+
+def store_of(location: str | os.PathLike[str] | MemoryStore, options: dict[str, Any],
+             longest: int) -> tuple[MemoryStore, bool]:
+    """An adapter's store, and whether the adapter opened it (and so closes it): an open
+    MemoryStore as it is (no `options` then: they open one), else the store at `location`
+    opened with RECOMMENDED, texts of up to `longest` characters, and `options` over them."""
+    if isinstance(location, MemoryStore):
+        if options:
+            raise ValueError("options open a store: give a path, not an open store")
+        return location, False
+    return MemoryStore(location, **{**RECOMMENDED, "max_text": longest, **options}), True
 
 
 def identifier(name: str, what: str) -> str:

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from memory import MAX_LIMIT, MAX_QUERY, RECOMMENDED, Memory, MemoryStore, Recalled, Scope
-from memory_frameworks import conversation, identifier, needs
+from memory import MAX_LIMIT, MAX_QUERY, Memory, MemoryStore, Recalled, Scope
+from memory_frameworks import conversation, identifier, needs, store_of
 
 with needs("adk"):
     from google.adk.events.event import Event
@@ -78,13 +78,7 @@ class ADKMemoryService(BaseMemoryService):
         if type(limit) is not int or not 0 < limit <= MAX_LIMIT:
             raise ValueError(f"limit must be an int from 1 to {MAX_LIMIT}")
         self.limit = limit
-        if isinstance(location, MemoryStore):
-            if options:
-                raise ValueError("options open a store: give a path, not an open store")
-            self.store, self._owned = location, False
-        else:
-            settings: dict[str, Any] = {**RECOMMENDED, "max_text": LONGEST_TEXT, **options}
-            self.store, self._owned = MemoryStore(location, **settings), True
+        self.store, self._owned = store_of(location, options, LONGEST_TEXT)
 
     @staticmethod
     def scope(app_name: str, user_id: str) -> Scope:

@@ -19,8 +19,8 @@ import logging
 import os
 from typing import Any
 
-from memory import RECOMMENDED, Memory, MemoryStore, Scope
-from memory_frameworks import conversation, needs
+from memory import Memory, MemoryStore, Scope
+from memory_frameworks import conversation, needs, store_of
 
 with needs("agents"):
     from agents.memory.session_settings import (
@@ -79,13 +79,7 @@ class AgentsSession:
         self.session_settings = (coerce_session_settings(session_settings)
                                  if session_settings is not None else SessionSettings())
         self._source = f"{self._conversation}/item"
-        if isinstance(location, MemoryStore):
-            if options:
-                raise ValueError("options open a store: give a path, not an open store")
-            self.store, self._owned = location, False
-        else:
-            settings: dict[str, Any] = {**RECOMMENDED, "max_text": LONGEST_ITEM, **options}
-            self.store, self._owned = MemoryStore(location, **settings), True
+        self.store, self._owned = store_of(location, options, LONGEST_ITEM)
 
     def _open(self) -> None:
         if self._closed:
