@@ -1669,21 +1669,26 @@ class _Condition(NamedTuple):
                 (self.value if self.op in ("$in", "$nin") else [self.value])]
 
 
-def _admits(conditions: list[_Condition], metadata: str | None) -> bool:
+def _admitting(conditions: list[_Condition]) -> Callable[[str | None], bool]:
     """Whether a filter admits a memory of this metadata, as the index of its terms and
     the ordering tests together do (_Planner.admitted)."""
-    found = {} if metadata is None else _metadata_of(metadata)
-    for condition in conditions:
-        if condition.op in _ORDERED:
-            if not condition.holds(found):
+    tests = [(condition, None if condition.op in _ORDERED else frozenset(condition.terms()))
+             for condition in conditions]
+
+    def admits(metadata: str | None) -> bool:
+        found = {} if metadata is None else _metadata_of(metadata)
+        for condition, terms in tests:
+            if terms is None:
+                if not condition.holds(found):
+                    return False
+                continue
+            # The one term of the path the index may hold for this memory (_terms).
+            held, value = _value_at(found, condition.path)
+            if (held and _term(condition.path, value) in terms) != (
+                    condition.op in ("$eq", "$in")):
                 return False
-            continue
-        # The one term of the path the index may hold for this memory (_terms).
-        held, value = _value_at(found, condition.path)
-        if (held and _term(condition.path, value) in condition.terms()) != (
-                condition.op in ("$eq", "$in")):
-            return False
-    return True
+        return True
+    return admits
 
 
 def _check_where(where: object) -> list[_Condition] | None:
@@ -4440,9 +4445,9 @@ def _ask_expired(db: _Session, key: _ScopeKey, now: str | None) -> Callable[[], 
 
 # A filtered page newest first reads down the newest rows, this many times its size, then
 # as many times more, _WALKS times in all, before it asks the index of terms instead (a
-# filter that admits one memory in 64 or fewer).
+# filter that admits fewer than one memory in 20).
 _WALKED_PAGES = 4
-_WALKS = 3
+_WALKS = 2
 
 
 class _Page(NamedTuple):
@@ -5022,11 +5027,12 @@ class _Planner(_Part):
         admitted id; None where those rows did not fill it (then the index decides)."""
         assert page.conditions is not None and page.limit is not None
         found: list[_MemoryRow] = []
+        admits = _admitting(page.conditions)
         below, asked = page.before, _WALKED_PAGES * page.limit
         for _ in range(_WALKS):
             rows = _newest_down(db, key, page.after, below, min(_MAX_ID, asked))
             found += [row for row in map(_MemoryRow._make, rows) if row.id not in expired
-                      and _admits(page.conditions, row.metadata)]
+                      and admits(row.metadata)]
             if len(found) >= page.limit or len(rows) < asked:
                 return [row.memory() for row in found[:page.limit]]
             below, asked = rows[-1][0], asked * _WALKED_PAGES
