@@ -1674,18 +1674,26 @@ def _admitting(conditions: list[_Condition]) -> Callable[[str | None], bool]:
     the ordering tests together do (_Planner.admitted)."""
     tests = [(condition, None if condition.op in _ORDERED else frozenset(condition.terms()))
              for condition in conditions]
+    # Rows share their values (an adapter's mark on each): each scalar's term made once.
+    known: dict[tuple[int, type, Any], bool] = {}
 
     def admits(metadata: str | None) -> bool:
         found = {} if metadata is None else _metadata_of(metadata)
-        for condition, terms in tests:
+        for place, (condition, terms) in enumerate(tests):
             if terms is None:
                 if not condition.holds(found):
                     return False
                 continue
             # The one term of the path the index may hold for this memory (_terms).
             held, value = _value_at(found, condition.path)
-            if (held and _term(condition.path, value) in terms) != (
-                    condition.op in ("$eq", "$in")):
+            if held and isinstance(value, (str, int, float, bool)):
+                seen = (place, type(value), value)
+                if seen not in known:
+                    known[seen] = _term(condition.path, value) in terms
+                matched = known[seen]
+            else:
+                matched = held and _term(condition.path, value) in terms
+            if matched != (condition.op in ("$eq", "$in")):
                 return False
         return True
     return admits
@@ -4444,8 +4452,9 @@ def _ask_expired(db: _Session, key: _ScopeKey, now: str | None) -> Callable[[], 
 
 
 # A filtered page newest first reads down the newest rows, this many times its size, then
-# as many times more, _WALKS times in all, before it asks the index of terms instead (a
-# filter that admits fewer than one memory in 20).
+# as many times more, _WALKS times in all, before it asks the index of terms instead: a
+# filter that admits fewer than one memory in 20 is the index's (an adapter's mark on
+# every item of it is the walk's).
 _WALKED_PAGES = 4
 _WALKS = 2
 
