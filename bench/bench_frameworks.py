@@ -1,7 +1,7 @@
 """What the framework adapters cost, beside the frameworks' own stores. Prints tables;
 never a test.
 
-    pip install -e '.[test]' langgraph-checkpoint-sqlite    # LangGraph's SqliteStore
+    pip install -e '.[test,dev]'      # LangGraph's SqliteStore and PostgresStore among them
     python3 bench/bench_frameworks.py                        # SQLite and a throw-away PostgreSQL
     python3 bench/bench_frameworks.py --sqlite-only
 
@@ -12,7 +12,8 @@ In the same run, on files in one folder:
   new item, put replacing an item, each the median of 200 calls, and search of the
   namespace without a query (the usual "load this user's memories"), alone and with a
   filter, the median of 50: memory_frameworks.langgraph's LangGraphStore on each engine
-  against LangGraph's SqliteStore (no index either side).
+  against LangGraph's SqliteStore and, on the same server, its PostgresStore (no index
+  either side).
 - The Agents SDK: a session of 100 or 10,000 items; add_items of one item and
   get_items(limit=1), the median of 200, and pop_item (its item added back after each),
   the median of 50: AgentsSession on each engine against the SDK's SQLiteSession.
@@ -95,6 +96,12 @@ def langgraph_table(locations: list[tuple[str, Callable[[], str]]],
         with SqliteStore.from_conn_string(str(folder / f"langgraph-{size}.db")) as theirs:
             theirs.setup()
             table.append(langgraph_row("LangGraph's SqliteStore", theirs, size))
+        for engine, location in locations:
+            if engine == "PostgreSQL":  # the same server, a database of its own
+                from langgraph.store.postgres import PostgresStore
+                with PostgresStore.from_conn_string(location()) as theirs:
+                    theirs.setup()
+                    table.append(langgraph_row("LangGraph's PostgresStore", theirs, size))
     return table
 
 
