@@ -431,3 +431,12 @@ def test_text_fields_as_sqlite_store_s_index_config_names_them(target: str) -> N
         by_other = lg.search(("n",), query="lisbon portugal")
     assert by_field[0].score is not None and by_other[0].score is not None
     assert by_field[0].score > 0.9 > by_other[0].score  # "where" is neither embedded nor text
+
+
+@pytest.mark.parametrize("value", [{"v": "a\x00b"}, {"k" * 513: 1}, {"v": 2**60},
+                                   {"v": float("nan")}])
+def test_a_value_the_store_cannot_hold_is_a_value_error_and_writes_nothing(
+        lg: LangGraphStore, value: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        lg.batch([PutOp(("n",), "ok", {"v": 1}), PutOp(("n",), "bad", value)])
+    assert lg.search(("n",)) == []
