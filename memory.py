@@ -194,8 +194,8 @@ INDEX_FROM = 16
 # A memory weighs one for each _WEIGHED_BY characters of its text begun: a memory of the
 # default MAX_TEXT weighs one, so INDEX_FROM counts memories, while a long text (max_text
 # up to 1,000,000) is indexed at once, not read and split into words at every recall (15
-# texts of 1,000,000 characters made a small owner's recall cost 0.3 s, under the store's
-# lock, which every other user of the store then waited for).
+# texts of 1,000,000 characters made a small owner's recall cost about a second, under
+# the store's lock, which every other user of the store then waited for).
 _WEIGHED_BY = 2000
 # Each connection's page cache: the word index of a large store is written in key order
 # per word, i.e. all over the file.
@@ -468,10 +468,6 @@ _SQLITE_VERSION_8 = (
     "CREATE INDEX memory_fields_id ON memory_fields (user_id, id)",
 )
 
-# Version 10 weighs each owner's memories (_weight), which decides whether its words are
-# indexed, as it counts them.
-_SQLITE_ADD_WEIGHT = "ALTER TABLE memory_counts ADD COLUMN weight INTEGER NOT NULL DEFAULT 0"
-
 # Version 9 holds each owner's vectors again in sealed blocks, so that recall past the
 # kept budget reads a scope's vectors a blob at a time, not a row at a time (2.7 us a row
 # through sqlite3, 30 times numpy's own cost of scoring it). A block is some of one
@@ -499,6 +495,9 @@ _SQLITE_VERSION_9 = (
     " (user_id, task_id, first_id, last_id)",
 )
 
+# Version 10 weighs each owner's memories (_weight), which decides whether its words are
+# indexed, as it counts them.
+_SQLITE_ADD_WEIGHT = "ALTER TABLE memory_counts ADD COLUMN weight INTEGER NOT NULL DEFAULT 0"
 _SQLITE_VERSION_10 = (*_SQLITE_VERSION_9, _SQLITE_ADD_WEIGHT)
 
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
