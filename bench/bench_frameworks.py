@@ -19,8 +19,9 @@ In the same run, on files in one folder:
   the median of 50: AgentsSession on each engine against the SDK's SQLiteSession.
 - Google ADK: a session of 100 or 1,000 events added; then add_session_to_memory of the
   session grown by one event (as a runner's callback adds it after each turn), the median
-  of 20, and search_memory of 3 words, the median of 200: ADKMemoryService on each engine
-  against ADK's InMemoryMemoryService (which keeps no file and matches words only).
+  of 20, and search_memory of 3 words, the median of 200, with how many memories it
+  returns: ADKMemoryService on each engine against ADK's InMemoryMemoryService (which
+  keeps no file and matches words only) and its SqliteMemoryService (a file, FTS5).
 """
 
 from __future__ import annotations
@@ -172,17 +173,22 @@ async def adk_row(name: str, service: Any, size: int) -> dict[str, Any]:
         await service.add_session_to_memory(session)
         times.append(time.perf_counter() - start)
     queries = itertools.cycle([" ".join(chooser.choices(WORDS, k=3)) for _ in range(50)])
-    searched = []
+    searched, returned = [], []
     for _ in range(CALLS):
         start = time.perf_counter()
-        await service.search_memory(app_name="bench", user_id="alice", query=next(queries))
+        found = await service.search_memory(app_name="bench", user_id="alice",
+                                            query=next(queries))
         searched.append(time.perf_counter() - start)
+        returned.append(len(found.memories))
     return {"service": name, "events": size,
             "add_session_to_memory (one new) p50 ms": statistics.median(times) * 1000,
-            "search_memory p50 ms": statistics.median(searched) * 1000}
+            "search_memory p50 ms": statistics.median(searched) * 1000,
+            "memories a search returns, median": statistics.median(returned)}
 
 
-def adk_table(locations: list[tuple[str, Callable[[], str]]]) -> list[dict[str, Any]]:
+def adk_table(locations: list[tuple[str, Callable[[], str]]],
+              folder: Path) -> list[dict[str, Any]]:
+    from google.adk.memory import SqliteMemoryService
     from google.adk.memory.in_memory_memory_service import InMemoryMemoryService
 
     from memory_frameworks.adk import ADKMemoryService
@@ -194,6 +200,8 @@ def adk_table(locations: list[tuple[str, Callable[[], str]]]) -> list[dict[str, 
             mine.close()
         table.append(asyncio.run(adk_row("ADK's InMemoryMemoryService",
                                          InMemoryMemoryService(), size)))
+        table.append(asyncio.run(adk_row("ADK's SqliteMemoryService", SqliteMemoryService(
+            folder / f"adk-{size}.db"), size)))
     return table
 
 
@@ -217,7 +225,7 @@ def main() -> None:
     try:
         for title, table in [("LangGraph", langgraph_table(engines, folder)),
                              ("The Agents SDK", agents_table(engines, folder)),
-                             ("Google ADK", adk_table(engines))]:
+                             ("Google ADK", adk_table(engines, folder))]:
             print(f"\n{title}\n\n{format_table(table)}")
     finally:
         if server is not None:
