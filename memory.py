@@ -2844,8 +2844,8 @@ def _weigh_every_owner(db: _Session) -> None:
             rule = rule or _rule_of(matching)
             task = task_key or None
             rows = db.execute(_SQL_OWNER_TEXTS, (user, task_key, task)).fetchall()
-            _add_postings(db, _postings_of(((memory_id, user, task, text, created_at)
-                                            for memory_id, text, created_at in rows), rule), {})
+            _index_words(db, ((memory_id, user, task, text, created_at)
+                              for memory_id, text, created_at in rows), rule, index_from)
 
 
 def _upgrade_to_10(db: _SqliteEngine) -> None:
@@ -6276,6 +6276,11 @@ def _json_lines(file: str) -> Iterator[tuple[int, Any]]:
                 yield number, _json_line(number, line)
 
 
+def _longest_text(args: argparse.Namespace) -> int:
+    """The longest text the command's store takes: its --max-text, where it has one."""
+    return getattr(args, "max_text", None) or MAX_TEXT
+
+
 def _load_records(args: argparse.Namespace) -> None:
     """Read and check import's records before the store is opened, so that bad input
     does not even create the file; a bad record is named by its line."""
@@ -6287,7 +6292,7 @@ def _load_records(args: argparse.Namespace) -> None:
                                " name their own user and task")
     numbered = list(_json_lines(args.file))
     args.lines, records = [n for n, _ in numbered], [record for _, record in numbered]
-    longest = args.max_text or MAX_TEXT
+    longest = _longest_text(args)
     try:
         _one_key_each(_each_valid(records, lambda record: _record_row(record, longest),
                                   "record"), "record")
@@ -6361,7 +6366,7 @@ def _load_server_memory(args: argparse.Namespace) -> None:
     scope = Scope(args.user, args.task or _MCP_DEFAULT_TASK)
     level = "user" if args.task is None else "task"
     args.items = []
-    longest = args.max_text or MAX_TEXT
+    longest = _longest_text(args)
     facts: collections.Counter[str] = collections.Counter()  # each entity's, so far
     for number, line in _json_lines(args.file):
         try:
@@ -6386,7 +6391,7 @@ def _load_text(args: argparse.Namespace) -> None:
         except UnicodeDecodeError:
             raise MemoryInputError("standard input is not UTF-8") from None
     row = _new_row(Scope(args.user, args.task), args.level, args.text, args.source, args.ttl,
-                   max_text=args.max_text or MAX_TEXT)
+                   max_text=_longest_text(args))
     if row.ttl is not None:
         _expiry(system_clock(), row.ttl)
 
@@ -6610,7 +6615,7 @@ def _open_ranked(args: argparse.Namespace, embedder: Embedder | None) -> MemoryS
     # store that exists keeps its rule.
     ranking = RECOMMENDED.copy()
     del ranking["matching"]
-    longest = getattr(args, "max_text", None) or MAX_TEXT
+    longest = _longest_text(args)
     if args.opens == _READS:
         return MemoryStore(args.path, read_only=True, embedder=embedder, **ranking)
     if args.opens == _CREATES:

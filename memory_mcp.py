@@ -461,6 +461,7 @@ _REFUSALS: tuple[tuple[type[Exception], str], ...] = (
     (jwt.DecodeError, "the token is not a well-formed JWT"),
 )
 _REFUSAL = "memory.refusal"  # the request scope's key for it
+_NO_BEARER = "a bearer token is required"
 #: The refusal of the token being verified, set by the verifier in the request's task.
 _refused: contextvars.ContextVar[str | None] = contextvars.ContextVar(_REFUSAL, default=None)
 
@@ -518,7 +519,7 @@ class _Backend(BearerAuthBackend):
         if found is None:
             bearer = conn.headers.get("authorization", "").lower().startswith("bearer ")
             conn.scope[_REFUSAL] = (_refused.get() or "the token has expired" if bearer
-                                    else "a bearer token is required")
+                                    else _NO_BEARER)
         return found
 
 
@@ -529,8 +530,7 @@ class _Required(RequireAuthMiddleware):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if not isinstance(scope.get("user"), AuthenticatedUser):
             await self._send_auth_error(send, status_code=401, error="invalid_token",
-                                        description=scope.get(_REFUSAL, "a bearer token is"
-                                                              " required"))
+                                        description=scope.get(_REFUSAL, _NO_BEARER))
             return
         await super().__call__(scope, receive, send)
 

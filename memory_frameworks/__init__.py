@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +44,20 @@ def identifier(name: str, what: str) -> str:
     if IDENTIFIER.fullmatch(name) and not name.startswith(_DIGESTED):
         return name
     return _DIGESTED + hashlib.sha256(name.encode()).hexdigest()[:62]
+
+
+# A record's key, as the store keys the memory that holds it: at most this long.
+_LONGEST_KEY = 512
+
+
+def record_key(*names: str) -> str:
+    """The store's key for a framework's record named by `names` (a namespace and a key,
+    a session and an event): their JSON where it is printable and short enough, else its
+    digest."""
+    named = json.dumps(names, ensure_ascii=False, separators=(",", ":"))
+    if len(named) <= _LONGEST_KEY and named.isprintable():
+        return named
+    return "sha256:" + hashlib.sha256(named.encode()).hexdigest()
 
 
 # A framework's session id stands for itself as a conversation where it can: printable,

@@ -17,8 +17,6 @@ the rest.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import os
 import uuid
@@ -27,7 +25,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from memory import MAX_LIMIT, MAX_QUERY, Memory, MemoryStore, Recalled, Scope
-from memory_frameworks import conversation, identifier, needs, store_of
+from memory_frameworks import conversation, identifier, needs, record_key, store_of
 
 with needs("adk"):
     from google.adk.events.event import Event
@@ -46,7 +44,8 @@ LONGEST_TEXT = 1_000_000
 NO_SESSION = "__unknown_session_id__"
 #: The conversation of the memories add_memory is given explicitly.
 EXPLICIT = "__memory__"
-_LONGEST_KEY = 512
+# Every kept event's metadata holds it: recall's filter of the service's memories.
+_MARK = {"adk.v": 1}
 # recall gives at most MAX_LIMIT a call and pages as deep as this.
 _DEEPEST_OFFSET = 10_000
 
@@ -57,13 +56,6 @@ def _text(event: Event) -> str | None:
         return None
     said = "\n".join(part.text for part in event.content.parts if part.text and not part.thought)
     return said if said.strip() else None
-
-
-def _key(session_id: str, event_id: str) -> str:
-    named = json.dumps([session_id, event_id], ensure_ascii=False, separators=(",", ":"))
-    if len(named) <= _LONGEST_KEY and named.isprintable():
-        return named
-    return "sha256:" + hashlib.sha256(named.encode()).hexdigest()
 
 
 class ADKMemoryService(BaseMemoryService):
@@ -110,7 +102,7 @@ class ADKMemoryService(BaseMemoryService):
         known = await asyncio.to_thread(self._kept_keys, scope, talk)
         rows = []
         for event, text in fresh:
-            key = _key(session_id, event.id)
+            key = record_key(session_id, event.id)
             if key in known:
                 continue
             known.add(key)
@@ -145,7 +137,7 @@ class ADKMemoryService(BaseMemoryService):
             event = entry.id or uuid.uuid4().hex
             custom = {**(custom_metadata or {}), **(entry.custom_metadata or {})}
             rows.append({"scope": scope, "level": "task", "text": text,
-                         "source": f"{EXPLICIT}/event", "key": _key(EXPLICIT, event),
+                         "source": f"{EXPLICIT}/event", "key": record_key(EXPLICIT, event),
                          "metadata": {"adk": {"v": 1, "session": EXPLICIT, "event": event,
                                               "author": entry.author,
                                               "role": entry.content.role, "at": None,
@@ -216,10 +208,6 @@ def _unexplained(memory: Recalled) -> Recalled:
     return cast(Recalled, {name: value for name, value in memory.items() if name != "why"})
 
 
-# Every kept event's metadata holds it: recall's filter of the service's memories.
-_MARK = {"adk.v": 1}
-
-
 def _seconds(timestamp: object) -> float | None:
     """An event's time, where it is one a datetime holds (an event may say 1e20)."""
     if type(timestamp) not in (int, float):
@@ -238,11 +226,10 @@ def _own(memory: Memory | Recalled) -> dict[str, Any] | None:
     skipped and logged by id."""
     meta = memory.get("metadata")
     adk = meta.get("adk") if isinstance(meta, dict) else None
-    if memory["level"] == "task" and memory["source"].endswith("/event") \
-            and isinstance(adk, dict) and adk.get("v") == 1 \
+    if memory["level"] == "task" and isinstance(adk, dict) and adk.get("v") == 1 \
             and isinstance(session := adk.get("session"), str) \
             and isinstance(event := adk.get("event"), str) \
-            and memory.get("key") == _key(session, event) \
+            and memory.get("key") == record_key(session, event) \
             and memory["source"] == f"{conversation(session)}/event" \
             and all(adk.get(name) is None or isinstance(adk[name], str)
                     for name in ("author", "role", "timestamp")) \

@@ -21,7 +21,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
-import hashlib
 import itertools
 import json
 import logging
@@ -34,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
 from memory import RECOMMENDED, Memory, MemoryStore, Rank, Scope
-from memory_frameworks import identifier, needs
+from memory_frameworks import identifier, needs, record_key
 
 with needs("langgraph"):
     from langgraph.store.base import (
@@ -66,8 +65,6 @@ LONGEST_TEXT = 1_000_000
 # offset goes.
 _RECALL_PAGE = 20
 _DEEPEST_OFFSET = 10_000
-# A record's key: the [labels..., key] JSON where it is printable and short enough.
-_LONGEST_KEY = 512
 # A memory takes at most 16 texts to embed (one vector each).
 _MOST_TEXTS = 16
 _SOURCE = "langgraph"
@@ -106,13 +103,6 @@ def _named(embed: object) -> str:
             return f"{type(embed).__qualname__}:{getattr(embed, name)}"
     kind = embed if callable(embed) and not hasattr(embed, "embed_documents") else type(embed)
     return f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', '?')}"
-
-
-def _record_key(namespace: tuple[str, ...], key: str) -> str:
-    named = json.dumps([*namespace, key], ensure_ascii=False, separators=(",", ":"))
-    if len(named) <= _LONGEST_KEY and named.isprintable():
-        return named
-    return "sha256:" + hashlib.sha256(named.encode()).hexdigest()
 
 
 def _prefixes(namespace: tuple[str, ...]) -> dict[str, str]:
@@ -341,7 +331,7 @@ class LangGraphStore(BaseStore):
                     and all(type(label) is str for label in namespace) \
                     and type(key) is str and isinstance(meta.get("value"), dict) \
                     and (minutes is None or type(minutes) in (int, float)) \
-                    and found.get("key") == _record_key(tuple(namespace), key) \
+                    and found.get("key") == record_key(*namespace, key) \
                     and (self.user is not None
                          or self._scope(tuple(namespace)) == scope):
                 record = _Record(tuple(namespace), key, meta["value"], minutes)
@@ -370,7 +360,7 @@ class LangGraphStore(BaseStore):
 
     def _get(self, op: GetOp, refreshed: dict[tuple[Scope, float], list[int]]) -> Item | None:
         scope = self._scope(op.namespace)
-        found = self.store.get(scope, key=_record_key(op.namespace, op.key))
+        found = self.store.get(scope, key=record_key(*op.namespace, op.key))
         # get(key=) falls back to the user level's key: a memory there is no item.
         record = None if found is None or found["level"] != "task" \
             else self._record_of(scope, found)
@@ -477,7 +467,7 @@ class LangGraphStore(BaseStore):
             self.store.remember_many(written)
         for (namespace, key), op in last.items():
             if op.value is None:
-                self.store.forget(self._scope(namespace), key=_record_key(namespace, key))
+                self.store.forget(self._scope(namespace), key=record_key(*namespace, key))
 
     def _record(self, namespace: tuple[str, ...], key: str, op: PutOp) -> dict[str, Any]:
         """The remember_many item of one put."""
@@ -499,7 +489,7 @@ class LangGraphStore(BaseStore):
         return {"scope": self._scope(namespace), "level": "task",
                 "text": shown if shown.strip() else json.dumps(value),
                 "source": _SOURCE, "ttl": None if minutes is None else float(minutes) * 60,
-                "key": _record_key(namespace, key), "embed": embed,
+                "key": record_key(*namespace, key), "embed": embed,
                 "metadata": {"langgraph": {"v": 1, "namespace": list(namespace), "key": key,
                                            "p": _prefixes(namespace), "ttl": minutes,
                                            "indexed": indexed}, "value": value}}
