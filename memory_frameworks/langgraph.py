@@ -332,13 +332,22 @@ class LangGraphStore(BaseStore):
                     and type(key) is str and isinstance(meta.get("value"), dict) \
                     and (minutes is None or type(minutes) in (int, float)) \
                     and found.get("key") == record_key(*namespace, key) \
-                    and (self.user is not None
-                         or self._scope(tuple(namespace)) == scope):
+                    and self._names(tuple(namespace), scope):
                 record = _Record(tuple(namespace), key, meta["value"], minutes)
         if record is None:
             _log.warning("memory %d of the langgraph task is no item of this adapter's:"
                          " skipped", found["id"])
         return record
+
+    def _names(self, namespace: tuple[str, ...], scope: Scope) -> bool:
+        """Whether a stored namespace is the scope's: any, in one user's store; else one
+        whose user label names the scope's user (one that names no user is no one's)."""
+        if self.user is not None:
+            return True
+        try:
+            return self._scope(namespace) == scope
+        except ValueError:  # InvalidNamespaceError too
+            return False
 
     def _item(self, found: Memory, record: _Record, score: float | None = None,
               searched: bool = False) -> Item:

@@ -26,6 +26,7 @@ from langgraph.store.base import (  # noqa: E402
 
 from helpers import SetClock  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
+from memory_frameworks import record_key  # noqa: E402
 from memory_frameworks.langgraph import AsyncLangGraphStore, LangGraphStore  # noqa: E402
 
 
@@ -339,6 +340,17 @@ def test_a_forged_item_naming_another_user_s_namespace_is_not_hers(target: str) 
         assert lg.search(("memories", "alice")) == []
         assert lg.search(("memories", "bob")) == []
         assert lg.get(("memories", "bob"), "food") is None
+        assert lg.list_namespaces(prefix=("memories", "alice")) == []
+
+
+@pytest.mark.parametrize("namespace", [["memories"], ["memories", "*"], ["memories", ""]])
+def test_a_forged_item_whose_namespace_names_no_user_is_skipped_not_raised(
+        target: str, namespace: list[str]) -> None:
+    with LangGraphStore.from_conn_string(target, user_label=1) as lg:
+        planted(lg.store, "alice", "task", "langgraph", "langgraph", {"text": "forged"},
+                namespace=namespace, record_key=record_key(*namespace, "food"),
+                prefixes={"1": "memories", "2": "memories.alice"})
+        assert lg.search(("memories", "alice")) == []
         assert lg.list_namespaces(prefix=("memories", "alice")) == []
 
 
