@@ -46,6 +46,10 @@ NO_SESSION = "__unknown_session_id__"
 EXPLICIT = "__memory__"
 # Every kept event's metadata holds it: recall's filter of the service's memories.
 _MARK = {"adk.v": 1}
+# A session's newest memories, read before an add to tell its new events.
+_NEWEST = 32
+# Events looked for by id in one filter ($in takes at most 100 values).
+_MOST_ASKED = 100
 # recall gives at most MAX_LIMIT a call and pages as deep as this.
 _DEEPEST_OFFSET = 10_000
 
@@ -95,31 +99,43 @@ class ADKMemoryService(BaseMemoryService):
     async def _add(self, scope: Scope, session_id: str, events: Iterable[Event]) -> None:
         if not isinstance(session_id, str):
             raise ValueError("the session id must be a str")
-        fresh = [(event, text) for event in events if (text := _text(event)) is not None]
-        if not fresh:
-            return
-        talk = conversation(session_id)
-        known = await asyncio.to_thread(self._kept_keys, scope, talk)
-        rows = []
-        for event, text in fresh:
-            key = record_key(session_id, event.id)
-            if key in known:
-                continue
-            known.add(key)
-            role = event.content.role if event.content is not None else None
-            rows.append({"scope": scope, "level": "task", "text": text,
-                         "source": f"{talk}/event", "key": key,
-                         "metadata": {"adk": {"v": 1, "session": session_id, "event": event.id,
-                                              "author": event.author, "role": role,
-                                              "at": _seconds(event.timestamp)}}})
+        given = list(events)
+        rows = await asyncio.to_thread(self._unkept, scope, session_id, given)
         if rows:
             await asyncio.to_thread(self.store.remember_many, rows)
-        _log.info("kept %d new events of %d", len(rows), len(fresh))
+        _log.info("kept %d new events of %d", len(rows), len(given))
 
-    def _kept_keys(self, scope: Scope, talk: str) -> set[str]:
-        """The keys of the events the session keeps already."""
-        kept = self.store.memories(scope, conversation=talk)
-        return {str(memory.get("key")) for memory in kept if _own(memory) is not None}
+    def _unkept(self, scope: Scope, session_id: str, events: list[Event]
+                ) -> list[dict[str, Any]]:
+        """The rows of the events with text the session does not keep yet, oldest first,
+        each event once. A session only grows (ADK adds it again after each turn): the
+        events after the newest one among its newest memories are its new ones; where
+        none of those is one of the events, each of the events is looked for by its id."""
+        talk = conversation(session_id)
+        newest = self.store.memories(scope, conversation=talk, newest_first=True,
+                                     limit=_NEWEST)
+        known = _keys(newest)
+        unkept: dict[str, tuple[Event, str]] = {}
+        for event in reversed(events):
+            if (text := _text(event)) is None:
+                continue
+            key = record_key(session_id, event.id)
+            if key in known:
+                break
+            unkept.pop(key, None)  # an event given twice takes its first place
+            unkept[key] = (event, text)
+        if len(newest) == _NEWEST and unkept:  # the newest memories are not all of them
+            ids = sorted({event.id for event, _ in unkept.values()})
+            for start in range(0, len(ids), _MOST_ASKED):
+                known |= _keys(self.store.memories(scope, where={
+                    **_MARK, "adk.session": session_id,
+                    "adk.event": {"$in": ids[start:start + _MOST_ASKED]}}))
+        return [{"scope": scope, "level": "task", "text": text, "source": f"{talk}/event",
+                 "key": key, "metadata": {"adk": {
+                     "v": 1, "session": session_id, "event": event.id, "author": event.author,
+                     "role": event.content.role if event.content is not None else None,
+                     "at": _seconds(event.timestamp)}}}
+                for key, (event, text) in reversed(unkept.items()) if key not in known]
 
     async def add_memory(self, *, app_name: str, user_id: str,
                          memories: Sequence[MemoryEntry],
@@ -196,6 +212,11 @@ class ADKMemoryService(BaseMemoryService):
         """Close the MemoryStore if this service opened it; again: nothing."""
         if self._owned:
             self.store.close()
+
+
+def _keys(memories: list[Memory]) -> set[str]:
+    """The keys of the events among these memories."""
+    return {str(memory.get("key")) for memory in memories if _own(memory) is not None}
 
 
 def _matches(memory: Recalled) -> bool:

@@ -71,6 +71,61 @@ def test_a_growing_session_is_kept_once_per_event(target: str) -> None:
     asyncio.run(run())
 
 
+def numbered(count: int, start: int = 0) -> list[Event]:
+    return [event("user", f"turn {n} of the trip", float(n), event_id=f"e{n}")
+            for n in range(start, start + count)]
+
+
+def test_adding_a_grown_session_reads_its_newest_memories_not_all(target: str) -> None:
+    # A runner adds the whole session after each turn: one new event of a long session
+    # costs a page of its newest memories, not a read of every one it keeps.
+    async def run() -> None:
+        service = ADKMemoryService(target)
+        scope = service.scope("travel", "alice")
+        events = numbered(200)
+        await service.add_session_to_memory(session(events))
+        reads: list[int] = []
+        memories = service.store.memories
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            found = memories(*args, **kwargs)
+            reads.append(len(found))
+            return found
+
+        service.store.memories = counted  # type: ignore[method-assign]
+        events += numbered(1, 200)
+        await service.add_session_to_memory(session(events))
+        assert sum(reads) < 40
+        service.store.memories = memories  # type: ignore[method-assign]
+        assert [m["text"] for m in service.store.memories(scope)] == [
+            f"turn {n} of the trip" for n in range(201)]
+        service.close()
+
+    asyncio.run(run())
+
+
+def test_more_new_events_than_a_page_and_old_ones_given_again_are_each_kept_once(
+        target: str) -> None:
+    async def run() -> None:
+        service = ADKMemoryService(target)
+        scope = service.scope("travel", "alice")
+        await service.add_session_to_memory(session(numbered(10)))
+        await service.add_session_to_memory(session(numbered(250)))  # 240 new at once
+        first = [m["id"] for m in service.store.memories(scope)]
+        for again in (numbered(60, 20), numbered(5, 3), numbered(150)):  # none rewritten
+            await service.add_events_to_memory(app_name="travel", user_id="alice",
+                                               events=again, session_id="s1")
+        assert [m["id"] for m in service.store.memories(scope)] == first
+        # An event given twice in one add is kept once, in its first place.
+        await service.add_events_to_memory(app_name="travel", user_id="alice", events=[
+            *numbered(1, 250), *numbered(1, 251), *numbered(1, 250)], session_id="s1")
+        assert [m["text"] for m in service.store.memories(scope)] == [
+            f"turn {n} of the trip" for n in range(252)]
+        service.close()
+
+    asyncio.run(run())
+
+
 def test_a_search_gives_the_best_first_with_author_and_time(target: str) -> None:
     async def run() -> Any:
         service = ADKMemoryService(target)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import sqlite3
 import threading
 from typing import Any
 
@@ -507,6 +508,37 @@ def test_the_newest_of_a_conversation_is_read_from_its_index(store: MemoryStore)
     assert [m["id"] for m in newest] == [mine[2]] and [m["id"] for m in below] == [mine[0]]
     reads = [s for s in statements if "FROM memories" in s and "conversation = " in s]
     assert len(reads) == 2 and "ORDER BY id DESC LIMIT" in reads[0]
+
+
+def test_a_rare_value_beside_a_mark_on_every_memory_is_read_from_the_index_alone(
+        tmp_path: pathlib.Path) -> None:
+    """An adapter's filter: its mark, on all 1,200 memories, and a value one holds. The
+    rarest equality's ids are read, the others tested on those alone; the page comes
+    from the index, not from walking down the newest; the memories by their ids."""
+    path = str(tmp_path / "memory.db")
+    with MemoryStore(path) as store:
+        ids = store.remember_many([(ALICE, "user", f"note {n}", "s", None, None,
+                                    {"mark": 1, "n": n, "odd": n % 2}) for n in range(1_200)])
+        statements: list[str] = []
+        store.db.set_trace_callback(statements.append)
+        rare = {"mark": 1, "n": {"$in": [600, 601, 5_000]}, "odd": {"$ne": 0}}
+        listed = store.memories(ALICE, where=rare, newest_first=True, limit=5)
+        recalled = store.recall(ALICE, "note", 5, where=rare)
+        counted = store.count(ALICE, where=rare)
+        store.db.set_trace_callback(None)
+    assert [m["id"] for m in listed] == [r["id"] for r in recalled] == [ids[601]]
+    assert counted == 1
+    db = sqlite3.connect(path)
+    fields = [s for s in statements if s.startswith("SELECT term, id FROM memory_fields")]
+    # Per call: the two ids of n, then the mark of each and the one even n among them.
+    assert fields and sum(len(db.execute(s).fetchall()) for s in fields) == 3 * 5
+    assert not any("ORDER BY id DESC LIMIT" in s for s in statements)
+    by_ids = [s for s in statements if s.startswith("SELECT id,") and "json_each" in s]
+    assert by_ids
+    for statement in by_ids:
+        plan = " ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {statement}"))
+        assert "memories USING INTEGER PRIMARY KEY" in plan, plan
+    db.close()
 
 
 def test_a_blank_metadata_key_is_reached_by_a_filter(store: MemoryStore) -> None:
