@@ -607,13 +607,13 @@ _SQL_FORGET_FIELDS = _sql(
 _SQL_DELETE_FIELDS_OF_USER = _sql(
     "DELETE FROM memory_fields WHERE user_id = ? AND id IN (SELECT value FROM json_each(?))")
 _SQL_ERASE_FIELDS = _sql("DELETE FROM memory_fields WHERE user_id = ?")
-# The metadata of the scope's memories that have some (a range filter reads them), or of
-# some of them.
-_SQL_SCOPE_METADATA = _sql(
-    f"SELECT id, metadata FROM memories {_IN_SCOPE} AND metadata IS NOT NULL")
-_SQL_SOME_METADATA = _sql(
-    f"SELECT id, metadata FROM memories {_IN_SCOPE} AND metadata IS NOT NULL"
-    " AND id IN (SELECT value FROM json_each(?))")
+# What the tests of a filter that the index of terms cannot answer read (its ordering
+# tests, combinations and the memories' own fields) of the scope's memories, or of some.
+_SQL_SCOPE_FACTS = _sql(
+    f"SELECT id, metadata, created_at, updated_at, key, source FROM memories {_IN_SCOPE}")
+_SQL_SOME_FACTS = _sql(
+    "SELECT id, metadata, created_at, updated_at, key, source FROM memories NOT INDEXED"
+    f" {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))")
 # The memories of the scope whose text has the key: those of the same text, and rarely
 # others (a key is a hash), which the store tells apart by their text.
 # On PostgreSQL the key's hash index finds the row; the user is compared under the "C"
@@ -1493,7 +1493,14 @@ _MOST_IN = 100
 # A term longer than this is kept as its hash: an index key stays small on either engine.
 _LONGEST_TERM = 200
 _ORDERED = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
-_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", *_ORDERED})
+_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$contains", *_ORDERED})
+# The memory's own fields, which a filter reaches under these paths (times as instants).
+_TIMES = ("$created_at", "$updated_at")
+_FIELDS = (*_TIMES, "$key", "$source")
+_COMBINING = ("$and", "$or", "$not")
+# The conditions of a filter at all its levels together, and how deep its combinations go.
+_MOST_CONDITIONS = 64
+_DEEPEST_WHERE = 8
 
 
 def _check_key(key: object) -> str | None:
@@ -1665,20 +1672,62 @@ def _comparable(one: Any, other: Any) -> bool:
     return (number(one) and number(other)) or (type(one) is str and type(other) is str)
 
 
+class _Facts(NamedTuple):
+    """What a filter reads of a memory: its metadata (a dict, or None) and its own fields."""
+
+    metadata: Any
+    created_at: str
+    updated_at: str | None
+    key: str | None
+    source: str
+
+    def at(self, path: tuple[str, ...]) -> tuple[bool, Any]:
+        """Whether the memory has a value at the path, and the value: a time as the UTC
+        instant it names (none for a reading without an offset)."""
+        if path[0] in _TIMES:
+            reading = self.created_at if path[0] == "$created_at" else \
+                self.updated_at or self.created_at  # a memory never replaced: created
+            try:
+                instant = _utc_form(path[0], reading)
+            except (ValueError, MemoryInputError):
+                instant = None
+            return instant is not None, instant
+        if path[0] == "$key":
+            return self.key is not None, self.key
+        if path[0] == "$source":
+            return True, self.source
+        return _value_at(self.metadata, path)
+
+
 class _Condition(NamedTuple):
-    """One path's test in a filter: `op` of _OPERATORS, `value` its operand ($in and $nin:
-    a list). The equalities are looked up by their terms; the ordering tests are run on
-    each memory's metadata (holds)."""
+    """One test of a filter: `op` of _OPERATORS at a path (a metadata path, or one of
+    _FIELDS), its operand `value` ($in and $nin: a list); or `op` of _COMBINING over
+    filters, `value` their lists of conditions ($not: one). The index of terms answers
+    the equalities of metadata paths (`indexed`); the rest hold or fail on each memory's
+    facts."""
 
     path: tuple[str, ...]
     op: str
     value: Any
 
-    def holds(self, metadata: Any) -> bool:
-        """Whether an ordering test holds for the metadata."""
-        found, value = _value_at(metadata, self.path)
-        return found and _comparable(value, self.value) and \
-            bool(_ORDERED[self.op](value, self.value))
+    @property
+    def indexed(self) -> bool:
+        return self.op in ("$eq", "$in", "$ne", "$nin") and self.path[0] not in _FIELDS
+
+    def holds(self, facts: _Facts) -> bool:
+        """Whether the test holds for a memory of these facts."""
+        if self.op in _COMBINING:
+            met = [all(condition.holds(facts) for condition in part) for part in self.value]
+            return any(met) if self.op == "$or" else all(met) != (self.op == "$not")
+        found, value = facts.at(self.path)
+        if self.op in _ORDERED:
+            return found and _comparable(value, self.value) and \
+                bool(_ORDERED[self.op](value, self.value))
+        if self.op == "$contains":
+            return found and isinstance(value, list) and _term(self.path, self.value) in {
+                _term(self.path, item) for item in value}
+        held = found and _term(self.path, value) in self.terms()
+        return held == (self.op in ("$eq", "$in"))
 
     def terms(self) -> list[str]:
         """The terms whose memories an equality holds for ($eq, $in) or fails ($ne, $nin)."""
@@ -1686,23 +1735,28 @@ class _Condition(NamedTuple):
                 (self.value if self.op in ("$in", "$nin") else [self.value])]
 
 
-def _admitting(conditions: list[_Condition]) -> Callable[[str | None], bool]:
-    """Whether a filter admits a memory of this metadata, as the index of its terms and
-    the ordering tests together do (_Planner.admitted)."""
-    tests = [(condition, None if condition.op in _ORDERED else frozenset(condition.terms()))
+def _facts_of(row: _MemoryRow) -> _Facts:
+    return _Facts(_metadata_of(row.metadata), row.created_at, row.updated_at, row.key,
+                  row.source)
+
+
+def _admitting(conditions: list[_Condition]) -> Callable[[_MemoryRow], bool]:
+    """Whether a filter admits a memory, as the index of its terms and the tests on each
+    memory's facts together do (_Planner.admitted)."""
+    tests = [(condition, frozenset(condition.terms()) if condition.indexed else None)
              for condition in conditions]
     # Rows share their values (an adapter's mark on each): each scalar's term made once.
     known: dict[tuple[int, type, Any], bool] = {}
 
-    def admits(metadata: str | None) -> bool:
-        found = {} if metadata is None else _metadata_of(metadata)
+    def admits(row: _MemoryRow) -> bool:
+        facts = _facts_of(row)
         for place, (condition, terms) in enumerate(tests):
             if terms is None:
-                if not condition.holds(found):
+                if not condition.holds(facts):
                     return False
                 continue
             # The one term of the path the index may hold for this memory (_terms).
-            held, value = _value_at(found, condition.path)
+            held, value = _value_at(facts.metadata, condition.path)
             if held and isinstance(value, (str, int, float, bool)):
                 seen = (place, type(value), value)
                 if seen not in known:
@@ -1725,44 +1779,101 @@ def _check_where(where: object) -> list[_Condition] | None:
     return _encoded("where", where, _conditions)[1]
 
 
-def _conditions(where: object) -> list[_Condition]:
+def _conditions(where: object, depth: int = 0, counted: list[int] | None = None
+                ) -> list[_Condition]:
+    """The conditions of a filter (all must hold), its combinations' filters within
+    _DEEPEST_WHERE levels, _MOST_CONDITIONS in all."""
+    counted = [0] if counted is None else counted
     if not isinstance(where, dict):
         raise MemoryInputError(f"where must be a dict of paths, got {_described(where)}")
     if len(where) > _MOST_PATHS:
         raise MemoryInputError(f"where has {len(where)} paths, more than {_MOST_PATHS}")
+    if depth > _DEEPEST_WHERE:
+        raise MemoryInputError(f"where nests $and, $or and $not more than {_DEEPEST_WHERE}"
+                               " levels deep")
     conditions = []
     for path, test in where.items():
-        if type(path) is not str or not 0 < len(path) <= _MAX_KEY:
-            raise MemoryInputError(f"a path of where must be a str of 1 to {_MAX_KEY}"
-                                   f" characters, got {_described(path)}")
-        keys = tuple(path.split("."))
-        if not all(keys):
-            raise MemoryInputError("a path of where has an empty key (a leading, trailing"
-                                   " or doubled '.')")
-        # A metadata key may be blank (all spaces): so may a path's, to reach it.
-        _check_text("a path of where", path, _MAX_KEY, blank=True)
+        counted[0] += 1
+        if counted[0] > _MOST_CONDITIONS:
+            raise MemoryInputError(f"where has more than {_MOST_CONDITIONS} conditions")
+        if path in _COMBINING:
+            conditions.append(_combined(path, test, depth, counted))
+            continue
+        keys = _where_path(path)
         operators = isinstance(test, dict) and any(
             isinstance(name, str) and name.startswith("$") for name in test)
         if not operators:
-            _check_json("a value of where", test)
-            conditions.append(_Condition(keys, "$eq", test))
+            conditions.append(_tested(keys, "$eq", test))
             continue
         assert isinstance(test, dict)
         for op, value in test.items():
-            if op not in _OPERATORS:
-                raise MemoryInputError("where has an unknown operator (not one of"
-                                       f" {', '.join(sorted(_OPERATORS))}): {_described(op)}")
-            _check_json("a value of where", value)
-            if op in _ORDERED and not _comparable(value, value):
-                raise MemoryInputError(f"{op} compares a number or a str, got"
-                                       f" {_described(value)}")
-            if op in ("$in", "$nin") and (not isinstance(value, (list, tuple))
-                                          or len(value) > _MOST_IN):
-                raise MemoryInputError(f"{op} takes a list of at most {_MOST_IN} values,"
-                                       f" got {_described(value)}")
-            conditions.append(_Condition(keys, op, list(value) if op in ("$in", "$nin")
-                                         else value))
+            conditions.append(_tested(keys, op, value))
     return conditions
+
+
+def _combined(op: str, test: object, depth: int, counted: list[int]) -> _Condition:
+    if op == "$not":
+        if not isinstance(test, dict) or not test:
+            raise MemoryInputError(f"$not takes a filter (a dict), got {_described(test)}")
+        return _Condition((), op, [_conditions(test, depth + 1, counted)])
+    if not isinstance(test, (list, tuple)) or not 0 < len(test) <= _MOST_PATHS:
+        raise MemoryInputError(f"{op} takes a list of 1 to {_MOST_PATHS} filters, got"
+                               f" {_described(test)}")
+    return _Condition((), op, [_conditions(part, depth + 1, counted) for part in test])
+
+
+def _where_path(path: object) -> tuple[str, ...]:
+    """A filter's path as its keys: a dotted path into the metadata, or one of _FIELDS."""
+    if type(path) is not str or not 0 < len(path) <= _MAX_KEY:
+        raise MemoryInputError(f"a path of where must be a str of 1 to {_MAX_KEY}"
+                               f" characters, got {_described(path)}")
+    if path in _FIELDS:
+        return (path,)
+    if path.startswith("$"):  # read as a metadata key, a misspelt $or would match nothing
+        raise MemoryInputError("where has an unknown combination or field (not one of"
+                               f" {', '.join((*_COMBINING, *_FIELDS))}): {_described(path)}")
+    keys = tuple(path.split("."))
+    if not all(keys):
+        raise MemoryInputError("a path of where has an empty key (a leading, trailing"
+                               " or doubled '.')")
+    # A metadata key may be blank (all spaces): so may a path's, to reach it.
+    _check_text("a path of where", path, _MAX_KEY, blank=True)
+    return keys
+
+
+def _tested(keys: tuple[str, ...], op: object, value: Any) -> _Condition:
+    """One operator's test at a path, its operand checked (a time as its UTC instant)."""
+    if op not in _OPERATORS:
+        raise MemoryInputError("where has an unknown operator (not one of"
+                               f" {', '.join(sorted(_OPERATORS))}): {_described(op)}")
+    assert isinstance(op, str)
+    _check_json("a value of where", value)
+    if op in _ORDERED and not _comparable(value, value):
+        raise MemoryInputError(f"{op} compares a number or a str, got {_described(value)}")
+    if op in ("$in", "$nin") and (not isinstance(value, (list, tuple))
+                                  or len(value) > _MOST_IN):
+        raise MemoryInputError(f"{op} takes a list of at most {_MOST_IN} values,"
+                               f" got {_described(value)}")
+    operands = list(value) if op in ("$in", "$nin") else [value]
+    if keys[0] in _FIELDS:
+        if op == "$contains":
+            raise MemoryInputError(f"$contains tests a list in the metadata, not {keys[0]}")
+        if not all(type(operand) is str for operand in operands):
+            raise MemoryInputError(f"{keys[0]} compares a str, got {_described(value)}")
+        if keys[0] in _TIMES:
+            operands = [_filter_instant(keys[0], operand) for operand in operands]
+    return _Condition(keys, op, operands if op in ("$in", "$nin") else operands[0])
+
+
+def _filter_instant(name: str, reading: str) -> str:
+    """An ISO 8601 time with a UTC offset, as the instant a filter compares."""
+    try:
+        instant = _utc_form(name, reading)
+    except ValueError:
+        instant = None
+    if instant is None:
+        raise MemoryInputError(f"{name} compares an ISO 8601 time with a UTC offset")
+    return instant
 
 
 class _Admitted:
@@ -5063,7 +5174,7 @@ class _Planner(_Part):
         for _ in range(_WALKS):
             rows = _newest_down(db, key, page.after, below, min(_MAX_ID, asked))
             found += [row for row in map(_MemoryRow._make, rows) if row.id not in expired
-                      and admits(row.metadata)]
+                      and admits(row)]
             if len(found) >= page.limit or len(rows) < asked:
                 return [row.memory() for row in found[:page.limit]]
             below, asked = rows[-1][0], asked * _WALKED_PAGES
@@ -5336,10 +5447,10 @@ class _Planner(_Part):
 
     def admitted(self, db: _Session, key: _ScopeKey, conditions: list[_Condition],
                  rarest: tuple[_Condition, int] | None = None) -> _Admitted:
-        """The memories of the scope a filter admits: equalities from the index of terms
-        (those of $ne and $nin excluded), then the ordering tests on the metadata of the
-        memories left (the scope's, where no equality narrowed them)."""
-        exact = [condition for condition in conditions if condition.op not in _ORDERED]
+        """The memories of the scope a filter admits: equalities of metadata paths from the
+        index of terms (those of $ne and $nin excluded), then the other tests on the facts
+        of the memories left (the scope's, where no equality narrowed them)."""
+        exact = [condition for condition in conditions if condition.indexed]
         terms = sorted({term for condition in exact for term in condition.terms()})
         holders: dict[str, set[int]] = collections.defaultdict(set)
         if rarest is None and len(exact) > 1:
@@ -5362,12 +5473,13 @@ class _Planner(_Part):
                 allowed = held if allowed is None else allowed & held
             else:
                 excluded |= held
-        ordered = [condition for condition in conditions if condition.op in _ORDERED]
-        if ordered:
-            found = (db.execute(_SQL_SCOPE_METADATA, key) if allowed is None else
-                     db.execute(_SQL_SOME_METADATA, (*key, json.dumps(sorted(allowed)))))
-            allowed = {memory_id for memory_id, text in found
-                       if all(condition.holds(_metadata_of(text)) for condition in ordered)}
+        tested = [condition for condition in conditions if not condition.indexed]
+        if tested:
+            found = (db.execute(_SQL_SCOPE_FACTS, key) if allowed is None else
+                     db.execute(_SQL_SOME_FACTS, (*key, json.dumps(sorted(allowed)))))
+            allowed = {memory_id for memory_id, metadata, *fields in found
+                       if all(condition.holds(_Facts(_metadata_of(metadata), *fields))
+                              for condition in tested)}
         return _Admitted(allowed, excluded)
 
     @staticmethod
@@ -5375,7 +5487,8 @@ class _Planner(_Part):
                ) -> tuple[_Condition, int] | None:
         """The equality ($eq, $in) of a filter held by the fewest memories, with how many
         (counted to _COUNTED); None for a filter with none."""
-        allowing = [condition for condition in conditions if condition.op in ("$eq", "$in")]
+        allowing = [condition for condition in conditions
+                    if condition.indexed and condition.op in ("$eq", "$in")]
         if not allowing:
             return None
         terms = sorted({term for condition in allowing for term in condition.terms()})
@@ -5718,11 +5831,14 @@ class MemoryStore:
         the query's words, the idf of each; over every memory the scope sees. Without
         an embedder, as rank="idf".
 
-        With `where`, the best of the memories whose metadata the filter admits, each
-        scored as without it: {path: value} is equality, {path: {op: value}} a test by
-        $eq $ne $gt $gte $lt $lte $in $nin (ordering compares numbers with numbers,
-        strings with strings); a path is a key or a dotted path into nested objects;
-        every path must hold; $ne and $nin hold where the path is missing. With
+        With `where`, the best of the memories the filter admits, each scored as without
+        it: {path: value} is equality, {path: {op: value}} a test by $eq $ne $gt $gte $lt
+        $lte $in $nin $contains (ordering compares numbers with numbers, strings with
+        strings; $contains: a list at the path holds the value); a path is a metadata key
+        or a dotted path into nested objects, or the memory's own $created_at,
+        $updated_at (ISO times with an offset, compared as instants), $key or $source;
+        every path must hold; $ne and $nin hold where the path is missing; $and and $or
+        take lists of filters, $not a filter, at any level. With
         `offset`, the ranking from that place on (an int to 10,000): pages of one query
         concatenate to the unpaged ranking."""
         scope = _check_scope(scope)
@@ -6721,8 +6837,9 @@ def _parser() -> argparse.ArgumentParser:
                          " down with --before)")
     listing.add_argument("--before", type=_bounded_int(1, _MAX_ID), metavar="ID",
                          help="only those with ids below ID (the last of the page before)")
-    where = ("only the memories whose metadata the JSON filter admits: {\"path\": value}, or"
-             " {\"path\": {\"$op\": value}} with $eq $ne $gt $gte $lt $lte $in $nin")
+    where = ("only the memories the JSON filter admits: {\"path\": value}, or"
+             " {\"path\": {\"$op\": value}} with $eq $ne $gt $gte $lt $lte $in $nin"
+             " $contains; paths $created_at $updated_at $key $source; $and $or $not")
     listing.add_argument("--where", type=_json_argument, metavar="JSON", help=where)
     recall = command("recall", _run_recall, _READS,
                      "the memories that best match QUERY, as JSON Lines", user=True, task=True,

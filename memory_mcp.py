@@ -79,9 +79,12 @@ _MCP_MEMORY_ID = {"type": "integer", "minimum": 1, "description": "a memory's id
                   " remember, recall or list_memories gave it"}
 
 
-_MCP_WHERE = {"type": "object", "description": "only memories whose metadata this filter"
-              " admits: {\"path\": value} for equality, or {\"path\": {\"$op\": value}} with"
-              " $eq $ne $gt $gte $lt $lte $in $nin; a dotted path reaches into objects"}
+_MCP_WHERE = {"type": "object", "description": "only memories this filter admits:"
+              " {\"path\": value} for equality, or {\"path\": {\"$op\": value}} with"
+              " $eq $ne $gt $gte $lt $lte $in $nin $contains; a dotted path reaches into"
+              " the metadata's objects; $created_at and $updated_at (ISO times with an"
+              " offset), $key and $source test the memory itself; {\"$or\": [filters]},"
+              " {\"$and\": [filters]}, {\"$not\": filter}"}
 
 
 def _mcp_object(properties: dict[str, Any], *required: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ import math
 import pathlib
 import sqlite3
 import threading
-from typing import Any
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, cast
 
 import pytest
 from embedders import ConceptEmbedder
@@ -168,17 +169,21 @@ def test_a_bad_filter_is_refused_naming_the_problem_never_the_value(
                                      "\\", "%s", "?", "$eq"])
 def test_filter_paths_and_values_reach_sql_only_as_parameters(
         store: MemoryStore, hostile: str) -> None:
-    held = store.remember(ALICE, "user", "Alice likes tea.", "s",
-                          metadata={hostile: hostile, "n": 1})
-    store.remember(BOB, "user", "Bob likes tea.", "s", metadata={hostile: hostile, "n": 1})
-    store.remember(ALICE_WORK, "task", "Tea at work.", "s", metadata={hostile: hostile})
-    assert [m["id"] for m in store.memories(ALICE, where={hostile: hostile})] == [held]
-    assert store.count(ALICE, where={hostile: hostile}) == 1  # not the other task's
-    found = store.recall(ALICE, "tea", where={hostile: {"$gte": hostile}})
+    # Nested: a top-level path beginning with "$" is a combination or a field's.
+    given = {"m": {hostile: hostile}, "n": 1}
+    path = f"m.{hostile}"
+    held = store.remember(ALICE, "user", "Alice likes tea.", "s", metadata=given)
+    store.remember(BOB, "user", "Bob likes tea.", "s", metadata=given)
+    store.remember(ALICE_WORK, "task", "Tea at work.", "s", metadata={"m": {hostile: hostile}})
+    assert [m["id"] for m in store.memories(ALICE, where={path: hostile})] == [held]
+    assert store.count(ALICE, where={path: hostile}) == 1  # not the other task's
+    found = store.recall(ALICE, "tea", where={path: {"$gte": hostile}})
     assert [r["id"] for r in found] == [held]
-    assert store.count(ALICE, where={hostile: {"$ne": hostile}}) == 0
-    assert store.forget_where(ALICE, {hostile: {"$in": [hostile]}}) == 1
-    assert store.count(BOB) == 1 and store.count(ALICE_WORK, where={hostile: hostile}) == 1
+    assert store.count(ALICE, where={path: {"$ne": hostile}}) == 0
+    assert store.count(ALICE, where={"$or": [{path: hostile}, {"$key": hostile}]}) == 1
+    assert store.count(ALICE, where={"$source": hostile}) == 0
+    assert store.forget_where(ALICE, {path: {"$in": [hostile]}}) == 1
+    assert store.count(BOB) == 1 and store.count(ALICE_WORK, where={path: hostile}) == 1
 
 
 def test_a_memory_s_metadata_terms_leave_with_it(target: str, clock: SetClock) -> None:
@@ -236,6 +241,85 @@ def test_each_operator_and_dotted_paths(store: MemoryStore) -> None:
     assert found({"kind": "fact", "flag": {"$ne": True}}) == {"d"}
     assert found({"kind": {"$in": []}}) == set()
     assert found({"missing": None}) == set()
+
+
+def test_or_and_not_contains_and_the_memory_s_own_fields(target: str, clock: SetClock) -> None:
+    with MemoryStore(target, clock=clock) as store:
+        ids = {
+            "a": store.remember(ALICE, "user", "a about tea", "chat/1",
+                                metadata={"kind": "pref", "tags": ["x", 1]}),
+            "b": store.remember(ALICE, "user", "b about tea", "chat/2", key="notes/b",
+                                metadata={"kind": "fact", "tags": ["y"]}),
+        }
+        clock.advance(3600)
+        ids["c"] = store.remember(ALICE, "task", "c about tea", "mail/1", key="notes/c")
+        ids["d"] = store.remember(ALICE, "task", "d about tea", "chat/3",
+                                  metadata={"kind": "pref", "tags": "x"})
+        clock.advance(3600)
+        ids["b"] = store.remember(ALICE, "user", "b again about tea", "chat/4", key="notes/b",
+                                  metadata={"kind": "fact"})
+        first = store.get(ALICE, ids["a"])["created_at"]  # type: ignore[index]
+        later = (datetime.fromisoformat(first) + timedelta(minutes=30)).astimezone(
+            timezone(timedelta(hours=5))).isoformat()  # another offset, one instant
+
+        def found(where: dict[str, Any]) -> set[str]:
+            listed = {m["id"] for m in store.memories(ALICE, where=where)}
+            recalled = {r["id"] for r in store.recall(ALICE, "tea", 20, where=where)}
+            newest = {m["id"] for m in store.memories(ALICE, where=where, newest_first=True,
+                                                      limit=2)}
+            assert listed == recalled and store.count(ALICE, where=where) == len(listed)
+            assert newest == set(sorted(listed)[-2:])
+            return {name for name, memory_id in ids.items() if memory_id in listed}
+
+        assert found({"$or": [{"kind": "fact"}, {"$source": "mail/1"}]}) == {"b", "c"}
+        assert found({"$and": [{"kind": "pref"}, {"$not": {"$source": "chat/1"}}]}) == {"d"}
+        assert found({"$not": {"kind": {"$in": ["pref", "fact"]}}}) == {"c"}
+        assert found({"$or": [{"$and": [{"kind": "pref"}, {"tags": {"$contains": 1.0}}]},
+                              {"$key": {"$gte": "notes/c"}}]}) == {"a", "c"}
+        assert found({"tags": {"$contains": "x"}}) == {"a"}  # d's "x" is no list
+        assert found({"$key": {"$ne": "notes/c"}}) == {"a", "b", "d"}  # no key is unequal
+        assert found({"$key": {"$in": ["notes/b", "other"]}}) == {"b"}
+        assert found({"$source": {"$gt": "chat/3"}}) == {"b", "c"}
+        assert found({"$created_at": {"$lt": later}}) == {"a", "b"}  # b keeps a's time
+        assert found({"$created_at": {"$gte": later}, "kind": "pref"}) == {"d"}
+        assert found({"$updated_at": {"$gt": later}}) == {"b", "c", "d"}
+        assert found({"$created_at": first}) == {"a", "b"}
+        assert store.forget_where(ALICE, {"$or": [{"$key": "notes/c"}, {"kind": "fact"}]}) == 2
+        assert found({}) == {"a", "d"}
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    ({"$Or": [{"a": 1}]}, "unknown combination or field"),
+    ({"$or": []}, "takes a list of 1 to"),
+    ({"$or": {"a": 1}}, "takes a list of 1 to"),
+    ({"$not": {}}, r"\$not takes a filter"),
+    ({"$not": [{"a": 1}]}, r"\$not takes a filter"),
+    ({"$created_at": {"$lt": "2026-01-01"}}, "ISO 8601 time with a UTC offset"),
+    ({"$created_at": {"$lt": "yesterday"}}, "ISO 8601 time with a UTC offset"),
+    ({"$key": 3}, r"\$key compares a str"),
+    ({"$source": {"$contains": "x"}}, r"\$contains tests a list"),
+    ({"tags": {"$has": 1}}, "unknown operator"),
+])
+def test_a_bad_combination_or_field_is_refused(store: MemoryStore, where: Any,
+                                               message: str) -> None:
+    store.remember(ALICE, "user", "kept", "s", metadata={"a": 1})
+    with pytest.raises(MemoryInputError, match=message):
+        store.memories(ALICE, where=where)
+    with pytest.raises(MemoryInputError, match=message):
+        store.forget_where(ALICE, where)
+    assert store.count(ALICE) == 1
+
+
+def test_a_filter_nests_and_counts_within_bounds(store: MemoryStore) -> None:
+    deep: dict[str, Any] = {"a": 1}
+    for _ in range(8):
+        deep = {"$and": [deep]}
+    assert store.count(ALICE, where=deep) == 0
+    with pytest.raises(MemoryInputError, match="more than 8 levels deep"):
+        store.count(ALICE, where={"$and": [deep]})
+    wide = {"$or": [{f"p{n}": n for n in range(16)} for _ in range(4)]}
+    with pytest.raises(MemoryInputError, match="more than 64 conditions"):
+        store.count(ALICE, where=wide)
 
 
 def test_recall_with_a_filter_finds_a_match_that_many_newer_ones_would_hide(
@@ -405,11 +489,15 @@ def test_two_writers_racing_on_one_key_leave_one_memory(target: str) -> None:
 # -- the filter and the pages against the slow, obvious way -------------------------------
 
 KINDS = st.sampled_from(["pref", "fact", "note"])
+SOURCES = st.sampled_from(["c/1", "c/2", "d/1", "plain"])
+TIMES = st.sampled_from(["2026-10-20T09:05:00+00:00", "2026-10-20T11:10:00+02:00",
+                         "2026-10-20T09:20:30Z"])
 METADATA = st.one_of(st.none(), st.fixed_dictionaries(
     {"kind": KINDS}, optional={
         "n": st.sampled_from([0, 1, 1.0, 2.5, 3, "2"]),
-        "who": st.fixed_dictionaries({"team": st.sampled_from(["a", "b"])})}))
-FILTERS = st.one_of(
+        "who": st.fixed_dictionaries({"team": st.sampled_from(["a", "b"])}),
+        "tags": st.lists(st.sampled_from(["x", "y", 1, 1.0]), max_size=2)}))
+TESTS = st.one_of(
     st.builds(lambda k: {"kind": k}, KINDS),
     st.builds(lambda k: {"kind": {"$ne": k}}, KINDS),
     st.builds(lambda ks: {"kind": {"$in": ks}}, st.lists(KINDS, max_size=2)),
@@ -418,42 +506,78 @@ FILTERS = st.one_of(
               st.sampled_from([0, 1, 2, "2", "1"])),
     st.builds(lambda t: {"who.team": t}, st.sampled_from(["a", "b"])),
     st.builds(lambda k, t: {"kind": k, "who.team": {"$ne": t}}, KINDS, st.sampled_from(["a", "b"])),
+    st.builds(lambda v: {"tags": {"$contains": v}}, st.sampled_from(["x", 1, 1.5])),
+    st.builds(lambda op, v: {"$source": {op: v}}, st.sampled_from(["$eq", "$ne", "$gt"]),
+              SOURCES),
+    st.builds(lambda vs: {"$source": {"$in": vs}}, st.lists(SOURCES, max_size=2)),
+    st.builds(lambda op: {"$key": {op: "k"}}, st.sampled_from(["$eq", "$ne", "$lt"])),
+    st.builds(lambda field, op, t: {field: {op: t}},
+              st.sampled_from(["$created_at", "$updated_at"]),
+              st.sampled_from(["$gt", "$gte", "$lt", "$lte", "$eq", "$ne"]), TIMES),
 )
+FILTERS = st.recursive(TESTS, lambda inner: st.one_of(
+    st.builds(lambda parts: {"$or": parts}, st.lists(inner, min_size=1, max_size=3)),
+    st.builds(lambda parts: {"$and": parts}, st.lists(inner, min_size=1, max_size=3)),
+    st.builds(lambda part: {"$not": part}, inner),
+    st.builds(lambda one, other: {**one, **other}, inner, inner)), max_leaves=5)
 WORDS = ["hotel", "lisbon", "tea", "train", "seat"]
 
 
-def admits(where: dict[str, Any], metadata: dict[str, Any] | None) -> bool:
-    """The filter's rule, written out: every path holds."""
+def admits(where: dict[str, Any], memory: dict[str, Any]) -> bool:
+    """The filter's rule, written out: every path holds, and every combination."""
     for path, test in where.items():
-        value: Any = metadata
-        found = True
-        for part in path.split("."):
-            if isinstance(value, dict) and part in value:
-                value = value[part]
-            else:
-                found = False
+        if path in ("$and", "$or", "$not"):
+            met = [admits(part, memory) for part in (test if path != "$not" else [test])]
+            if not {"$and": all(met), "$or": any(met), "$not": not all(met)}[path]:
+                return False
+            continue
+        found, value = value_at(path, memory)
         tests = test if isinstance(test, dict) else {"$eq": test}
         for op, operand in tests.items():
-            def same(a: Any, b: Any) -> bool:
-                return type(a) is type(b) or {type(a), type(b)} <= {int, float} and a == b
-            equal = found and same(value, operand) and value == operand
-            inside = found and any(same(value, o) and value == o for o in operand) \
-                if op in ("$in", "$nin") else False
-            numbers = {type(value), type(operand)} <= {int, float}
-            strings = type(value) is str and type(operand) is str
-            ordered = found and (numbers or strings)
-            holds = {"$eq": equal, "$ne": not equal, "$in": inside, "$nin": not inside,
-                     "$gt": ordered and value > operand, "$gte": ordered and value >= operand,
-                     "$lt": ordered and value < operand, "$lte": ordered and value <= operand}[op]
-            if not holds:
+            if path in ("$created_at", "$updated_at"):
+                operand = instant(operand)
+            if not holds(op, found, value, operand):
                 return False
     return True
+
+
+def instant(reading: str) -> str:
+    return datetime.fromisoformat(reading).astimezone(UTC).isoformat()
+
+
+def value_at(path: str, memory: dict[str, Any]) -> tuple[bool, Any]:
+    if path in ("$source", "$key"):
+        return memory.get(path[1:]) is not None, memory.get(path[1:])
+    if path in ("$created_at", "$updated_at"):
+        return True, instant(memory.get(path[1:]) or memory["created_at"])
+    value: Any = memory.get("metadata")
+    for part in path.split("."):
+        if not (isinstance(value, dict) and part in value):
+            return False, None
+        value = value[part]
+    return True, value
+
+
+def holds(op: str, found: bool, value: Any, operand: Any) -> bool:
+    def same(a: Any, b: Any) -> bool:
+        return (type(a) is type(b) or {type(a), type(b)} <= {int, float}) and a == b
+
+    equal = found and same(value, operand)
+    inside = found and op in ("$in", "$nin") and any(same(value, o) for o in operand)
+    numbers = {type(value), type(operand)} <= {int, float}
+    strings = type(value) is str and type(operand) is str
+    ordered = found and (numbers or strings)
+    return {"$eq": equal, "$ne": not equal, "$in": inside, "$nin": not inside,
+            "$gt": ordered and value > operand, "$gte": ordered and value >= operand,
+            "$lt": ordered and value < operand, "$lte": ordered and value <= operand,
+            "$contains": found and isinstance(value, list)
+            and any(same(item, operand) for item in value)}[op]
 
 
 @settings(max_examples=40)
 @given(memories=st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
                                    st.sampled_from(["user", "task"]), METADATA,
-                                   st.sampled_from(["c/1", "c/2", "d/1", "plain"])),
+                                   SOURCES),
                          min_size=1, max_size=25),
        where=FILTERS, query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
        rank=st.sampled_from(["shared", "idf"]), context=st.booleans(),
@@ -466,7 +590,7 @@ def test_recall_with_a_filter_is_the_filtered_ranking_and_pages_are_its_slices(
         for words, level, metadata, source in memories:
             text = " ".join(words)
             memory_id = store.remember(ALICE, level, text, source, metadata=metadata)
-            held[memory_id] = metadata
+            held[memory_id] = cast(dict[str, Any], store.get(ALICE, memory_id))
             model.memories.append(model_memory(memory_id, level, text, source,
                                                store.get(ALICE, memory_id)))
         everything = model.recall(ALICE, " ".join(query), 10**6, rank, context)
