@@ -87,11 +87,11 @@ __all__ = [
     "AsyncMemoryStore", "ConnectionLost", "Embedder", "FixedClock", "IDENTIFIER", "Level",
     "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "Matching", "Memory", "MemoryInputError", "MemoryStore",
     "OutcomeUnknown", "RECOMMENDED", "Rank", "Recalled", "Record", "SCHEMA", "SCHEMA_VERSION",
-    "STOPWORDS", "SchemaError", "Scope", "StoreError", "StoreNotFound", "WORD",
-    "Why", "fixed_clock", "stems", "system_clock", "words",
+    "STOPWORDS", "SchemaError", "Scope", "StoreError", "StoreNotFound", "VersionConflict",
+    "WORD", "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -500,6 +500,11 @@ _SQLITE_VERSION_9 = (
 _SQLITE_ADD_WEIGHT = "ALTER TABLE memory_counts ADD COLUMN weight INTEGER NOT NULL DEFAULT 0"
 _SQLITE_VERSION_10 = (*_SQLITE_VERSION_9, _SQLITE_ADD_WEIGHT)
 
+# Version 11 gives each memory its version: 1 when written, one more than the memory it
+# replaces (under a key) or revises; NULL, in a memory written before it, is 1.
+_SQLITE_ADD_VERSION = "ALTER TABLE memories ADD COLUMN version INTEGER"
+_SQLITE_VERSION_11 = (*_SQLITE_VERSION_10, _SQLITE_ADD_VERSION)
+
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
@@ -515,6 +520,9 @@ _VECTOR_BLOCKS_FROM = 9
 # The version whose owners are indexed by the weight of their memories (by their count
 # before it).
 _WEIGHTS_FROM = 10
+# The version whose memories have versions (a file before it opened read-only is read
+# through a view that gives each none, which reads as 1).
+_VERSIONS_FROM = 11
 
 
 class _Layout(NamedTuple):
@@ -537,6 +545,7 @@ SQLITE_LAYOUTS = (
     _Layout(8, _SQLITE_VERSION_8),
     _Layout(9, _SQLITE_VERSION_9),
     _Layout(10, _SQLITE_VERSION_10),
+    _Layout(11, _SQLITE_VERSION_11),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -559,17 +568,17 @@ _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
 # which binds it at less cost (_Session.null).
 _SQL_INSERT = _sql(
     "INSERT INTO memories (id, user_id, task_id, text, source, created_at, expires_at,"
-    " text_key, conversation, key, metadata, updated_at, embed)"
+    " text_key, conversation, key, metadata, updated_at, embed, version)"
     " VALUES (?, ?, NULLIF(?, ''), ?, ?, ?, NULLIF(?, ''), ?, NULLIF(?, ''), NULLIF(?, ''),"
-    " NULLIF(?, ''), NULLIF(?, ''), NULLIF(?, ''))",
+    " NULLIF(?, ''), NULLIF(?, ''), NULLIF(?, ''), ?)",
     postgresql="INSERT INTO memories (id, user_id, task_id, text, source, created_at,"
-    " expires_at, text_key, conversation, key, metadata, updated_at, embed)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)",
+    " expires_at, text_key, conversation, key, metadata, updated_at, embed, version)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)",
     postgresql_many="INSERT INTO memories (id, user_id, task_id, text, source, created_at,"
-    " expires_at, text_key, conversation, key, metadata, updated_at, embed) SELECT i, u, t,"
-    " x, s, c, e, k, v, n, m::jsonb, a, b FROM unnest(" + ", ".join(
-        f"%b::{kind}[]" for kind in ("bigint", *["text"] * 12))
-    + ") AS given (i, u, t, x, s, c, e, k, v, n, m, a, b)")
+    " expires_at, text_key, conversation, key, metadata, updated_at, embed, version) SELECT"
+    " i, u, t, x, s, c, e, k, v, n, m::jsonb, a, b, r FROM unnest(" + ", ".join(
+        f"%b::{kind}[]" for kind in ("bigint", *["text"] * 12, "bigint"))
+    + ") AS given (i, u, t, x, s, c, e, k, v, n, m, a, b, r)")
 # The terms of memories' metadata (_terms), memory data as their memories are.
 _SQL_INSERT_FIELDS = _sql(
     "INSERT INTO memory_fields (user_id, term, id, task_id) VALUES (?, ?, ?, ?)",
@@ -652,6 +661,7 @@ class _MemoryRow(NamedTuple):
     key: str | None
     metadata: str | None  # JSON text, as both engines give it
     updated_at: str | None
+    version: int | None  # None: 1 (written before versions were kept)
 
     def fields(self) -> _Fields:
         return _Fields(id=self.id, level=_level_of(self.task_id), text=self.text,
@@ -663,7 +673,7 @@ class _MemoryRow(NamedTuple):
         if self.key is None and self.metadata is None:
             return {}
         return {"key": self.key, "metadata": _metadata_of(self.metadata),
-                "updated_at": self.updated_at}
+                "updated_at": self.updated_at, "version": self.version or 1}
 
     def memory(self) -> Memory:
         return cast(Memory, {**self.fields(), "expires_at": self.expires_at, **self.record()})
@@ -1179,9 +1189,14 @@ _SQLITE_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
 # a read-only connection may make, come before the file's under the same name).
 _SQLITE_AS_RECORDS = (
     "CREATE TEMP VIEW memories AS SELECT *, NULL AS key, NULL AS metadata,"
-    " NULL AS updated_at, NULL AS embed FROM main.memories",
+    " NULL AS updated_at, NULL AS embed, NULL AS version FROM main.memories",
     "CREATE TEMP TABLE memory_fields (user_id TEXT NOT NULL, term TEXT NOT NULL,"
     " id INTEGER NOT NULL, task_id TEXT, PRIMARY KEY (user_id, term, id))",
+)
+
+# A file from version 8 to 10 opened read-only: its memories without versions.
+_SQLITE_AS_VERSIONED = (
+    "CREATE TEMP VIEW memories AS SELECT *, NULL AS version FROM main.memories",
 )
 
 _log = logging.getLogger("memory")
@@ -1202,6 +1217,16 @@ class MemoryInputError(ValueError):
 
 class StoreError(RuntimeError):
     """The store could not carry out the operation: closed, read-only, full or locked."""
+
+
+class VersionConflict(StoreError):
+    """An if_version did not match the version of the memory it named; nothing changed."""
+
+    def __init__(self, current: int, expected: int, what: str = "the key") -> None:
+        held = f"holds a live memory at version {current}" if current else \
+            "holds no live memory (version 0)"
+        super().__init__(f"{what} {held}, not version {expected}")
+        self.current, self.expected = current, expected
 
 
 class SchemaError(StoreError):
@@ -1252,11 +1277,13 @@ class _Fields(TypedDict):
 
 class _Keyed(TypedDict, total=False):
     """What a memory with a key or metadata carries (both, None where it has one alone),
-    with when it was last replaced; a memory with neither has none of the three."""
+    with when it was last replaced and its version; a memory with neither has none of
+    the four."""
 
     key: str | None
     metadata: dict[str, Any] | None
     updated_at: str
+    version: int
 
 
 class _Stored(_Fields):
@@ -1309,6 +1336,7 @@ class _RecordOptions(TypedDict, total=False):
     metadata: dict[str, Any] | None
     updated_at: str
     embed: bool | list[str]
+    version: int
 
 
 class _RecordFields(TypedDict):
@@ -1325,7 +1353,8 @@ class _RecordFields(TypedDict):
 class Record(_RecordFields, _RecordOptions):
     """A memory as `export_user` writes it and `import_memories` reads it: task None at
     user level, expires_at None for never; a keyed memory, or one with metadata, has
-    key, metadata and updated_at too, and one not embedded from its text `embed`."""
+    key, metadata, updated_at and version too, and one not embedded from its text
+    `embed`."""
 
 
 def _check_identifier(name: str, value: object) -> str:
@@ -1915,6 +1944,8 @@ class _NewMemory(NamedTuple):
     embed: str | None = None  # _check_embed's
     updated_at: str | None = None
     first_created: str | None = None  # the created_at of the keyed memory it replaces
+    version: int | None = None  # None: 1, or one more than the memory it replaces
+    if_version: int | None = None  # the version its key's live memory must be at (0: none)
 
 
 _CREATED_AT = _NewMemory._fields.index("created_at")
@@ -1922,9 +1953,11 @@ _CREATED_AT = _NewMemory._fields.index("created_at")
 
 def _new_row(scope: Scope, level: str, text: str, source: str, ttl: float | None = None,
              key: object = None, metadata: object = None, embed: object = True, *,
-             max_text: int = MAX_TEXT) -> _NewMemory:
+             if_version: object = None, max_text: int = MAX_TEXT) -> _NewMemory:
     """Validate one memory to write."""
     checked = _check_scope(scope)
+    if if_version is not None and key is None:
+        raise MemoryInputError("if_version needs a key: it is the version of the key's memory")
     return _NewMemory(
         checked.user,
         checked.task if _check_level(level) == "task" else None,
@@ -1934,10 +1967,16 @@ def _new_row(scope: Scope, level: str, text: str, source: str, ttl: float | None
         key=_check_key(key),
         metadata=_check_metadata(metadata),
         embed=_check_embed(embed),
+        if_version=_check_if_version(if_version),
     )
 
 
-_ITEM_OPTIONS = ("ttl", "key", "metadata", "embed")
+def _check_if_version(if_version: object) -> int | None:
+    """A version a write requires: 0 for none live, else the live memory's."""
+    return None if if_version is None else _check_id(if_version, "if_version", least=0)
+
+
+_ITEM_OPTIONS = ("ttl", "key", "metadata", "embed", "if_version")
 
 
 def _item_row(item: object, max_text: int) -> _NewMemory:
@@ -2116,7 +2155,7 @@ RECORD_KEYS = ("id", "user", "task", "level", "text", "source", "created_at", "e
 _REQUIRED_KEYS = frozenset(RECORD_KEYS) - {"id", "expires_at"}
 
 
-_RECORD_OPTIONS = ("key", "metadata", "updated_at", "embed")
+_RECORD_OPTIONS = ("key", "metadata", "updated_at", "embed", "version")
 
 
 def _record_row(record: object, max_text: int = MAX_TEXT) -> _NewMemory:
@@ -2151,7 +2190,11 @@ def _record_row(record: object, max_text: int = MAX_TEXT) -> _NewMemory:
     row = _new_row(scope, level, record["text"], record["source"], key=record.get("key"),
                    metadata=record.get("metadata"), embed=record.get("embed", True),
                    max_text=max_text)
-    return row._replace(created_at=created_at, expires_at=expires_at, updated_at=updated_at)
+    version = record.get("version")
+    if version is not None:
+        version = _check_id(version, "version")
+    return row._replace(created_at=created_at, expires_at=expires_at, updated_at=updated_at,
+                        version=version)
 
 
 # -- clocks and words ------------------------------------------------------------------
@@ -2984,12 +3027,18 @@ def _upgrade_to_10(db: _SqliteEngine) -> None:
     _weigh_every_owner(db)
 
 
+def _upgrade_to_11(db: _SqliteEngine) -> None:
+    """Version 10's memories gain their versions (NULL: 1)."""
+    _execute_script(db, _SQLITE_VERSION_11[len(_SQLITE_VERSION_10):])
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
     _upgrade_to_6, _upgrade_to_7, _upgrade_to_8, _upgrade_to_9, _upgrade_to_10,
+    _upgrade_to_11,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -3197,6 +3246,8 @@ class _SqliteEngine(_Engine, _Session):
             self.has_weights = stamped >= _WEIGHTS_FROM
             if stamped < _RECORDS_FROM:
                 _execute_script(self, _SQLITE_AS_RECORDS)
+            elif stamped < _VERSIONS_FROM:
+                _execute_script(self, _SQLITE_AS_VERSIONED)
             return
         if not writable:
             raise SchemaError(f"the file is at schema version {stamped} and opened read-only")
@@ -4684,14 +4735,14 @@ class _Writes(_Part):
         """The `fresh` rows (positions in the call), having forgotten, in the write's
         transaction, the memory each keyed one's owner holds under its key (`held_keys`);
         the row then keeps that memory's created_at, if it was live (an import refuses it
-        instead: MemoryInputError naming the row's place in the call)."""
-        if not held_keys:
-            return [rows[position] for position in fresh]
-        now = self._store._read_instant()
+        instead: MemoryInputError naming the row's place in the call), and is its next
+        version (1 where none was live). A row's if_version other than the live one's
+        version (0: none) is VersionConflict, and nothing is written."""
+        now = self._store._read_instant() if held_keys else None
         written = []
         gone: dict[_ScopeKey, list[tuple[Any, ...]]] = collections.defaultdict(list)
         for position in fresh:
-            row, held = rows[position], held_keys.get(position)
+            row, held, current = rows[position], held_keys.get(position), 0
             if held is not None:
                 old = _MemoryRow(*held[0])
                 gone[_ScopeKey(row.user_id, row.task_id or "")] += held
@@ -4699,7 +4750,12 @@ class _Writes(_Part):
                     if noun == "record":  # an import keeps what it is given, or nothing
                         raise MemoryInputError(f"record {position}: its owner holds its key"
                                                " already", position)
-                    row = row._replace(first_created=old.created_at)
+                    row, current = row._replace(first_created=old.created_at), old.version or 1
+            if row.if_version is not None and row.if_version != current:
+                raise VersionConflict(current, row.if_version,
+                                      "the key" if noun is None else f"{noun} {position}'s key")
+            if row.key is not None and row.version is None:
+                row = row._replace(version=current + 1)
             written.append(row)
         for key, held in gone.items():
             self.delete(db, key, held)
@@ -4942,7 +4998,8 @@ class _Writes(_Part):
             values.append((memory_id, row.user_id, row.task_id or null, row.text, row.source,
                            created_at, expires_at or null, _text_key(row.text),
                            _conversation_of(row.source) or null, row.key or null,
-                           row.metadata or null, updated_at or null, row.embed or null))
+                           row.metadata or null, updated_at or null, row.embed or null,
+                           row.version or 1))
         return values
 
     def replace(self, db: _Session, key: _ScopeKey, old: _MemoryRow, new: _NewMemory) -> int:
@@ -4952,7 +5009,8 @@ class _Writes(_Part):
         self.delete(db, key, [old])
         (revised,) = self.write(db, [new._replace(
             task_id=old.task_id, expires_at=old.expires_at, key=old.key,
-            metadata=old.metadata, first_created=None if old.key is None else old.created_at)])
+            metadata=old.metadata, first_created=None if old.key is None else old.created_at,
+            version=(old.version or 1) + 1)])
         return revised
 
     def purge_expired(self, db: _Session, now: str) -> int:
@@ -5749,7 +5807,7 @@ class MemoryStore:
     def remember(self, scope: Scope, level: Level, text: str, source: str, *,
                  ttl: float | None = None, dedupe: bool = False, key: str | None = None,
                  metadata: dict[str, Any] | None = None,
-                 embed: bool | Sequence[str] = True) -> int:
+                 embed: bool | Sequence[str] = True, if_version: int | None = None) -> int:
         """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
         memory stops being live `ttl` seconds after it is written. With `dedupe`, a live
         memory of the same user, level (and task, at task level) whose text is the same
@@ -5760,9 +5818,14 @@ class MemoryStore:
         memory the owner holds under it is replaced in the same transaction, the new one
         keeping its created_at and updated now. `metadata`, a JSON object, is kept with
         it for `where` filters. `embed`: True embeds the text, False nothing (meaning
-        never finds it), a list of texts each (its cosine is the best of theirs)."""
+        never finds it), a list of texts each (its cosine is the best of theirs).
+
+        A keyed memory is at version 1 when its key holds no live memory, else at one
+        more than the one it replaces. With `if_version` (and a key), it is written only
+        where the key's live memory is at that version (0: where it holds none): else
+        VersionConflict, naming the version it is at, and nothing is written."""
         row = _new_row(scope, level, text, source, ttl, key=key, metadata=metadata,
-                       embed=embed, max_text=self.max_text)
+                       embed=embed, if_version=if_version, max_text=self.max_text)
         (memory_id,) = self._writes.insert([row], dedupe=dedupe)
         return memory_id
 
@@ -5959,12 +6022,14 @@ class MemoryStore:
             return self._planner.page(db, _ScopeKey(scope.user, scope.task), page)
 
     def forget(self, scope: Scope, memory_id: int | None = None, *,
-               key: str | None = None) -> bool:
+               key: str | None = None, if_version: int | None = None) -> bool:
         """Delete the memory (or the one holding `key`, as get finds it) if the scope can
         see it. False for any id or key it cannot see, whether unknown, another task's,
-        another user's or expired: all answer alike."""
+        another user's or expired: all answer alike. With `if_version`, only where the
+        memory is at that version: else VersionConflict, and nothing is deleted."""
         scope = _check_scope(scope)
-        return bool(self._forget(scope, *_by_id_or_key(scope, memory_id, key), first=True))
+        return bool(self._forget(scope, *_by_id_or_key(scope, memory_id, key), first=True,
+                                 expected=_check_if_version(if_version)))
 
     def forget_where(self, scope: Scope, where: dict[str, Any]) -> int:
         """Delete every live memory visible in the scope whose metadata the filter admits
@@ -5997,7 +6062,7 @@ class MemoryStore:
         return self._forget(scope, _SQL_VISIBLE_CONVERSATION, arguments)
 
     def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...],
-                first: bool = False) -> int:
+                first: bool = False, expected: int | None = None) -> int:
         key = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
             now = self._expiry_instant(db, key)
@@ -6006,6 +6071,8 @@ class MemoryStore:
             gone = expired()
             rows = [row for row in found() if row[0] not in gone]
             rows = rows[:1] if first else rows
+            if rows and expected is not None and expected != (_MemoryRow(*rows[0]).version or 1):
+                raise VersionConflict(_MemoryRow(*rows[0]).version or 1, expected, "the memory")
             deleted = self._writes.delete(db, key, rows, last=True)
         self._scrub()
         _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
@@ -6013,16 +6080,18 @@ class MemoryStore:
         return deleted
 
     def revise(self, scope: Scope, memory_id: int, text: str, source: str, *,
-               ttl: float | None = None) -> int | None:
+               ttl: float | None = None, if_version: int | None = None) -> int | None:
         """Correct a memory: in one transaction, forget the memory `memory_id` if the scope
         can see it and remember `text` at its level and task, expiring when it did unless
         `ttl` is given (then `ttl` seconds from now); the new id (the newest), or None,
         with nothing changed, for an id the scope cannot see. The new memory keeps the
-        old one's key (and so its created_at) and metadata, and is embedded from its
-        text."""
+        old one's key (and so its created_at) and metadata, is embedded from its text,
+        and is the next version of it. With `if_version`, only where the memory is at
+        that version: else VersionConflict, and nothing changed."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
+        expected = _check_if_version(if_version)
         # Validated before the transaction; its level (task) is the old memory's, set below.
         (new,) = self._writes.with_vectors([_new_row(scope, "user", text, source, ttl,
                                                      max_text=self.max_text)])
@@ -6034,7 +6103,10 @@ class MemoryStore:
             rows = [row for row in found if row[0] not in expired]
             if not rows:
                 return None
-            revised = self._writes.replace(db, key, _MemoryRow(*rows[0]), new)
+            old = _MemoryRow(*rows[0])
+            if expected is not None and expected != (old.version or 1):
+                raise VersionConflict(old.version or 1, expected, "the memory")
+            revised = self._writes.replace(db, key, old, new)
         self._scrub()
         _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
         return revised

@@ -55,7 +55,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 9
+POSTGRES_SCHEMA_VERSION = 10
 
 
 def _guarded(table: str) -> tuple[str, ...]:
@@ -142,7 +142,8 @@ _PG_POLICY = (
     "((user_id = ANY (string_to_array(current_setting('memory.user_ids'::text, true),"
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
 _PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY,
-                    5: _PG_POLICY, 6: _PG_POLICY, 7: _PG_POLICY, 8: _PG_POLICY, 9: _PG_POLICY}
+                    5: _PG_POLICY, 6: _PG_POLICY, 7: _PG_POLICY, 8: _PG_POLICY, 9: _PG_POLICY,
+                    10: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -229,6 +230,13 @@ _PG_HASH_TEXT_KEYS = (
 _PG_ADD_WEIGHTS = (
     "SELECT set_config('memory.operator', 'on', true)",
     "ALTER TABLE memory_counts ADD COLUMN weight BIGINT NOT NULL DEFAULT 0",
+)
+# Version 10: each memory's version, as SQLite's version 11 has it; keys compared byte by
+# byte (the "C" collation), so that the key index serves a range of keys by prefix in the
+# order SQLite gives, whatever the database's locale.
+_PG_ADD_VERSIONS = (
+    "ALTER TABLE memories ADD COLUMN version BIGINT",
+    'ALTER TABLE memories ALTER COLUMN key TYPE TEXT COLLATE "C"',
 )
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
@@ -402,6 +410,12 @@ def _add_weights(db: _PostgresSession) -> None:
     _weigh_every_owner(db)
 
 
+def _add_versions(db: _PostgresSession) -> None:
+    """Version 9's memories gain their versions (NULL: 1), and byte-ordered keys."""
+    for statement in _PG_ADD_VERSIONS:
+        db._send(statement)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
@@ -411,6 +425,7 @@ POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (7, _add_vector_blocks),
     (8, _hash_text_keys),
     (9, _add_weights),
+    (10, _add_versions),
 ]
 
 
