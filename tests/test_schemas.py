@@ -143,6 +143,27 @@ def test_a_version_8_file_keeps_its_keys_metadata_and_what_each_was_embedded_fro
         assert exported["embed"] == ["aisle seat", "long flights"]
 
 
+def test_a_version_11_file_keeps_its_versions_and_a_version_10_file_reads_them_as_1(
+        tmp_path: pathlib.Path) -> None:
+    path, recorded = release("version-11-a822b79", tmp_path)
+    dana = Scope("dana", "trip")
+    with MemoryStore(path) as store:
+        assert store.get(dana, key="seat") == recorded["keyed"]  # at version 3
+        with pytest.raises(memory.VersionConflict, match="at version 3, not version 2"):
+            store.remember(dana, "task", "Dana's seat: window.", "s", key="seat", if_version=2)
+        store.remember(dana, "task", "Dana's seat: window.", "s", key="seat", if_version=3)
+        assert store.get(dana, key="seat")["version"] == 4  # type: ignore[index]
+    path, _ = release("version-10-764d6da", tmp_path)
+    alice = Scope("alice", "trip")
+    with MemoryStore(path, read_only=True) as reader:
+        (keyed,) = [m for m in reader.memories(alice) if "key" in m]
+        assert keyed["version"] == 1
+    with MemoryStore(path) as store:  # upgraded: its keyed memories at 1, then 2
+        store.remember(alice, "user", "Alice's seat: window.", "s", key=keyed["key"],
+                       if_version=1)
+        assert store.get(alice, key=keyed["key"])["version"] == 2  # type: ignore[index]
+
+
 def test_a_file_from_before_keys_reads_as_memories_without_any_when_read_only(
         tmp_path: pathlib.Path) -> None:
     path, recorded = release("version-7-d54e473", tmp_path)
