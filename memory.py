@@ -704,6 +704,23 @@ _SQL_VISIBLE_KEY = _sql(
     postgresql=f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND (task_id IS"
     " NULL OR task_id = %s) AND coalesce(task_id, '') IN ('', %s) AND key = %s"
     " ORDER BY task_id IS NULL")
+# One owner's keyed memories from a key on, or after it (strictly), below another or not,
+# in key order: a range of the key index, on SQLite (user, owner, key); on PostgreSQL
+# (user, key), the owner tested.
+def _keys_in_range(after: bool, below: bool) -> _Sql:
+    bounds = f"key {'>' if after else '>='} ?" + (" AND key < ?" if below else "")
+    return _sql(
+        f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND ifnull(task_id, '') = ?"
+        f" AND {bounds} ORDER BY key LIMIT ?",
+        postgresql=f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND (task_id"
+        " IS NULL OR task_id = %s) AND coalesce(task_id, '') = %s AND"
+        f" {bounds.replace('?', '%s')} ORDER BY key LIMIT %s")
+
+
+_SQL_KEYS = {(after, below): _keys_in_range(after, below)
+             for after in (False, True) for below in (False, True)}
+_SQL_RENAME = _sql(
+    f"UPDATE memories SET key = ?, version = ?, updated_at = ? {_IN_SCOPE} AND id = ?")
 # The scope's memories that are no longer live, from the expiry index alone (it holds
 # task_id, and id is the rowid): few, since writes and purge_expired() delete them, and
 # returned as one JSON array, since a row apiece costs more than the lookup.
@@ -1969,6 +1986,12 @@ def _new_row(scope: Scope, level: str, text: str, source: str, ttl: float | None
         embed=_check_embed(embed),
         if_version=_check_if_version(if_version),
     )
+
+
+def _required(name: str, value: object) -> object:
+    if value is None:
+        raise MemoryInputError(f"{name} is required")
+    return value
 
 
 def _check_if_version(if_version: object) -> int | None:
@@ -4553,6 +4576,19 @@ def _by_id_or_key(scope: Scope, memory_id: object, key: object) -> tuple[str, tu
     return _SQL_VISIBLE_ID, (scope.user, scope.task, _check_id(memory_id))
 
 
+def _key_range(prefix: str, after: str | None) -> tuple[str, bool, str | None]:
+    """The keys that begin with `prefix` and come after `after`, as a range: its lower
+    bound, whether the bound is left out, and its upper bound, left out (None: no bound),
+    in code point order, which is SQLite's and PostgreSQL's "C" order of UTF-8 text."""
+    low, strict = (after, True) if after is not None and after >= prefix else (prefix, False)
+    head = prefix.rstrip(chr(sys.maxunicode))
+    if not head:
+        return low, strict, None
+    following = ord(head[-1]) + 1
+    # No key holds a surrogate: past U+D7FF the next character a key may hold is U+E000.
+    return low, strict, head[:-1] + chr(0xE000 if 0xD800 <= following <= 0xDFFF else following)
+
+
 def _level_of(task_id: str | None) -> Level:
     return "user" if task_id is None else "task"
 
@@ -5218,6 +5254,29 @@ class _Planner(_Part):
             found = [memory for memory in found if memory["id"] > first
                      and _conversation_of(memory["source"]) == talk]
         return found if most is None else found[:most]
+
+    def keyed(self, db: _Session, key: _ScopeKey, prefix: str, after: str | None,
+              most: int | None, conditions: list[_Condition] | None) -> list[_MemoryRow]:
+        """The live keyed memories of the scope whose keys begin with `prefix` and come
+        after `after`, in key order, each key as get finds it (the task's own over the user
+        level's), at most `most`; with `conditions`, those the filter admits (every key
+        of the range read)."""
+        expired = _expired_of(db, key, self._store._expiry_instant(db, key))
+        low, strict, high = _key_range(prefix, after)
+        asked = _MAX_ID if most is None or conditions is not None \
+            else min(_MAX_ID, most + len(expired))
+        found: dict[str, _MemoryRow] = {}
+        in_range = _SQL_KEYS[strict, high is not None]
+        bounds = (low,) if high is None else (low, high)
+        for owner in ("", key.task):  # the task's own read last, to stand over the other
+            rows = db.execute(in_range, (*key, owner, *bounds, asked))
+            found.update((cast(str, row.key), row) for row in map(_MemoryRow._make, rows)
+                         if row.id not in expired)
+        listed = [found[name] for name in sorted(found)]
+        if conditions is not None:
+            admits = _admitting(conditions)
+            listed = [row for row in listed if admits(row)]
+        return listed if most is None else listed[:most]
 
     def _walked(self, db: _Session, key: _ScopeKey, page: _Page,
                 expired: set[int]) -> list[Memory] | None:
@@ -5946,13 +6005,19 @@ class MemoryStore:
         return results
 
     @_read_again_if_cut_off
-    def count(self, scope: Scope, *, where: dict[str, Any] | None = None) -> int:
+    def count(self, scope: Scope, *, where: dict[str, Any] | None = None,
+              key_prefix: str | None = None) -> int:
         """How many live memories are visible in the scope: the stored count less the
         expired ones not yet purged, found through the expiry index. With `where`, those
-        whose metadata the filter admits (see recall)."""
+        whose metadata the filter admits (see recall). With `key_prefix`, the keys that
+        begin with it (see memories)."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
         conditions = _check_where(where)
+        if key_prefix is not None:
+            prefix = _check_text("key_prefix", key_prefix, _MAX_KEY, blank=True)
+            with self._snapshot({scope.user}) as db:
+                return len(self._planner.keyed(db, key, prefix, None, None, conditions))
         if conditions is not None:
             with self._snapshot({scope.user}) as db:
                 return self._planner.count(db, key, conditions)
@@ -6001,7 +6066,8 @@ class MemoryStore:
     @_read_again_if_cut_off
     def memories(self, scope: Scope, *, after: int | None = None, limit: int | None = None,
                  conversation: str | None = None, before: int | None = None,
-                 newest_first: bool = False, where: dict[str, Any] | None = None
+                 newest_first: bool = False, where: dict[str, Any] | None = None,
+                 key_prefix: str | None = None, after_key: str | None = None
                  ) -> list[Memory]:
         """Every live memory visible in the scope, oldest first, with its expires_at; or
         a page of them: those with ids above `after` (an int from 0, the first page's),
@@ -6009,8 +6075,25 @@ class MemoryStore:
         memories(scope) exactly. With `conversation`, only that conversation's (a source
         up to its last "/": "chat-42" for "chat-42/turn-3"). With `newest_first`, newest
         first, paging down with `before` (ids below it). With `where`, only the memories
-        whose metadata the filter admits (see recall)."""
+        whose metadata the filter admits (see recall).
+
+        With `key_prefix` (or `after_key` alone, "" its prefix), the keyed memories whose
+        keys begin with it, in key order (code points), each key once, as get finds it:
+        the task's own over the user level's; paged by `after_key` (keys after it) and
+        `limit`, not by ids, conversation or newest_first."""
         scope = _check_scope(scope)
+        if key_prefix is not None or after_key is not None:
+            if (after, before, conversation, newest_first) != (None, None, None, False):
+                raise MemoryInputError("a listing by key_prefix pages with after_key and limit,"
+                                       " not after, before, conversation or newest_first")
+            prefix = _check_text("key_prefix", "" if key_prefix is None else key_prefix,
+                                 _MAX_KEY, blank=True)
+            most = None if limit is None else _check_id(limit, "limit")
+            conditions = _check_where(where)
+            since = None if after_key is None else _check_key(after_key)
+            with self._snapshot({scope.user}) as db:
+                return [row.memory() for row in self._planner.keyed(
+                    db, _ScopeKey(scope.user, scope.task), prefix, since, most, conditions)]
         page = _Page(0 if after is None else _check_id(after, "after", least=0),
                      _MAX_ID if before is None else _check_id(before, "before"),
                      None if limit is None else _check_id(limit, "limit"),
@@ -6110,6 +6193,40 @@ class MemoryStore:
         self._scrub()
         _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
         return revised
+
+    def rename(self, scope: Scope, key: str, new_key: str, *,
+               if_version: int | None = None) -> int | None:
+        """Move the memory holding `key` (as get finds it) to `new_key` in its owner, in
+        one transaction, at its next version and updated now; its id, or None, with
+        nothing changed, where the scope sees no memory under `key`. With `if_version`,
+        only where it is at that version. VersionConflict, and nothing changed, where the
+        owner holds `new_key` live (an expired holder is forgotten)."""
+        scope = _check_scope(scope)
+        old, new = _check_key(_required("key", key)), _check_key(_required("new_key", new_key))
+        expected = _check_if_version(if_version)
+        owners = _ScopeKey(scope.user, scope.task)
+        with self._writing({scope.user}) as db:
+            expired = _expired_of(db, owners, self._expiry_instant(db, owners))
+            found = db.execute(_SQL_VISIBLE_KEY, (scope.user, scope.task, scope.task, old))
+            rows = [_MemoryRow(*row) for row in found if row[0] not in expired]
+            if not rows:
+                return None
+            held = rows[0]
+            if expected is not None and expected != (held.version or 1):
+                raise VersionConflict(held.version or 1, expected, "the memory")
+            if new == old:
+                return held.id
+            taken = db.execute(_SQL_KEYED, (scope.user, scope.task, held.task_id,
+                                            held.task_id or "", new)).fetchall()
+            if taken and taken[0][0] not in expired:
+                raise VersionConflict(_MemoryRow(*taken[0]).version or 1, 0, "the new key")
+            self._writes.delete(db, owners, taken)
+            db.execute(_SQL_RENAME, (new, (held.version or 1) + 1, self._writes.reading(),
+                                     *owners, held.id))
+        if taken:
+            self._scrub()
+        _log.info("renamed the key of memory %d of user %s", held.id, scope.user)
+        return held.id
 
     def renew(self, scope: Scope, memory_ids: Sequence[int], ttl: float | None) -> int:
         """Make the live memories `memory_ids` that the scope sees stop being live `ttl`

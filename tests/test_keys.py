@@ -1,6 +1,6 @@
 """Keys as a notebook's paths: each keyed memory's version, writes and deletions that
-compare it first (compare-and-set), on both engines, under threads and processes, and a
-state machine of keyed writes against a model."""
+compare it first (compare-and-set), on both engines, under threads and processes; keys
+listed by prefix and renamed; and a state machine of keyed writes against a model."""
 
 from __future__ import annotations
 
@@ -35,9 +35,10 @@ def test_a_key_s_version_counts_its_replaces_and_revisions(store: MemoryStore) -
     (latest,) = store.memories(ALICE)
     revised = store.revise(ALICE, latest["id"], "Seat: aisle, near the front.", "s")
     assert revised is not None and revised > first
-    assert store.get(ALICE, revised) == {**latest, "id": revised, "version": 3,
-                                         "text": "Seat: aisle, near the front.",
-                                         "updated_at": store.get(ALICE, revised)["updated_at"]}
+    now = store.get(ALICE, revised)
+    assert now is not None and now == {**latest, "id": revised, "version": 3,
+                                       "text": "Seat: aisle, near the front.",
+                                       "updated_at": now["updated_at"]}
     # Another owner's key is its own: the user level's, the other task's.
     store.remember(ALICE, "user", "Seat anywhere.", "s", key="seat")
     store.remember(ALICE_WORK, "task", "Desk by the window.", "s", key="seat")
@@ -49,7 +50,7 @@ def test_a_key_s_version_counts_its_replaces_and_revisions(store: MemoryStore) -
     assert store.get(ALICE, noted)["version"] == 1  # type: ignore[index]
     assert "version" not in store.get(ALICE, plain)  # type: ignore[operator]
     renoted = store.revise(ALICE, noted, "Likes green tea.", "s")
-    assert store.get(ALICE, renoted)["version"] == 2  # type: ignore[arg-type,index]
+    assert renoted is not None and store.get(ALICE, renoted)["version"] == 2  # type: ignore[index]
 
 
 def test_if_version_writes_only_over_the_version_it_names(store: MemoryStore,
@@ -204,9 +205,131 @@ def test_processes_racing_on_one_version_leave_exactly_one_winner(target: str) -
         assert version(store, ALICE, "turn") == 2 and store.count(ALICE) == 1
 
 
+# -- keys by prefix, and rename ----------------------------------------------------------
+
+NOTES = ["notes/a", "notes/b/1", "notes/b/2", "notes/c", "notes0", "notesX", "todo",
+         "notes/\u00e9t\u00e9", "notes/\U0001f600", "notes/\ud7ff", "notes/\ue000",
+         "notes/\U0010ffff", "notes/\U0010ffff\U0010ffff"]
+
+
+def keys(memories: list[Any]) -> list[str]:
+    return [m["key"] for m in memories]
+
+
+def test_keys_by_prefix_in_order_each_as_get_finds_it(store: MemoryStore,
+                                                       clock: SetClock) -> None:
+    for key in NOTES:
+        store.remember(ALICE, "task", f"task's {key}", "s", key=key)
+    store.remember(ALICE, "user", "user's notes/a", "s", key="notes/a")  # the task's wins
+    store.remember(ALICE, "user", "user's notes/aa", "s", key="notes/aa")
+    store.remember(ALICE_WORK, "task", "work's notes/ab", "s", key="notes/ab")
+    store.remember(BOB, "task", "bob's notes/a", "s", key="notes/a")
+    store.remember(ALICE, "task", "unkeyed notes/", "notes/x")
+    store.remember(ALICE, "task", "gone", "s", key="notes/gone", ttl=60)
+    clock.advance(61)
+    mine = sorted([k for k in NOTES if k.startswith("notes/")] + ["notes/aa"])
+    assert keys(store.memories(ALICE, key_prefix="notes/")) == mine
+    assert store.count(ALICE, key_prefix="notes/") == len(mine)
+    assert store.get(ALICE, key="notes/a")["text"] == "task's notes/a"  # type: ignore[index]
+    assert [m["text"] for m in store.memories(ALICE, key_prefix="notes/a")] == [
+        "task's notes/a", "user's notes/aa"]
+    for prefix in ("notes/\U0010ffff", "notes/b/", "notes", "n", "", "zzz", "notes/\ud7ff"):
+        expected = sorted(k for k in [*NOTES, "notes/aa"] if k.startswith(prefix))
+        assert keys(store.memories(ALICE, key_prefix=prefix)) == expected, prefix
+        assert store.count(ALICE, key_prefix=prefix) == len(expected)
+    # Pages by after_key and limit concatenate to the whole listing.
+    pages: list[str] = []
+    after: str | None = None
+    for _ in range(len(mine)):  # a page that repeats could go on for ever
+        page = store.memories(ALICE, key_prefix="notes/", after_key=after, limit=3)
+        if not page:
+            break
+        assert len(page) <= 3
+        pages += keys(page)
+        after = page[-1]["key"]
+    assert pages == mine
+    assert keys(store.memories(ALICE, after_key="notes/c")) == [
+        k for k in sorted([*NOTES, "notes/aa"]) if k > "notes/c"]
+    assert keys(store.memories(ALICE, key_prefix="notes/", where={"$key": {"$lt": "notes/b"}}
+                               )) == ["notes/a", "notes/aa"]
+    assert store.count(ALICE, key_prefix="notes/", where={"$source": "s"}) == len(mine)
+    assert keys(store.memories(BOB, key_prefix="notes/")) == ["notes/a"]
+
+
+def test_a_listing_by_prefix_reads_a_range_of_the_key_index(tmp_path: Any) -> None:
+    with MemoryStore(str(tmp_path / "m.db")) as store:
+        store.remember_many([(ALICE, "task", f"note {n}", "s", None, f"notes/{n:04}")
+                             for n in range(2_000)])
+        store.remember_many([(ALICE, "user", f"memo {n}", "s", None, f"memo/{n:04}")
+                             for n in range(2_000)])
+        statements: list[str] = []
+        store.db.set_trace_callback(statements.append)
+        page = store.memories(ALICE, key_prefix="notes/", after_key="notes/1000", limit=5)
+        store.db.set_trace_callback(None)
+        assert keys(page) == [f"notes/{n:04}" for n in range(1001, 1006)]
+        ranges = [s for s in statements if "ORDER BY key LIMIT" in s]
+        assert len(ranges) == 2
+        for statement in ranges:
+            plan = " ".join(row[3] for row in store.db.execute(
+                f"EXPLAIN QUERY PLAN {statement}"))
+            assert "USING INDEX memories_key" in plan and "key>?" in plan, plan
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"key_prefix": "n", "after": 0}, "pages with after_key and limit"),
+    ({"key_prefix": "n", "newest_first": True}, "pages with after_key and limit"),
+    ({"key_prefix": "n", "conversation": "c"}, "pages with after_key and limit"),
+    ({"key_prefix": 3}, "key_prefix must be a str"),
+    ({"key_prefix": "a\x00"}, "key_prefix"),
+    ({"key_prefix": "n" * 513}, "longer than 512"),
+    ({"after_key": ""}, "key must be a str of 1 to"),
+    ({"key_prefix": "n", "limit": 0}, "limit must be from 1"),
+])
+def test_a_bad_listing_by_prefix_is_refused(store: MemoryStore, options: dict[str, Any],
+                                            message: str) -> None:
+    with pytest.raises(MemoryInputError, match=message):
+        store.memories(ALICE, **options)
+
+
+def test_rename_moves_a_key_in_its_owner_and_refuses_a_live_one(store: MemoryStore,
+                                                                clock: SetClock) -> None:
+    first = store.remember(ALICE, "task", "Draft of the plan.", "s", key="drafts/plan",
+                           metadata={"kind": "plan"})
+    created = store.get(ALICE, first)["created_at"]  # type: ignore[index]
+    clock.advance(5)
+    assert store.rename(ALICE, "drafts/plan", "plans/trip") == first
+    moved = store.get(ALICE, key="plans/trip")
+    assert moved is not None and moved["id"] == first and moved["version"] == 2
+    assert moved["created_at"] == created and moved["updated_at"] > created
+    assert store.get(ALICE, key="drafts/plan") is None
+    assert store.memories(ALICE, where={"kind": "plan"}) == [moved]
+    assert [r["id"] for r in store.recall(ALICE, "plan draft")] == [first]
+    # A live holder of the new key refuses it; an expired one is forgotten.
+    store.remember(ALICE, "task", "Another.", "s", key="plans/other")
+    with pytest.raises(VersionConflict, match="the new key holds a live memory at version 1"):
+        store.rename(ALICE, "plans/trip", "plans/other")
+    with pytest.raises(VersionConflict, match="at version 2, not version 1"):
+        store.rename(ALICE, "plans/trip", "plans/new", if_version=1)
+    store.remember(ALICE, "task", "Stale.", "s", key="plans/stale", ttl=1)
+    clock.advance(2)
+    assert store.rename(ALICE, "plans/trip", "plans/stale", if_version=2) == first
+    assert keys(store.memories(ALICE, key_prefix="plans/")) == ["plans/other", "plans/stale"]
+    # Not found: another user's, another task's, the user level's key under a task's name.
+    assert store.rename(BOB, "plans/stale", "x") is None
+    assert store.rename(ALICE_WORK, "plans/stale", "x") is None
+    assert store.rename(ALICE, "nothing", "x") is None
+    # The user level's key moves within the user level.
+    store.remember(ALICE, "user", "Prefers aisle seats.", "s", key="seat")
+    store.rename(ALICE, "seat", "seats/preferred")
+    assert store.get(Scope("alice", "other"), key="seats/preferred") is not None
+    with pytest.raises(MemoryInputError, match="new_key is required"):
+        store.rename(ALICE, "seats/preferred", None)  # type: ignore[arg-type]
+    assert store.rename(ALICE, "seats/preferred", "seats/preferred") is not None
+
+
 # -- the state machine: keyed writes, replaces, forgets and revisions against a model ----
 
-KEYS = st.sampled_from(["a", "b", "notes/c"])
+KEYS = st.sampled_from(["a", "b", "notes/c", "notes/d"])
 VERSIONS = st.one_of(st.none(), st.integers(0, 4))
 
 
@@ -258,10 +381,26 @@ class KeysMatchModel(RuleBasedStateMachine):
         self.store.revise(ALICE, held["id"], text, "s", if_version=expected)
         self.model[key] = (text, self.model[key][1] + 1)
 
+    @rule(key=KEYS, new=KEYS, expected=VERSIONS)
+    def rename(self, key: str, new: str, expected: int | None) -> None:
+        if key not in self.model:
+            assert self.store.rename(ALICE, key, new, if_version=expected) is None
+        elif self.conflict(key, expected) or (new != key and new in self.model):
+            with pytest.raises(VersionConflict):
+                self.store.rename(ALICE, key, new, if_version=expected)
+        else:
+            assert self.store.rename(ALICE, key, new, if_version=expected) is not None
+            if new != key:
+                text, at = self.model.pop(key)
+                self.model[new] = (text, at + 1)
+
     @invariant()
     def every_key_reads_as_the_model_says(self) -> None:
         held = {m["key"]: (m["text"], m["version"]) for m in self.store.memories(ALICE)}
         assert held == self.model
+        listed = self.store.memories(ALICE, key_prefix="notes/")
+        assert [m["key"] for m in listed] == sorted(k for k in self.model if k[:6] == "notes/")
+        assert self.store.count(ALICE, key_prefix="") == len(self.model)
 
     def teardown(self) -> None:
         self.store.close()

@@ -601,6 +601,29 @@ def test_version_5_s_key_index_is_made_again_key_first(url: str, server: Server)
         in definition[0]
 
 
+def test_keys_by_prefix_are_a_range_of_the_key_index_in_byte_order(server: Server) -> None:
+    """Version 10 compares keys byte by byte ("C"), whatever the database's locale (here
+    ICU's English, which sorts "a" before "B"): the key index then serves a prefix's
+    range, in the order SQLite gives."""
+    url = server.new_database("TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'"
+                              " LOCALE 'C.UTF-8' ENCODING 'UTF8'")
+    with MemoryStore(url) as store:
+        store.remember_many([(ALICE, "task", f"note {n}", "s", None, f"notes/{n:04}")
+                             for n in range(3_000)])
+        store.remember_many([(ALICE, "task", key, "s", None, key)
+                             for key in ("a", "B", "b", "\u00e9", "Z", "_")])
+        assert [m["key"] for m in store.memories(ALICE, after_key="notes9")] == [
+            "\u00e9"]
+        assert [m["key"] for m in store.memories(ALICE, key_prefix="", limit=4)] == [
+            "B", "Z", "_", "a"]
+        with store._snapshot({"alice"}) as db:
+            plan = "\n".join(row[0] for row in db.execute(memory._sql("", postgresql=(
+                f"EXPLAIN {memory._SQL_KEYS[True, True].form('postgresql')}")),
+                ("alice", "trip", "trip", "notes/1000", "notes0", 5)))
+    assert "Index Scan using memories_key" in plan, plan
+    assert "(key > 'notes/1000'::text) AND (key < 'notes0'::text)" in plan, plan
+
+
 def test_version_7_s_text_key_index_is_made_again_a_hash_index(url: str,
                                                                 server: Server) -> None:
     with MemoryStore(url) as store:
