@@ -717,8 +717,13 @@ def _keys_in_range(after: bool, below: bool) -> _Sql:
         f" {bounds.replace('?', '%s')} ORDER BY key LIMIT %s")
 
 
-_SQL_KEYS = {(after, below): _keys_in_range(after, below)
-             for after in (False, True) for below in (False, True)}
+_SQL_KEYS_FROM = _keys_in_range(after=False, below=False)
+_SQL_KEYS_AFTER = _keys_in_range(after=True, below=False)
+_SQL_KEYS_FROM_BELOW = _keys_in_range(after=False, below=True)
+_SQL_KEYS_AFTER_BELOW = _keys_in_range(after=True, below=True)
+# By (after, below).
+_KEY_RANGES = {(False, False): _SQL_KEYS_FROM, (True, False): _SQL_KEYS_AFTER,
+               (False, True): _SQL_KEYS_FROM_BELOW, (True, True): _SQL_KEYS_AFTER_BELOW}
 _SQL_RENAME = _sql(
     f"UPDATE memories SET key = ?, version = ?, updated_at = ? {_IN_SCOPE} AND id = ?")
 # The scope's memories that are no longer live, from the expiry index alone (it holds
@@ -1352,8 +1357,8 @@ class _RecordOptions(TypedDict, total=False):
     key: str | None
     metadata: dict[str, Any] | None
     updated_at: str
-    embed: bool | list[str]
     version: int
+    embed: bool | list[str]
 
 
 class _RecordFields(TypedDict):
@@ -2178,7 +2183,7 @@ RECORD_KEYS = ("id", "user", "task", "level", "text", "source", "created_at", "e
 _REQUIRED_KEYS = frozenset(RECORD_KEYS) - {"id", "expires_at"}
 
 
-_RECORD_OPTIONS = ("key", "metadata", "updated_at", "embed", "version")
+_RECORD_OPTIONS = ("key", "metadata", "updated_at", "version", "embed")
 
 
 def _record_row(record: object, max_text: int = MAX_TEXT) -> _NewMemory:
@@ -5266,7 +5271,7 @@ class _Planner(_Part):
         asked = _MAX_ID if most is None or conditions is not None \
             else min(_MAX_ID, most + len(expired))
         found: dict[str, _MemoryRow] = {}
-        in_range = _SQL_KEYS[strict, high is not None]
+        in_range = _KEY_RANGES[strict, high is not None]
         bounds = (low,) if high is None else (low, high)
         for owner in ("", key.task):  # the task's own read last, to stand over the other
             rows = db.execute(in_range, (*key, owner, *bounds, asked))
@@ -6569,7 +6574,8 @@ def _run_list(store: MemoryStore, args: argparse.Namespace) -> int:
     for memory in store.memories(Scope(args.user, args.task), after=args.after,
                                  limit=args.limit, conversation=args.conversation,
                                  before=args.before, newest_first=args.newest_first,
-                                 where=args.where):
+                                 where=args.where, key_prefix=args.key_prefix,
+                                 after_key=args.after_key):
         _emit(memory)
     return 0
 
@@ -6750,7 +6756,7 @@ def _load_text(args: argparse.Namespace) -> None:
 def _run_remember(store: MemoryStore, args: argparse.Namespace) -> int:
     print(store.remember(Scope(args.user, args.task), args.level, args.text, args.source,
                          ttl=args.ttl, key=args.key, metadata=args.metadata,
-                         embed=args.embed))
+                         embed=args.embed, if_version=args.if_version))
     return 0
 
 
@@ -6790,16 +6796,25 @@ def _run_forget_conversation(store: MemoryStore, args: argparse.Namespace) -> in
 
 
 def _run_forget(store: MemoryStore, args: argparse.Namespace) -> int:
-    if not store.forget(Scope(args.user, args.task), args.id):
+    if not store.forget(Scope(args.user, args.task), args.id, if_version=args.if_version):
         raise StoreError(_NOT_IN_SCOPE)
     print(f"forgot memory {args.id}")
     return 0
 
 
 def _run_forget_key(store: MemoryStore, args: argparse.Namespace) -> int:
-    if not store.forget(Scope(args.user, args.task), key=args.key):
+    if not store.forget(Scope(args.user, args.task), key=args.key, if_version=args.if_version):
         raise StoreError("no memory with that key in this scope")
     print("forgot the memory with that key")
+    return 0
+
+
+def _run_rename(store: MemoryStore, args: argparse.Namespace) -> int:
+    renamed = store.rename(Scope(args.user, args.task), args.key, args.new_key,
+                           if_version=args.if_version)
+    if renamed is None:
+        raise StoreError("no memory with that key in this scope")
+    print(f"renamed the key of memory {renamed}")
     return 0
 
 
@@ -6828,7 +6843,7 @@ def _run_compact(store: MemoryStore, args: argparse.Namespace) -> int:
 
 def _run_revise(store: MemoryStore, args: argparse.Namespace) -> int:
     revised = store.revise(Scope(args.user, args.task), args.id, args.text, args.source,
-                           ttl=args.ttl)
+                           ttl=args.ttl, if_version=args.if_version)
     if revised is None:
         raise StoreError(_NOT_IN_SCOPE)
     print(f"revised memory {args.id} as {revised}")
@@ -7030,6 +7045,10 @@ def _parser() -> argparse.ArgumentParser:
              " {\"path\": {\"$op\": value}} with $eq $ne $gt $gte $lt $lte $in $nin"
              " $contains; paths $created_at $updated_at $key $source; $and $or $not")
     listing.add_argument("--where", type=_json_argument, metavar="JSON", help=where)
+    listing.add_argument("--key-prefix", metavar="PREFIX", help="only keyed memories whose"
+                         " keys begin with PREFIX, in key order (page with --after-key)")
+    listing.add_argument("--after-key", metavar="KEY", help="with --key-prefix: only keys after"
+                         " KEY (the last of the page before)")
     recall = command("recall", _run_recall, _READS,
                      "the memories that best match QUERY, as JSON Lines", user=True, task=True,
                      embeds=True)
@@ -7068,6 +7087,10 @@ def _parser() -> argparse.ArgumentParser:
                           help="a JSON object kept with it, for --where")
     remember.add_argument("--no-embed", dest="embed", action="store_false",
                           help="give it no vector: recall by meaning never finds it")
+    if_version = ("only where the memory is at version N (with --key, 0: where the key"
+                  " holds none); else exit 1, nothing changed")
+    remember.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                          help=if_version)
     longest = (f"the longest text the store takes ({MAX_TEXT} to {_LONGEST_TEXT},"
                f" default {MAX_TEXT})")
     remember.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
@@ -7092,9 +7115,20 @@ def _parser() -> argparse.ArgumentParser:
     forget = command("forget", _run_forget, _WRITES, "forget one memory the scope sees",
                      user=True, task=True)
     forget.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
+    forget.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                        help=if_version)
     by_key = command("forget-key", _run_forget_key, _WRITES, "forget the memory the scope"
                      " sees under KEY (the task's, else the user level's)", user=True, task=True)
     by_key.add_argument("key", metavar="KEY")
+    by_key.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                        help=if_version)
+    rename = command("rename", _run_rename, _WRITES, "move the memory the scope sees under KEY"
+                     " to NEW_KEY in its owner, in one transaction; exit 1 where NEW_KEY is"
+                     " held", user=True, task=True)
+    rename.add_argument("key", metavar="KEY")
+    rename.add_argument("new_key", metavar="NEW_KEY")
+    rename.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                        help=if_version)
     by_filter = command("forget-where", _run_forget_where, _WRITES, "forget every memory the"
                         " scope sees whose metadata the JSON filter admits, in one"
                         " transaction", user=True, task=True)
@@ -7111,6 +7145,8 @@ def _parser() -> argparse.ArgumentParser:
     revise.add_argument("text", metavar="TEXT")
     revise.add_argument("--source", required=True, help="where the correction came from")
     revise.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
+    revise.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                        help=if_version)
     revise.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
                         metavar="CHARACTERS", help=longest)
     command("purge", _run_purge, _WRITES, "delete every memory that has expired")

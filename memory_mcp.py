@@ -87,6 +87,9 @@ _MCP_WHERE = {"type": "object", "description": "only memories this filter admits
               " {\"$and\": [filters]}, {\"$not\": filter}"}
 
 
+_MCP_VERSION = {"type": "integer", "minimum": 0}
+
+
 def _mcp_object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": list(required),
             "additionalProperties": False}
@@ -150,6 +153,9 @@ _MCP_TOOLS = {
                     "a name for the fact: remembering the same key again replaces it"},
             "metadata": {"type": "object", "description": "JSON kept with the fact, which"
                          " recall and list_memories can filter by (where)"},
+            "if_version": {**_MCP_VERSION, "description": "with key: keep it only where the"
+                           " key's memory is at this version (0: where the key holds none);"
+                           " else an error saying the version it is at, and nothing kept"},
         }, "text"),
         _mcp_object({"id": {"type": "integer"}}, "id"), False, False, False),
     "recall": _McpTool(
@@ -188,7 +194,9 @@ _MCP_TOOLS = {
         " and returns the corrected memory's new id. An id this user cannot see is not"
         " found.",
         _mcp_object({"memory_id": _MCP_MEMORY_ID,
-                     "text": {"type": "string", "description": "the corrected fact"}},
+                     "text": {"type": "string", "description": "the corrected fact"},
+                     "if_version": {**_MCP_VERSION, "description": "only where the memory"
+                                    " is at this version (list_memories shows it)"}},
                     "memory_id", "text"),
         _mcp_object({"id": {"type": "integer"}}, "id"), False, True, False),
     "forget": _McpTool(
@@ -200,7 +208,9 @@ _MCP_TOOLS = {
         _mcp_object({"memory_id": _MCP_MEMORY_ID, "conversation": {
             "type": "string", "minLength": 1, "maxLength": MAX_TEXT, "description":
             "a conversation: \"chat-42\" forgets the memories of sources chat-42/turn-1,"
-            " chat-42/turn-2, ..."}}),
+            " chat-42/turn-2, ..."}, "if_version": {
+                **_MCP_VERSION, "description": "with memory_id: only where the memory is at"
+                " this version (list_memories shows it)"}}),
         _mcp_object({"forgotten": {"type": "boolean"}, "count": {"type": "integer"}},
                     "forgotten"), False, True, True),
 }
@@ -266,12 +276,14 @@ class _Tools:
 
     async def _remember(self, scope: Scope, client: str, text: Any, level: Any = "user",
                         source: Any = None, ttl_seconds: Any = None, key: Any = None,
-                        metadata: Any = None) -> tuple[dict[str, Any], str]:
+                        metadata: Any = None, if_version: Any = None
+                        ) -> tuple[dict[str, Any], str]:
         # Checked here too, so that its message names the argument as the model knows it.
         ttl = None if ttl_seconds is None else _check_seconds("ttl_seconds", ttl_seconds)
         kept = await self.store.remember(scope, level, text,
                                          client if source is None else source,
-                                         ttl=ttl, dedupe=True, key=key, metadata=metadata)
+                                         ttl=ttl, dedupe=True, key=key, metadata=metadata,
+                                         if_version=if_version)
         return {"id": kept}, f"remembered as memory {kept}"
 
     async def _recall(self, scope: Scope, client: str, query: Any, limit: Any = _MCP_RECALLED,
@@ -302,22 +314,26 @@ class _Tools:
         return ({"memories": shown, "total": total},
                 _mcp_lines(f"{counted} recorded earlier, oldest first", shown))
 
-    async def _revise(self, scope: Scope, client: str, memory_id: Any, text: Any
-                      ) -> tuple[dict[str, Any], str]:
-        revised = await self.store.revise(scope, memory_id, text, client)
+    async def _revise(self, scope: Scope, client: str, memory_id: Any, text: Any,
+                      if_version: Any = None) -> tuple[dict[str, Any], str]:
+        revised = await self.store.revise(scope, memory_id, text, client,
+                                          if_version=if_version)
         if revised is None:
             raise MemoryInputError(_NOT_IN_SCOPE)
         return {"id": revised}, f"revised: the memory is now {revised}"
 
     async def _forget(self, scope: Scope, client: str, memory_id: Any = None,
-                      conversation: Any = None) -> tuple[dict[str, Any], str]:
+                      conversation: Any = None, if_version: Any = None
+                      ) -> tuple[dict[str, Any], str]:
         if (memory_id is None) == (conversation is None):
             raise MemoryInputError("forget takes memory_id or conversation, one of them")
+        if if_version is not None and conversation is not None:
+            raise MemoryInputError("if_version goes with memory_id, not a conversation")
         if conversation is not None:
             count = await self.store.forget_conversation(scope, conversation)
             return ({"forgotten": count > 0, "count": count},
                     f"forgot {count} memories of the conversation")
-        forgotten = await self.store.forget(scope, memory_id)
+        forgotten = await self.store.forget(scope, memory_id, if_version=if_version)
         return ({"forgotten": forgotten},
                 f"forgot memory {memory_id}" if forgotten else _NOT_IN_SCOPE)
 

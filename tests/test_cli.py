@@ -667,6 +667,46 @@ def test_the_command_line_keeps_keys_and_metadata_and_filters_and_pages_by_them(
     assert cli("forget-key", target, *scope, "Alice lik").returncode == 1
 
 
+def test_the_command_line_writes_over_a_version_lists_keys_by_prefix_and_renames(
+        target: str) -> None:
+    scope = ("--user", "alice", "--task", "trip")
+
+    def lines(*args: str) -> list[dict[str, Any]]:
+        done = cli(*args)
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    for key in ("notes/b", "notes/a", "todo"):
+        assert cli("remember", target, *scope, "--level", "task", "--key", key,
+                   "--if-version", "0", f"text of {key}").returncode == 0
+    refused = cli("remember", target, *scope, "--level", "task", "--key", "notes/a",
+                  "--if-version", "0", "s3cr3t text")
+    assert refused.returncode == 1 and "at version 1, not version 0" in refused.stderr
+    assert "s3cr3t" not in refused.stderr
+    assert cli("remember", target, *scope, "--level", "task", "--key", "notes/a",
+               "--if-version", "1", "notes a, again").returncode == 0
+    listed = lines("list", target, *scope, "--key-prefix", "notes/")
+    assert [(m["key"], m["version"]) for m in listed] == [("notes/a", 2), ("notes/b", 1)]
+    assert [m["key"] for m in lines("list", target, *scope, "--key-prefix", "notes/",
+                                    "--after-key", "notes/a", "--limit", "1")] == ["notes/b"]
+    assert cli("rename", target, *scope, "notes/b", "notes/a").returncode == 1  # held
+    renamed = cli("rename", target, *scope, "notes/b", "notes/c", "--if-version", "1")
+    assert renamed.returncode == 0 and renamed.stdout.startswith("renamed the key of memory")
+    assert cli("rename", target, *scope, "notes/b", "notes/d").returncode == 1  # gone
+    (moved,) = lines("list", target, *scope, "--key-prefix", "notes/c")
+    assert moved["version"] == 2
+    assert cli("revise", target, *scope, str(moved["id"]), "new text", "--source", "s",
+               "--if-version", "1").returncode == 1
+    assert cli("forget-key", target, *scope, "notes/c", "--if-version", "1").returncode == 1
+    assert cli("forget-key", target, *scope, "notes/c", "--if-version", "2").returncode == 0
+    assert cli("forget", target, *scope, str(listed[0]["id"]), "--if-version",
+               "1").returncode == 1
+    assert [m["key"] for m in lines("list", target, *scope, "--key-prefix", "")] == [
+        "notes/a", "todo"]
+    mixed = cli("list", target, *scope, "--key-prefix", "n", "--newest-first")
+    assert mixed.returncode == 1 and "pages with after_key and limit" in mixed.stderr
+
+
 def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """memory.main(ARGS) in this process: its status (2 for argparse's exit), stdout and
     stderr."""

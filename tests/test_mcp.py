@@ -88,7 +88,7 @@ def test_five_tools_with_schemas_and_annotations_and_no_scope_argument(
         assert tool.input_schema["additionalProperties"] is False
         assert tool.output_schema is not None and tool.description
     assert set(tools["remember"].input_schema["properties"]) == {
-        "text", "level", "source", "ttl_seconds", "key", "metadata"}
+        "text", "level", "source", "ttl_seconds", "key", "metadata", "if_version"}
     for name in ("recall", "list_memories"):
         assert tools[name].input_schema["properties"]["where"]["type"] == "object"
     assert tools["remember"].input_schema["properties"]["level"]["enum"] == list(LEVELS)
@@ -562,6 +562,34 @@ def test_remember_takes_a_key_and_metadata_and_recall_and_list_filter_by_it(
     assert '"drink"' in line and '"kind": "preference"' in line and "\u2028" not in line
     assert listed["total"] == 2 and len(listed["memories"]) == 2
     assert "unknown operator" in message
+
+
+def test_remember_revise_and_forget_write_only_over_the_version_they_name(
+        tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.db")
+
+    async def session() -> list[Any]:
+        async with serving(tmp_path / "log", path, "--user", "alice") as s:
+            first = await call(s, "remember", text="Seat: aisle.", key="seat", if_version=0)
+            said = [await refused(s, "remember", text="s3cr3t window", key="seat",
+                                  if_version=0),
+                    await refused(s, "remember", text="no key", if_version=1)]
+            again = await call(s, "remember", text="Seat: window.", key="seat", if_version=1)
+            said.append(await refused(s, "revise", memory_id=again["id"], text="Seat: mid.",
+                                      if_version=1))
+            listed = await call(s, "list_memories")
+            said.append(await refused(s, "forget", memory_id=again["id"], if_version=1))
+            said.append(await refused(s, "forget", conversation="c", if_version=1))
+            gone = await call(s, "forget", memory_id=again["id"], if_version=2)
+            return [first, again, listed, gone, said]
+
+    first, again, listed, gone, said = run(session())
+    assert again["id"] > first["id"] and gone["forgotten"] is True
+    assert [m["version"] for m in listed["memories"]] == [2]
+    assert "at version 1, not version 0" in said[0] and "s3cr3t" not in said[0]
+    assert "if_version needs a key" in said[1]
+    assert all("at version 2, not version 1" in message for message in said[2:4])
+    assert "if_version goes with memory_id" in said[4]
 
 
 ECHOING_EMBEDDER = """
