@@ -87,11 +87,12 @@ __all__ = [
     "AsyncMemoryStore", "ConnectionLost", "Embedder", "FixedClock", "IDENTIFIER", "Level",
     "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "Matching", "Memory", "MemoryInputError", "MemoryStore",
     "OutcomeUnknown", "RECOMMENDED", "Rank", "Recalled", "Record", "SCHEMA", "SCHEMA_VERSION",
-    "STOPWORDS", "SchemaError", "Scope", "StoreError", "StoreNotFound", "VersionConflict",
+    "OperationConflict", "STOPWORDS", "SchemaError", "Scope", "StoreError", "StoreNotFound",
+    "VersionConflict",
     "WORD", "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -505,6 +506,20 @@ _SQLITE_VERSION_10 = (*_SQLITE_VERSION_9, _SQLITE_ADD_WEIGHT)
 _SQLITE_ADD_VERSION = "ALTER TABLE memories ADD COLUMN version INTEGER"
 _SQLITE_VERSION_11 = (*_SQLITE_VERSION_10, _SQLITE_ADD_VERSION)
 
+# Version 12 keeps the receipts of operations done under an id (operation=): the owner,
+# the id, a digest of the call's arguments and its result, until it expires.
+_SQLITE_ADD_RECEIPTS = """CREATE TABLE memory_receipts (
+    user_id TEXT NOT NULL,
+    task_key TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    result TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    PRIMARY KEY (user_id, task_key, operation)
+) WITHOUT ROWID"""
+_SQLITE_VERSION_12 = (*_SQLITE_VERSION_11, _SQLITE_ADD_RECEIPTS)
+
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
@@ -523,6 +538,8 @@ _WEIGHTS_FROM = 10
 # The version whose memories have versions (a file before it opened read-only is read
 # through a view that gives each none, which reads as 1).
 _VERSIONS_FROM = 11
+# The version that keeps receipts (a file before it opened read-only has none).
+_RECEIPTS_FROM = 12
 
 
 class _Layout(NamedTuple):
@@ -546,6 +563,7 @@ SQLITE_LAYOUTS = (
     _Layout(9, _SQLITE_VERSION_9),
     _Layout(10, _SQLITE_VERSION_10),
     _Layout(11, _SQLITE_VERSION_11),
+    _Layout(12, _SQLITE_VERSION_12),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -724,6 +742,22 @@ _SQL_KEYS_AFTER_BELOW = _keys_in_range(after=True, below=True)
 # By (after, below).
 _KEY_RANGES = {(False, False): _SQL_KEYS_FROM, (True, False): _SQL_KEYS_AFTER,
                (False, True): _SQL_KEYS_FROM_BELOW, (True, True): _SQL_KEYS_AFTER_BELOW}
+# A receipt of an operation done under an id (memory_receipts), read and recorded in the
+# operation's own transaction; an owner's expired ones go as it records another.
+_SQL_RECEIPT = _sql(
+    "SELECT fingerprint, result, created_at, expires_at FROM memory_receipts"
+    " WHERE user_id = ? AND task_key = ? AND operation = ?")
+_SQL_RECORD_RECEIPT = _sql(
+    "INSERT INTO memory_receipts (user_id, task_key, operation, fingerprint, result,"
+    " created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, task_key,"
+    " operation) DO UPDATE SET fingerprint = excluded.fingerprint, result = excluded.result,"
+    " created_at = excluded.created_at, expires_at = excluded.expires_at")
+_SQL_DROP_EXPIRED_RECEIPTS = _sql(
+    "DELETE FROM memory_receipts WHERE user_id = ? AND task_key = ? AND expires_at <= ?")
+_SQL_EXPIRED_RECEIPT_USERS = _sql(
+    "SELECT DISTINCT user_id FROM memory_receipts WHERE expires_at <= ?")
+_SQL_PURGE_RECEIPTS = _sql("DELETE FROM memory_receipts WHERE user_id = ? AND expires_at <= ?")
+_SQL_ERASE_RECEIPTS = _sql("DELETE FROM memory_receipts WHERE user_id = ?")
 _SQL_RENAME = _sql(
     f"UPDATE memories SET key = ?, version = ?, updated_at = ? {_IN_SCOPE} AND id = ?")
 # The scope's memories that are no longer live, from the expiry index alone (it holds
@@ -1249,6 +1283,10 @@ class VersionConflict(StoreError):
             "holds no live memory (version 0)"
         super().__init__(f"{what} {held}, not version {expected}")
         self.current, self.expected = current, expected
+
+
+class OperationConflict(StoreError):
+    """An operation id was used before for a call with other arguments; nothing changed."""
 
 
 class SchemaError(StoreError):
@@ -1991,6 +2029,54 @@ def _new_row(scope: Scope, level: str, text: str, source: str, ttl: float | None
         embed=_check_embed(embed),
         if_version=_check_if_version(if_version),
     )
+
+
+_LONGEST_OPERATION = 128
+
+
+class _Receipt(NamedTuple):
+    """An operation done under an id: its owner (the scope's user and task), the id, and
+    a digest of the call and its arguments. A call that names one reads it first, in its
+    transaction: done before with the same arguments, its result, nothing written; with
+    others, OperationConflict; not done (or its receipt expired), the call's writes then
+    its receipt, committed together."""
+
+    user: str
+    task: str
+    operation: str
+    fingerprint: str
+
+    def done(self, db: _Session, now: str) -> tuple[bool, Any]:
+        found = db.execute(_SQL_RECEIPT, (self.user, self.task, self.operation)).fetchone()
+        if found is None or found[3] <= now:
+            db.holding = True
+            return False, None
+        if found[0] != self.fingerprint:
+            raise OperationConflict("the operation id was used for another call (other"
+                                    " arguments) before; nothing was done")
+        return True, json.loads(found[1])
+
+    def record(self, db: _Session, result: Any, now: str, ttl: float) -> None:
+        db.execute(_SQL_DROP_EXPIRED_RECEIPTS, (self.user, self.task, now))
+        db.execute(_SQL_RECORD_RECEIPT, (self.user, self.task, self.operation,
+                                         self.fingerprint, json.dumps(result), now,
+                                         _expiry(now, ttl)))
+
+
+def _one_scope(items: list[Any]) -> Scope:
+    """The one scope of a batch's items (tuples or dicts, checked already)."""
+    scopes = [item["scope"] if isinstance(item, dict) else item[0] for item in items]
+    if not scopes or any(scope != scopes[0] for scope in scopes):
+        raise MemoryInputError("with operation, every item is of one scope")
+    return cast(Scope, scopes[0])
+
+
+def _check_operation(operation: object) -> str:
+    if type(operation) is not str or not 0 < len(operation) <= _LONGEST_OPERATION \
+            or not operation.isprintable():
+        raise MemoryInputError(f"operation must be a str of 1 to {_LONGEST_OPERATION}"
+                               f" printable characters, got {_described(operation)}")
+    return operation
 
 
 def _required(name: str, value: object) -> object:
@@ -2762,6 +2848,11 @@ class _Session:
     #: Whether its owners are weighed (memory_counts.weight): an older file opened
     #: read-only has counts alone.
     has_weights = True
+    #: Whether it keeps receipts (likewise, from version 12 on SQLite).
+    has_receipts = True
+    #: Set while a write's receipt is still to be recorded: the write's own last step
+    #: leaves the commit to the end of its transaction, after the receipt.
+    holding = False
     #: What a write gives _SQL_INSERT for a NULL: None, or '' where binding a None costs
     #: the driver more (sqlite3 looks it up in its registry of adapters, 0.5 µs a
     #: parameter against 0.1 for a str: a tenth of a bulk write's work in SQLite).
@@ -2783,6 +2874,12 @@ class _Session:
     def rollback(self) -> None:
         """Roll back; a failure to is StoreError."""
         raise NotImplementedError
+
+    def finish(self) -> None:
+        """Commit, as a write's last step does: unless a receipt is still to be recorded
+        (holding), which the end of the transaction then commits with it."""
+        if not self.holding:
+            self.commit()
 
     def batch(self) -> contextlib.AbstractContextManager[object]:
         """The block's statements in order, sent together where the engine can: over a
@@ -2900,6 +2997,7 @@ def _transaction(db: _Session, write: bool) -> Iterator[_Session]:
     # BEGIN inside the try: a signal handler's exception (KeyboardInterrupt, a timeout)
     # surfaces only once BEGIN returns, by then holding the lock, and must release it too.
     try:
+        db.holding = False
         db.begin(write)
         yield db
         if db.in_transaction:  # not if the block's last statement committed
@@ -3060,13 +3158,18 @@ def _upgrade_to_11(db: _SqliteEngine) -> None:
     _execute_script(db, _SQLITE_VERSION_11[len(_SQLITE_VERSION_10):])
 
 
+def _upgrade_to_12(db: _SqliteEngine) -> None:
+    """Version 11 gains the table of receipts."""
+    _execute_script(db, _SQLITE_VERSION_12[len(_SQLITE_VERSION_11):])
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
     _upgrade_to_6, _upgrade_to_7, _upgrade_to_8, _upgrade_to_9, _upgrade_to_10,
-    _upgrade_to_11,
+    _upgrade_to_11, _upgrade_to_12,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -3272,6 +3375,7 @@ class _SqliteEngine(_Engine, _Session):
             self.has_vectors = stamped >= _VECTORS_FROM
             self.has_vector_blocks = stamped >= _VECTOR_BLOCKS_FROM
             self.has_weights = stamped >= _WEIGHTS_FROM
+            self.has_receipts = stamped >= _RECEIPTS_FROM
             if stamped < _RECORDS_FROM:
                 _execute_script(self, _SQLITE_AS_RECORDS)
             elif stamped < _VERSIONS_FROM:
@@ -4716,12 +4820,20 @@ class _Writes(_Part):
     postings, vectors, metadata terms and counts; deletes; the index and vectors rebuilt."""
 
     def insert(self, rows: list[_NewMemory], noun: str | None = None,
-               dedupe: bool = False) -> list[int]:
+               dedupe: bool = False, receipt: _Receipt | None = None,
+               one: bool = False) -> list[int]:
         """Write the checked `rows` in one transaction, all or none; their ids, in order
-        (with `dedupe`, a live memory's where it holds the same text)."""
+        (with `dedupe`, a live memory's where it holds the same text). With a `receipt`,
+        once: the ids it records where it was done before (the first alone, for `one`
+        row, as remember returns it)."""
         _one_key_each(rows, noun)
         rows = self.with_vectors(rows)
         with self._store._writing({row.user_id for row in rows}) as db:
+            if receipt is not None:
+                now = self._store._receipt_time()
+                done, result = receipt.done(db, now)
+                if done:
+                    return [result] if one else cast(list[int], result)
             if self._store.embedder is not None:
                 self._store._check_embedder_of(db)
             held_keys = self._held_keys(db, rows)
@@ -4732,13 +4844,16 @@ class _Writes(_Part):
             fresh = [position for position in range(len(rows)) if position not in same]
             written = self._replace_keyed(db, rows, held_keys, noun, fresh)
             new_ids = iter(self.write(db, written, noun, fresh) if fresh else ())
-        if same:  # each row's in turn: its new id, a held memory's, or an earlier row's
-            ids: list[int] = []
-            for position in range(len(rows)):
-                kept = same.get(position)
-                ids.append(next(new_ids) if kept is None else kept if kept > 0 else ids[~kept])
-        else:
-            ids = list(new_ids)
+            if same:  # each row's in turn: its new id, a held memory's, or an earlier row's
+                ids: list[int] = []
+                for position in range(len(rows)):
+                    kept = same.get(position)
+                    ids.append(next(new_ids) if kept is None else kept if kept > 0
+                               else ids[~kept])
+            else:
+                ids = list(new_ids)
+            if receipt is not None:
+                receipt.record(db, ids[0] if one else ids, now, self._store.receipts_ttl)
         written = [rows[p] for p in fresh]
         task_level = sum(row.task_id is not None for row in written)
         _log.info("remembered %d memories (%d user level, %d task level), ids %s;"
@@ -4901,7 +5016,7 @@ class _Writes(_Part):
                 _add_postings(db, added, {owner: held[owner].newest for owner in added})
                 db.executemany(_SQL_COUNT_ADD, [(user, task or "", n, group.weighed[user, task])
                                                 for (user, task), n in group.added.items()])
-            db.commit()
+            db.finish()
         return [value[0] for value in values]
 
     def _ask_group(self, db: _Session, rows: list[_NewMemory], users: list[str],
@@ -5085,7 +5200,7 @@ class _Writes(_Part):
                 db.execute(_SQL_FORGET_FIELDS, (*key, ids))
             forgotten = db.execute(_SQL_FORGET, (*key, ids))
             if last:
-                db.commit()
+                db.finish()
         return int(forgotten.rowcount)
 
     def reading(self, previous: str | None = None) -> str:
@@ -5672,8 +5787,11 @@ class MemoryStore:
         context: bool | None = None,
         embedder: Embedder | None = None,
         max_text: int = MAX_TEXT,
+        receipts_ttl: float = 86_400,
     ) -> None:
         self.path = _check_path(path)
+        #: How long a receipt of an operation (operation=) is kept, in seconds.
+        self.receipts_ttl = _check_seconds("receipts_ttl", receipts_ttl)
         #: The longest text (in characters) this store takes.
         self.max_text = _check_within("max_text", max_text, MAX_TEXT, _LONGEST_TEXT)
         #: What turns texts into vectors for recall by meaning (None: words alone).
@@ -5861,6 +5979,22 @@ class MemoryStore:
             self._adopt_rule(db, db.confine(users, write=False))
             yield db
 
+    def _receipt(self, scope: Scope, operation: str | None, call: str,
+                 *arguments: Any) -> _Receipt | None:
+        """The receipt a call under `operation` reads and records (None without one)."""
+        if operation is None:
+            return None
+        done = json.dumps([call, *arguments], sort_keys=True, separators=(",", ":"))
+        return _Receipt(scope.user, scope.task, _check_operation(operation),
+                        hashlib.sha256(done.encode("utf-8")).hexdigest())
+
+    def _receipt_time(self) -> str:
+        now = self._read_instant()
+        if now is None:
+            raise MemoryInputError("operation= needs the clock's reading to have a UTC offset"
+                                   " (a receipt expires)")
+        return now
+
     def _writable(self) -> None:
         if self.read_only:
             raise StoreError("the store was opened with read_only=True and does not write;"
@@ -5871,7 +6005,8 @@ class MemoryStore:
     def remember(self, scope: Scope, level: Level, text: str, source: str, *,
                  ttl: float | None = None, dedupe: bool = False, key: str | None = None,
                  metadata: dict[str, Any] | None = None,
-                 embed: bool | Sequence[str] = True, if_version: int | None = None) -> int:
+                 embed: bool | Sequence[str] = True, if_version: int | None = None,
+                 operation: str | None = None) -> int:
         """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
         memory stops being live `ttl` seconds after it is written. With `dedupe`, a live
         memory of the same user, level (and task, at task level) whose text is the same
@@ -5887,21 +6022,35 @@ class MemoryStore:
         A keyed memory is at version 1 when its key holds no live memory, else at one
         more than the one it replaces. With `if_version` (and a key), it is written only
         where the key's live memory is at that version (0: where it holds none): else
-        VersionConflict, naming the version it is at, and nothing is written."""
+        VersionConflict, naming the version it is at, and nothing is written.
+
+        With `operation` (an id of 1 to 128 printable characters), at most once: the
+        store records the call's result under the id, with a digest of its arguments, in
+        its transaction (a receipt, kept receipts_ttl seconds); the call made again with
+        the same arguments returns that result and writes nothing; with others,
+        OperationConflict. remember_many, forget, forget_where, revise and rename take
+        it too; operation() reads a receipt."""
         row = _new_row(scope, level, text, source, ttl, key=key, metadata=metadata,
                        embed=embed, if_version=if_version, max_text=self.max_text)
-        (memory_id,) = self._writes.insert([row], dedupe=dedupe)
+        receipt = self._receipt(scope, operation, "remember", list(row), dedupe)
+        (memory_id,) = self._writes.insert([row], dedupe=dedupe, receipt=receipt, one=True)
         return memory_id
 
     def remember_many(self, items: Iterable[tuple[Any, ...] | dict[str, Any]], *,
-                      dedupe: bool = False) -> list[int]:
+                      dedupe: bool = False, operation: str | None = None) -> list[int]:
         """Keep many items in one transaction, all or none: each a tuple (scope, level,
         text, source[, ttl[, key[, metadata[, embed]]]]) or a dict of remember's
         arguments. With `dedupe`, as remember's, for every item: an item repeating an
         earlier one of the batch gets that one's id. Two items giving one owner the same
-        key are refused."""
-        return self._writes.insert(_each_valid(items, lambda item: _item_row(item, self.max_text),
-                                        "item"), "item", dedupe)
+        key are refused. With `operation`, at most once (see remember), every item of
+        one scope."""
+        if operation is not None:
+            items = list(items) if isinstance(items, Iterable) else items
+        rows = _each_valid(items, lambda item: _item_row(item, self.max_text), "item")
+        receipt = None if operation is None else self._receipt(
+            _one_scope(cast(list[Any], items)), operation, "remember_many",
+            [list(row) for row in rows], dedupe)
+        return self._writes.insert(rows, "item", dedupe, receipt)
 
     def import_memories(self, records: Iterable[Record | dict[str, Any]], *,
                         dedupe: bool = False) -> list[int]:
@@ -6069,6 +6218,22 @@ class MemoryStore:
                      if row[0] not in expired), None)
 
     @_read_again_if_cut_off
+    def operation(self, scope: Scope, operation: str) -> dict[str, Any] | None:
+        """The receipt of the operation done in the scope under this id, while it is kept:
+        {"operation", "result" (what the call returned), "created_at", "expires_at"};
+        None for any other id, another scope's included."""
+        scope = _check_scope(scope)
+        wanted = _check_operation(operation)
+        with self._snapshot({scope.user}) as db:
+            found = db.execute(_SQL_RECEIPT, (scope.user, scope.task, wanted)).fetchone() \
+                if db.has_receipts else None
+        now = self._read_instant()
+        if found is None or (now is not None and found[3] <= now):
+            return None
+        return {"operation": wanted, "result": json.loads(found[1]), "created_at": found[2],
+                "expires_at": found[3]}
+
+    @_read_again_if_cut_off
     def memories(self, scope: Scope, *, after: int | None = None, limit: int | None = None,
                  conversation: str | None = None, before: int | None = None,
                  newest_first: bool = False, where: dict[str, Any] | None = None,
@@ -6110,27 +6275,40 @@ class MemoryStore:
             return self._planner.page(db, _ScopeKey(scope.user, scope.task), page)
 
     def forget(self, scope: Scope, memory_id: int | None = None, *,
-               key: str | None = None, if_version: int | None = None) -> bool:
+               key: str | None = None, if_version: int | None = None,
+               operation: str | None = None) -> bool:
         """Delete the memory (or the one holding `key`, as get finds it) if the scope can
         see it. False for any id or key it cannot see, whether unknown, another task's,
         another user's or expired: all answer alike. With `if_version`, only where the
         memory is at that version: else VersionConflict, and nothing is deleted."""
         scope = _check_scope(scope)
-        return bool(self._forget(scope, *_by_id_or_key(scope, memory_id, key), first=True,
-                                 expected=_check_if_version(if_version)))
+        select, arguments = _by_id_or_key(scope, memory_id, key)
+        expected = _check_if_version(if_version)
+        receipt = self._receipt(scope, operation, "forget", memory_id, key, expected)
+        return bool(self._forget(scope, select, arguments, first=True, expected=expected,
+                                 receipt=receipt))
 
-    def forget_where(self, scope: Scope, where: dict[str, Any]) -> int:
+    def forget_where(self, scope: Scope, where: dict[str, Any], *,
+                     operation: str | None = None) -> int:
         """Delete every live memory visible in the scope whose metadata the filter admits
-        (as recall's `where`), in one transaction; how many."""
+        (as recall's `where`), in one transaction; how many. With `operation`, at most
+        once (see remember)."""
         scope = _check_scope(scope)
         conditions = _check_where(where)
         if conditions is None:
             raise MemoryInputError("forget_where needs a filter (a dict of paths)")
+        receipt = self._receipt(scope, operation, "forget_where", where)
         key = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
+            if receipt is not None:
+                done, result = receipt.done(db, at := self._receipt_time())
+                if done:
+                    return int(result)
             expired = _expired_of(db, key, self._expiry_instant(db, key))
             rows = self._planner.visible_where(db, key, conditions, expired)
             deleted = self._writes.delete(db, key, rows)
+            if receipt is not None:
+                receipt.record(db, deleted, at, self.receipts_ttl)
         self._scrub()
         _log.info("forgot %d memories of user %s by a filter", deleted, scope.user)
         return deleted
@@ -6150,9 +6328,14 @@ class MemoryStore:
         return self._forget(scope, _SQL_VISIBLE_CONVERSATION, arguments)
 
     def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...],
-                first: bool = False, expected: int | None = None) -> int:
+                first: bool = False, expected: int | None = None,
+                receipt: _Receipt | None = None) -> int:
         key = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
+            if receipt is not None:
+                done, result = receipt.done(db, at := self._receipt_time())
+                if done:
+                    return int(result)
             now = self._expiry_instant(db, key)
             with db.batch():
                 expired, found = _ask_expired(db, key, now), db.ask(select, arguments)
@@ -6162,65 +6345,84 @@ class MemoryStore:
             if rows and expected is not None and expected != (_MemoryRow(*rows[0]).version or 1):
                 raise VersionConflict(_MemoryRow(*rows[0]).version or 1, expected, "the memory")
             deleted = self._writes.delete(db, key, rows, last=True)
+            if receipt is not None:
+                receipt.record(db, deleted, at, self.receipts_ttl)
         self._scrub()
         _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
                   [row[0] for row in rows])
         return deleted
 
     def revise(self, scope: Scope, memory_id: int, text: str, source: str, *,
-               ttl: float | None = None, if_version: int | None = None) -> int | None:
+               ttl: float | None = None, if_version: int | None = None,
+               operation: str | None = None) -> int | None:
         """Correct a memory: in one transaction, forget the memory `memory_id` if the scope
         can see it and remember `text` at its level and task, expiring when it did unless
         `ttl` is given (then `ttl` seconds from now); the new id (the newest), or None,
         with nothing changed, for an id the scope cannot see. The new memory keeps the
         old one's key (and so its created_at) and metadata, is embedded from its text,
         and is the next version of it. With `if_version`, only where the memory is at
-        that version: else VersionConflict, and nothing changed."""
+        that version: else VersionConflict, and nothing changed. With `operation`, at
+        most once (see remember)."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
         expected = _check_if_version(if_version)
         # Validated before the transaction; its level (task) is the old memory's, set below.
-        (new,) = self._writes.with_vectors([_new_row(scope, "user", text, source, ttl,
-                                                     max_text=self.max_text)])
+        checked = _new_row(scope, "user", text, source, ttl, max_text=self.max_text)
+        receipt = self._receipt(scope, operation, "revise", wanted, list(checked), expected)
+        (new,) = self._writes.with_vectors([checked])
         with self._writing({scope.user}) as db:
+            if receipt is not None:
+                done, result = receipt.done(db, at := self._receipt_time())
+                if done:
+                    return cast(int | None, result)
             if self.embedder is not None:
                 self._check_embedder_of(db)
             expired = _expired_of(db, key, self._expiry_instant(db, key))
             found = db.execute(_SQL_VISIBLE_ID, (*key, wanted))
             rows = [row for row in found if row[0] not in expired]
             if not rows:
+                if receipt is not None:
+                    receipt.record(db, None, at, self.receipts_ttl)
                 return None
             old = _MemoryRow(*rows[0])
             if expected is not None and expected != (old.version or 1):
                 raise VersionConflict(old.version or 1, expected, "the memory")
             revised = self._writes.replace(db, key, old, new)
+            if receipt is not None:
+                receipt.record(db, revised, at, self.receipts_ttl)
         self._scrub()
         _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
         return revised
 
     def rename(self, scope: Scope, key: str, new_key: str, *,
-               if_version: int | None = None) -> int | None:
+               if_version: int | None = None, operation: str | None = None) -> int | None:
         """Move the memory holding `key` (as get finds it) to `new_key` in its owner, in
         one transaction, at its next version and updated now; its id, or None, with
         nothing changed, where the scope sees no memory under `key`. With `if_version`,
         only where it is at that version. VersionConflict, and nothing changed, where the
-        owner holds `new_key` live (an expired holder is forgotten)."""
+        owner holds `new_key` live (an expired holder is forgotten). With `operation`, at
+        most once (see remember)."""
         scope = _check_scope(scope)
         old, new = _check_key(_required("key", key)), _check_key(_required("new_key", new_key))
         expected = _check_if_version(if_version)
+        receipt = self._receipt(scope, operation, "rename", old, new, expected)
         owners = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
+            if receipt is not None:
+                done, result = receipt.done(db, at := self._receipt_time())
+                if done:
+                    return cast(int | None, result)
             expired = _expired_of(db, owners, self._expiry_instant(db, owners))
             found = db.execute(_SQL_VISIBLE_KEY, (scope.user, scope.task, scope.task, old))
             rows = [_MemoryRow(*row) for row in found if row[0] not in expired]
-            if not rows:
-                return None
-            held = rows[0]
-            if expected is not None and expected != (held.version or 1):
+            held = rows[0] if rows else None
+            if held is not None and expected is not None and expected != (held.version or 1):
                 raise VersionConflict(held.version or 1, expected, "the memory")
-            if new == old:
-                return held.id
+            if receipt is not None:
+                receipt.record(db, None if held is None else held.id, at, self.receipts_ttl)
+            if held is None or new == old:
+                return None if held is None else held.id
             taken = db.execute(_SQL_KEYED, (scope.user, scope.task, held.task_id,
                                             held.task_id or "", new)).fetchall()
             if taken and taken[0][0] not in expired:
@@ -6262,6 +6464,8 @@ class MemoryStore:
                                    " has expired is unknown")
         with self._writing(None) as db:
             purged = self._writes.purge_expired(db, now)
+            for (user,) in db.execute(_SQL_EXPIRED_RECEIPT_USERS, (now,)).fetchall():
+                db.execute(_SQL_PURGE_RECEIPTS, (user, now))
         self._scrub()
         _log.info("purged %d expired memories", purged)
         return purged
@@ -6274,6 +6478,7 @@ class MemoryStore:
             _erase_vectors(db, user)
             db.execute(_SQL_ERASE_FIELDS, (user,))
             db.execute(_SQL_ERASE_COUNTS, (user,))
+            db.execute(_SQL_ERASE_RECEIPTS, (user,))
             erased = db.execute(_SQL_ERASE, (user,)).rowcount
         self._scrub()
         _log.info("erased %d memories of user %s", erased, user)
@@ -6490,6 +6695,8 @@ class AsyncMemoryStore:
     forget_source = _in_a_thread(MemoryStore.forget_source)
     forget_conversation = _in_a_thread(MemoryStore.forget_conversation)
     revise = _in_a_thread(MemoryStore.revise)
+    rename = _in_a_thread(MemoryStore.rename)
+    operation = _in_a_thread(MemoryStore.operation)
     renew = _in_a_thread(MemoryStore.renew)
     purge_expired = _in_a_thread(MemoryStore.purge_expired)
     erase_user = _in_a_thread(MemoryStore.erase_user)

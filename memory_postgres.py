@@ -55,7 +55,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 10
+POSTGRES_SCHEMA_VERSION = 11
 
 
 def _guarded(table: str) -> tuple[str, ...]:
@@ -126,7 +126,9 @@ _PG_GUARDED_FROM_4 = (*_PG_GUARDED, "memory_vectors")
 _PG_GUARDED_FROM_5 = (*_PG_GUARDED_FROM_4, "memory_fields")
 # Version 7's sealed blocks of vectors as well.
 _PG_GUARDED_FROM_7 = (*_PG_GUARDED_FROM_5, "memory_vector_blocks")
-_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *_PG_GUARDED_FROM_7)
+# Version 11's receipts of operations.
+_PG_GUARDED_FROM_11 = (*_PG_GUARDED_FROM_7, "memory_receipts")
+_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *_PG_GUARDED_FROM_11)
 _PG_OBJECTS = (
     "SELECT relname, relkind, relrowsecurity, relforcerowsecurity,"
     " pg_has_role(relowner, 'USAGE') FROM pg_class"
@@ -143,7 +145,7 @@ _PG_POLICY = (
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
 _PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY,
                     5: _PG_POLICY, 6: _PG_POLICY, 7: _PG_POLICY, 8: _PG_POLICY, 9: _PG_POLICY,
-                    10: _PG_POLICY}
+                    10: _PG_POLICY, 11: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -237,6 +239,20 @@ _PG_ADD_WEIGHTS = (
 _PG_ADD_VERSIONS = (
     "ALTER TABLE memories ADD COLUMN version BIGINT",
     'ALTER TABLE memories ALTER COLUMN key TYPE TEXT COLLATE "C"',
+)
+# Version 11: the receipts of operations, as SQLite's version 12 keeps them, guarded.
+_PG_ADD_RECEIPTS = (
+    """CREATE TABLE memory_receipts (
+    user_id TEXT NOT NULL,
+    task_key TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    result TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    PRIMARY KEY (user_id, task_key, operation)
+)""",
+    *_guarded("memory_receipts"),
 )
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
@@ -416,6 +432,12 @@ def _add_versions(db: _PostgresSession) -> None:
         db._send(statement)
 
 
+def _add_receipts(db: _PostgresSession) -> None:
+    """Version 10 gains the table of receipts."""
+    for statement in _PG_ADD_RECEIPTS:
+        db._send(statement)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
@@ -426,6 +448,7 @@ POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (8, _hash_text_keys),
     (9, _add_weights),
     (10, _add_versions),
+    (11, _add_receipts),
 ]
 
 
@@ -537,7 +560,8 @@ class _PostgresSession(_Session):
     def _check_layout(self, version: int) -> None:
         """SchemaError unless the store's objects are the store's own (_PG_OBJECTS) at
         `version`."""
-        guarded = set(_PG_GUARDED_FROM_7 if version >= 7 else _PG_GUARDED_FROM_5
+        guarded = set(_PG_GUARDED_FROM_11 if version >= 11 else _PG_GUARDED_FROM_7
+                      if version >= 7 else _PG_GUARDED_FROM_5
                       if version >= 5 else _PG_GUARDED_FROM_4 if version >= 4 else _PG_GUARDED)
         # Every object the store may have is asked for: one of a later version is foreign.
         objects = self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),)).fetchall()

@@ -32,7 +32,8 @@ WORD_RANKS: tuple[memory.Rank, ...] = ("shared", "idf", "hybrid")
 # an INSERT ... VALUES reads nothing, and sqlite_sequence holds no memory data.
 TOUCHES_MEMORY_DATA = re.compile(
     r"\b(FROM|UPDATE|JOIN)\s+"
-    r"(memories|memory_words|memory_counts|memory_vectors|memory_vector_blocks|memory_fields)"
+    r"(memories|memory_words|memory_counts|memory_vectors|memory_vector_blocks|memory_fields"
+    r"|memory_receipts)"
     r"\b", re.I)
 
 # SPEC Part 1's layout, frozen: what a version-1 file holds. Its index name is not part

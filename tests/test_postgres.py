@@ -584,6 +584,7 @@ def test_version_5_s_key_index_is_made_again_key_first(url: str, server: Server)
     with MemoryStore(url) as store:
         store.remember(ALICE, "task", "Alice's seat: aisle.", "s", key="seat")
     with owner_connection(url) as db:  # version 5's index, as its release made it
+        db.execute("DROP TABLE memory_receipts")
         db.execute("ALTER TABLE memories DROP COLUMN version")
         db.execute("ALTER TABLE memory_counts DROP COLUMN weight")
         db.execute("DROP TABLE memory_vector_blocks")
@@ -633,6 +634,7 @@ def test_version_7_s_text_key_index_is_made_again_a_hash_index(url: str,
                  database_of(url))
     server.admin("ALTER TABLE memory_counts DROP COLUMN weight", database_of(url))
     server.admin("ALTER TABLE memories DROP COLUMN version", database_of(url))
+    server.admin("DROP TABLE memory_receipts", database_of(url))
     server.admin("UPDATE store_settings SET value = '7' WHERE name = 'schema_version'",
                  database_of(url))
     with MemoryStore(url) as store:
