@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -57,10 +58,12 @@ def test_each_call_replayed_returns_its_result_and_writes_nothing(store: MemoryS
 def test_an_id_used_for_another_call_is_refused_and_nothing_is_written(
         store: MemoryStore) -> None:
     store.remember(ALICE, "task", "Seat: aisle.", "s", operation="op")
-    for other in (lambda: store.remember(ALICE, "task", "Seat: window.", "s", operation="op"),
-                  lambda: store.remember(ALICE, "user", "Seat: aisle.", "s", operation="op"),
-                  lambda: store.forget(ALICE, 1, operation="op"),
-                  lambda: store.rename(ALICE, "a", "b", operation="op")):
+    others: list[Callable[[], object]] = [
+        lambda: store.remember(ALICE, "task", "Seat: window.", "s", operation="op"),
+        lambda: store.remember(ALICE, "user", "Seat: aisle.", "s", operation="op"),
+        lambda: store.forget(ALICE, 1, operation="op"),
+        lambda: store.rename(ALICE, "a", "b", operation="op")]
+    for other in others:
         with pytest.raises(OperationConflict, match="used for another call") as refused:
             other()
         assert "aisle" not in str(refused.value) and "window" not in str(refused.value)
@@ -114,7 +117,8 @@ def test_the_receipt_and_the_call_s_writes_commit_together(
         raise OSError("disk full (simulated)")
 
     monkeypatch.setattr(memory._Receipt, "record", failing)
-    calls = [lambda: store.remember(ALICE, "task", "new", "s", operation="a"),
+    calls: list[Callable[[], object]] = [
+             lambda: store.remember(ALICE, "task", "new", "s", operation="a"),
              lambda: store.remember_many([(ALICE, "task", "new", "s")], operation="b"),
              lambda: store.forget(ALICE, key="seat", operation="c"),
              lambda: store.forget_where(ALICE, {"$key": "seat"}, operation="d"),
