@@ -86,7 +86,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncMemoryStore", "ConnectionLost", "Embedder", "FixedClock", "IDENTIFIER", "Level",
     "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "Matching", "Memory", "MemoryInputError", "MemoryStore",
-    "OutcomeUnknown", "RECOMMENDED", "Rank", "Recalled", "Record", "SCHEMA", "SCHEMA_VERSION",
+    "OutcomeUnknown", "RECOMMENDED", "Rank", "Recalled", "Record", "SCHEMA_VERSION",
     "OperationConflict", "STOPWORDS", "SchemaError", "Scope", "StoreError", "StoreNotFound",
     "VersionConflict",
     "WORD", "Why", "fixed_clock", "stems", "system_clock", "words",
@@ -6609,13 +6609,14 @@ class AsyncMemoryStore:
         context: bool | None = None,
         embedder: Embedder | None = None,
         max_text: int = MAX_TEXT,
+        receipts_ttl: float = 86_400,
     ) -> None:
         # MemoryStore's keywords written out, so that a type checker checks them here too.
         self._opening = functools.partial(
             MemoryStore, path, clock, read_only=read_only, durable=durable, matching=matching,
             create=create, statement_timeout=statement_timeout, pool_size=pool_size,
             pool_timeout=pool_timeout, rank=rank, context=context, embedder=embedder,
-            max_text=max_text)
+            max_text=max_text, receipts_ttl=receipts_ttl)
         self._store: MemoryStore | None = None
         # Thread primitives, not asyncio's: open, the calls and close may come from any
         # loop. One store is opened whoever opens it, and close() waits for the calls

@@ -227,3 +227,11 @@ def test_close_from_another_event_loop_waits_for_a_call_in_flight(target: str) -
         asyncio.run(store.count(ALICE))
     with memory.MemoryStore(target) as reopened:
         assert reopened.count(ALICE) == 1
+
+
+def test_every_call_of_a_memory_store_is_a_coroutine_here() -> None:
+    calls = [name for name, value in vars(memory.MemoryStore).items()
+             if not name.startswith("_") and callable(value)]
+    assert {"rename", "operation", "remember", "close"} <= set(calls)
+    assert [name for name in calls
+            if not inspect.iscoroutinefunction(getattr(AsyncMemoryStore, name, None))] == []

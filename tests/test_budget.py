@@ -405,7 +405,10 @@ def test_every_statement_of_the_blocks_carries_the_scope(
     assert any(s.startswith("SELECT first_id, last_id, after_id, ids, vectors") for s in blocks)
     assert any(s.startswith("DELETE FROM memory_vector_blocks") for s in statements[scoped:])
     for statement in memory_statements(statements[scoped:]):
-        if not statement.startswith("SELECT DISTINCT user_id FROM memories WHERE expires_at"):
+        # Which users have something expired: an operator's look across users, by time.
+        if not statement.startswith(tuple(f"SELECT DISTINCT user_id FROM {table} WHERE"
+                                          " expires_at" for table in ("memories",
+                                                                      "memory_receipts"))):
             assert "WHERE user_id = " in statement  # but the users', ids alone
     for statement in memory_statements(statements[:scoped]):
         assert re.search(r"WHERE user_id = .*\btask_(id|key) (IS|=|IN) ", statement), statement

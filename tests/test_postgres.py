@@ -191,14 +191,14 @@ def test_schema_keys_begin_with_user_id(url: str, server: Server) -> None:
     keys = server.admin(
         "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
         " WHERE contype IN ('p', 'u') AND conrelid::regclass::text LIKE 'memor%'", database)
-    assert len(keys) == 6
+    assert len(keys) == 7
     assert all(definition.startswith("PRIMARY KEY (user_id,") for _, definition in keys)
     forced = server.admin("SELECT relname, relrowsecurity, relforcerowsecurity FROM pg_class"
                           " WHERE relname LIKE 'memor%' AND relkind = 'r'", database)
     assert sorted(forced) == [(name, True, True)
                               for name in ("memories", "memory_counts", "memory_fields",
-                                           "memory_vector_blocks", "memory_vectors",
-                                           "memory_words")]
+                                           "memory_receipts", "memory_vector_blocks",
+                                           "memory_vectors", "memory_words")]
 
 
 def test_newer_schema_is_refused_and_the_version_is_read(url: str, server: Server) -> None:

@@ -164,6 +164,25 @@ def test_a_version_11_file_keeps_its_versions_and_a_version_10_file_reads_them_a
         assert store.get(alice, key=keyed["key"])["version"] == 2  # type: ignore[index]
 
 
+def test_a_version_12_file_keeps_its_receipts_and_an_older_one_gains_them(
+        tmp_path: pathlib.Path) -> None:
+    path, recorded = release("version-12-bc85fd5", tmp_path)
+    erin = Scope("erin", "trip")
+    clock = fixed_clock("2026-12-06T14:30:00+00:00")
+    with MemoryStore(path, clock=clock) as store:
+        assert store.operation(erin, "turn-1")["result"] == recorded["receipt"][  # type: ignore[index]
+            "result"]
+        assert store.remember(erin, "task", "Erin's seat: aisle.", "trip/turn-1", key="seat",
+                              operation="turn-1") == recorded["receipt"]["result"]
+        assert store.count(erin) == 1
+    path, _ = release("version-11-a822b79", tmp_path)
+    with MemoryStore(path, read_only=True) as reader:  # read as it is: no receipts
+        assert reader.operation(erin, "turn-1") is None
+    with MemoryStore(path, clock=clock) as store:
+        kept = store.remember(erin, "task", "Erin's seat.", "s", operation="op")
+        assert store.operation(erin, "op")["result"] == kept  # type: ignore[index]
+
+
 def test_a_file_from_before_keys_reads_as_memories_without_any_when_read_only(
         tmp_path: pathlib.Path) -> None:
     path, recorded = release("version-7-d54e473", tmp_path)
