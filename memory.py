@@ -722,17 +722,19 @@ _SQL_VISIBLE_KEY = _sql(
     postgresql=f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND (task_id IS"
     " NULL OR task_id = %s) AND coalesce(task_id, '') IN ('', %s) AND key = %s"
     " ORDER BY task_id IS NULL")
-# One owner's keyed memories from a key on, or after it (strictly), below another or not,
-# in key order: a range of the key index, on SQLite (user, owner, key); on PostgreSQL
-# (user, key), the owner tested.
+# The scope's keyed memories from a key on, or after it (strictly), below another or not,
+# in key order: a range of the key index. SQLite's index is (user, owner, key): one range
+# for each owner (the owner a parameter). PostgreSQL's is (user, key, owner): one range for
+# both, where an owner's filter would read the other's keys to find none (the parameter
+# unused), a key's user level before its task, as the index holds them.
 def _keys_in_range(after: bool, below: bool) -> _Sql:
     bounds = f"key {'>' if after else '>='} ?" + (" AND key < ?" if below else "")
     return _sql(
         f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND ifnull(task_id, '') = ?"
         f" AND {bounds} ORDER BY key LIMIT ?",
         postgresql=f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND (task_id"
-        " IS NULL OR task_id = %s) AND coalesce(task_id, '') = %s AND"
-        f" {bounds.replace('?', '%s')} ORDER BY key LIMIT %s")
+        " IS NULL OR task_id = %s) AND %s::text IS NOT NULL AND"
+        f" {bounds.replace('?', '%s')} ORDER BY key, coalesce(task_id, '') LIMIT %s")
 
 
 _SQL_KEYS_FROM = _keys_in_range(after=False, below=False)
@@ -2850,6 +2852,9 @@ class _Session:
     has_weights = True
     #: Whether it keeps receipts (likewise, from version 12 on SQLite).
     has_receipts = True
+    #: Whether a range of keys is read owner by owner (the key index leads with the
+    #: owner), or for both owners of a scope at once (it leads with the key).
+    keys_by_owner = True
     #: Set while a write's receipt is still to be recorded: the write's own last step
     #: leaves the commit to the end of its transaction, after the receipt.
     holding = False
@@ -5388,8 +5393,11 @@ class _Planner(_Part):
         found: dict[str, _MemoryRow] = {}
         in_range = _KEY_RANGES[strict, high is not None]
         bounds = (low,) if high is None else (low, high)
-        for owner in ("", key.task):  # the task's own read last, to stand over the other
-            rows = db.execute(in_range, (*key, owner, *bounds, asked))
+        # Both owners at once: a key twice at most.
+        owners, each = (("", key.task), asked) if db.keys_by_owner \
+            else (("",), min(_MAX_ID, 2 * asked))
+        for owner in owners:  # the task's own read last, to stand over the other
+            rows = db.execute(in_range, (*key, owner, *bounds, each))
             found.update((cast(str, row.key), row) for row in map(_MemoryRow._make, rows)
                          if row.id not in expired)
         listed = [found[name] for name in sorted(found)]

@@ -495,6 +495,7 @@ class _PostgresSession(_Session):
     dialect = "postgresql"
     reads_map_first = True
     asks_ahead = True
+    keys_by_owner = False
     users_per_batch = 64
     # 256 rows' stemming is milliseconds: more than the round trip the ids then take.
     sends_rows_first_from = 256

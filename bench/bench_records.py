@@ -19,6 +19,13 @@ In the same run, on the same rows, with RECOMMENDED's settings (no embedder):
   (the store serves one call at a time: the other user waits for the one under way).
 
     python3 bench/bench_records.py --small-owner-only   # that table alone
+
+- among 10,000 keyed memories of one owner: a write replacing a key, the same under
+  if_version (compare-and-set), a new write under an operation id (its receipt recorded)
+  and the replay of one (the receipt read, nothing written), each the median of 200;
+  listing 20 keys by prefix and the same page by ids, the median of 50.
+
+    python3 bench/bench_records.py --versions-only      # that table alone
 """
 
 from __future__ import annotations
@@ -119,6 +126,55 @@ def keys(location: Callable[[], str], engine: str) -> list[dict[str, Any]]:
     return table
 
 
+def versions(location: Callable[[], str], engine: str) -> list[dict[str, Any]]:
+    size, calls = 10_000, 200
+    with MemoryStore(location()) as store:
+        store.remember_many([(USER, "task", f"value {n}", "s", None, f"notes/{n:05}")
+                             for n in range(size)])
+        picked = random.Random(7).sample(range(size), calls)
+        at = dict.fromkeys(picked, 1)
+        chosen = iter(picked * 2)
+
+        def replace() -> object:
+            return store.remember(USER, "task", "changed", "s", key=f"notes/{next(chosen):05}")
+
+        plain = p50_ms(replace, calls)
+        for n in picked:
+            at[n] += 1
+        swapped = iter(picked)
+
+        def compare_and_set() -> object:
+            n = next(swapped)
+            return store.remember(USER, "task", "changed again", "s", key=f"notes/{n:05}",
+                                  if_version=at[n])
+
+        checked = p50_ms(compare_and_set, calls)
+        fresh = itertools.count()
+
+        def recorded() -> object:
+            n = next(fresh)
+            return store.remember(USER, "task", f"once {n}", "s", operation=f"op-{n}")
+
+        once = p50_ms(recorded, calls)
+        again = itertools.count()
+
+        def replayed() -> object:
+            n = next(again)
+            return store.remember(USER, "task", f"once {n}", "s", operation=f"op-{n}")
+
+        replay = p50_ms(replayed, calls)
+        starts = itertools.cycle(f"notes/{n:05}" for n in picked)
+        prefix = p50_ms(lambda: store.memories(USER, key_prefix="notes/",
+                                               after_key=next(starts), limit=20), 50)
+        pages = itertools.cycle(picked)
+        by_ids = p50_ms(lambda: store.memories(USER, after=next(pages), limit=20), 50)
+        assert store.count(USER) == size + calls
+    return [{"engine": engine, "keyed memories": size, "replace a key p50 ms": plain,
+             "with if_version p50 ms": checked, "under a new operation p50 ms": once,
+             "replayed p50 ms": replay, "20 keys by prefix p50 ms": prefix,
+             "20 by ids p50 ms": by_ids}]
+
+
 def long_texts(location: Callable[[], str], engine: str) -> list[dict[str, Any]]:
     table = []
     draw = zipf_words(6)
@@ -181,6 +237,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--sqlite-only", action="store_true")
     parser.add_argument("--small-owner-only", action="store_true")
+    parser.add_argument("--versions-only", action="store_true")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="memory-bench-records-"))
     files = (str(folder / f"{n}.db") for n in itertools.count())
@@ -196,6 +253,10 @@ def main() -> None:
         engines.append(("PostgreSQL", server.new_database))
     print(f"memory.py {memory.__version__}, Python {platform.python_version()}")
     try:
+        if args.versions_only:
+            table = [row for name, where in engines for row in versions(where, name)]
+            print(f"\nVersions and receipts\n\n{format_table(table)}")
+            return
         if args.small_owner_only:
             table = [row for name, where in engines for row in small_owner(where, name)]
             print(f"\nA small owner\n\n{format_table(table)}")
@@ -206,7 +267,9 @@ def main() -> None:
                   "Long texts": [row for name, where in engines
                                  for row in long_texts(where, name)],
                   "A small owner": [row for name, where in engines
-                                    for row in small_owner(where, name)]}
+                                    for row in small_owner(where, name)],
+                  "Versions and receipts": [row for name, where in engines
+                                            for row in versions(where, name)]}
         for title, table in tables.items():
             print(f"\n{title}\n\n{format_table(table)}")
     finally:

@@ -237,6 +237,8 @@ def test_keys_by_prefix_in_order_each_as_get_finds_it(store: MemoryStore,
         expected = sorted(k for k in [*NOTES, "notes/aa"] if k.startswith(prefix))
         assert keys(store.memories(ALICE, key_prefix=prefix)) == expected, prefix
         assert store.count(ALICE, key_prefix=prefix) == len(expected)
+    # A page is full where there is more: notes/a is held at both levels, and counts once.
+    assert keys(store.memories(ALICE, key_prefix="notes/", limit=3)) == mine[:3]
     # Pages by after_key and limit concatenate to the whole listing.
     pages: list[str] = []
     after: str | None = None
@@ -254,6 +256,18 @@ def test_keys_by_prefix_in_order_each_as_get_finds_it(store: MemoryStore,
                                )) == ["notes/a", "notes/aa"]
     assert store.count(ALICE, key_prefix="notes/", where={"$source": "s"}) == len(mine)
     assert keys(store.memories(BOB, key_prefix="notes/")) == ["notes/a"]
+
+
+def test_a_key_at_both_levels_is_listed_once_the_task_s_and_pages_stay_full(
+        store: MemoryStore) -> None:
+    for n in range(4):
+        store.remember(ALICE, "user", f"user's k{n}", "s", key=f"k{n}")
+        store.remember(ALICE, "task", f"task's k{n}", "s", key=f"k{n}")
+    for after in (None, "k0", "k1"):
+        page = store.memories(ALICE, key_prefix="k", after_key=after, limit=2)
+        start = 0 if after is None else int(after[1]) + 1
+        assert [m["text"] for m in page] == [f"task's k{n}" for n in range(start, start + 2)]
+    assert store.count(ALICE, key_prefix="k") == 4
 
 
 def test_a_listing_by_prefix_reads_a_range_of_the_key_index(tmp_path: Any) -> None:
