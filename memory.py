@@ -507,8 +507,9 @@ _SQLITE_ADD_VERSION = "ALTER TABLE memories ADD COLUMN version INTEGER"
 _SQLITE_VERSION_11 = (*_SQLITE_VERSION_10, _SQLITE_ADD_VERSION)
 
 # Version 12 keeps the receipts of operations done under an id (operation=): the owner,
-# the id, a digest of the call's arguments and its result, until it expires.
-_SQLITE_ADD_RECEIPTS = """CREATE TABLE memory_receipts (
+# the id, a digest of the call's arguments and its result, until it expires. PostgreSQL's
+# version 11 makes the same table (without SQLite's WITHOUT ROWID).
+_RECEIPTS_TABLE = """CREATE TABLE memory_receipts (
     user_id TEXT NOT NULL,
     task_key TEXT NOT NULL,
     operation TEXT NOT NULL,
@@ -517,8 +518,8 @@ _SQLITE_ADD_RECEIPTS = """CREATE TABLE memory_receipts (
     created_at TEXT NOT NULL,
     expires_at TEXT NOT NULL,
     PRIMARY KEY (user_id, task_key, operation)
-) WITHOUT ROWID"""
-_SQLITE_VERSION_12 = (*_SQLITE_VERSION_11, _SQLITE_ADD_RECEIPTS)
+)"""
+_SQLITE_VERSION_12 = (*_SQLITE_VERSION_11, f"{_RECEIPTS_TABLE} WITHOUT ROWID")
 
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).

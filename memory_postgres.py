@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from memory import (
+    _RECEIPTS_TABLE,
     _SQL_MATCHING,
     _SQL_SET_MATCHING,
     ConnectionLost,
@@ -241,19 +242,7 @@ _PG_ADD_VERSIONS = (
     'ALTER TABLE memories ALTER COLUMN key TYPE TEXT COLLATE "C"',
 )
 # Version 11: the receipts of operations, as SQLite's version 12 keeps them, guarded.
-_PG_ADD_RECEIPTS = (
-    """CREATE TABLE memory_receipts (
-    user_id TEXT NOT NULL,
-    task_key TEXT NOT NULL,
-    operation TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    result TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    expires_at TEXT NOT NULL,
-    PRIMARY KEY (user_id, task_key, operation)
-)""",
-    *_guarded("memory_receipts"),
-)
+_PG_ADD_RECEIPTS = (_RECEIPTS_TABLE, *_guarded("memory_receipts"))
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value"

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -66,6 +67,15 @@ WRITER = textwrap.dedent("""
                     assert found["text"].endswith(user), found
         print(store.count(scope))
 """)
+
+
+def all_finish(threads: list[threading.Thread], timeout: float = 120) -> bool:
+    """Start the threads, wait for each (at most `timeout` seconds): whether all ended."""
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    return not any(thread.is_alive() for thread in threads)
 
 
 def scalar(path: pathlib.Path, sql: str) -> Any:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, ROOT, SetClock
+from helpers import ALICE, ALICE_WORK, BOB, ROOT, SetClock, all_finish
 from memory import MemoryInputError, MemoryStore, Scope, VersionConflict
 
 SECRET = "s3cr3t-TEXT"
@@ -166,13 +166,9 @@ def test_writers_racing_on_one_version_leave_exactly_one_winner(target: str) -> 
         except BaseException as exc:  # noqa: BLE001 - reported below
             failures.append(exc)
 
-    threads = [threading.Thread(target=write, args=(n,)) for n in range(len(stores))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    ended = all_finish([threading.Thread(target=write, args=(n,)) for n in range(len(stores))])
     try:
-        assert not failures and not any(thread.is_alive() for thread in threads)
+        assert ended and not failures
         assert sorted(round_ for won in wins for round_ in won) == [1, 2, 3, 4, 5]
         assert version(stores[0], ALICE, "turn") == 6 and stores[0].count(ALICE) == 1
     finally:

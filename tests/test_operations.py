@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, SetClock
+from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, SetClock, all_finish
 from memory import MemoryInputError, MemoryStore, OperationConflict, VersionConflict
 from model import owner_connection
 
@@ -171,13 +171,9 @@ def test_replays_racing_write_once(target: str) -> None:
         except BaseException as exc:  # noqa: BLE001 - reported below
             failures.append(exc)
 
-    threads = [threading.Thread(target=replay, args=(store,)) for store in stores]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    ended = all_finish([threading.Thread(target=replay, args=(store,)) for store in stores])
     try:
-        assert not failures and not any(thread.is_alive() for thread in threads)
+        assert ended and not failures
         assert len(results) == 6 and len(set(results)) == 1
         assert stores[0].count(ALICE) == 1
     finally:

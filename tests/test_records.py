@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, SetClock
+from helpers import ALICE, ALICE_WORK, BOB, SetClock, all_finish
 from memory import MemoryInputError, MemoryStore, Scope, fixed_clock
 from model import Model, owner_connection
 
@@ -471,14 +471,10 @@ def test_two_writers_racing_on_one_key_leave_one_memory(target: str) -> None:
                 store.remember(ALICE, "user", f"writer {n} round {round_}", "s", key="one")
         except BaseException as exc:  # noqa: BLE001 - reported below
             failures.append(exc)
-    threads = [threading.Thread(target=write, args=(store, n))
-               for n, store in enumerate(stores)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    ended = all_finish([threading.Thread(target=write, args=(store, n))
+                        for n, store in enumerate(stores)])
     try:
-        assert not failures and not any(thread.is_alive() for thread in threads)
+        assert ended and not failures
         assert stores[0].count(ALICE) == 1
         assert stores[1].get(ALICE, key="one") is not None
     finally:
