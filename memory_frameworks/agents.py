@@ -141,13 +141,16 @@ class AgentsSession:
         """Remove the newest item and return it (None for an empty session). Two pops at
         once take two items: a pop whose item another took takes the next."""
         self._open()
-        while True:
-            newest = await asyncio.to_thread(self._newest, 1)
-            if not newest:
-                return None
+        return await asyncio.to_thread(self._pop)
+
+    def _pop(self) -> Any | None:
+        # Read and forget in one worker thread: a hop to the event loop between them cost
+        # a fifth of a pop.
+        while newest := self._newest(1):
             memory, item = newest[0]
-            if await asyncio.to_thread(self.store.forget, self.scope, memory["id"]):
+            if self.store.forget(self.scope, memory["id"]):
                 return item
+        return None
 
     async def clear_session(self) -> None:
         """Forget every item of the session: in one transaction where the conversation
