@@ -1040,6 +1040,10 @@ _SQL_OWNER_TEXTS = _sql(
         " ORDER BY id"))
 _SQL_OWNED = _sql(
     f"SELECT {_MEMORY_COLUMNS}, embed FROM memories WHERE user_id = ? ORDER BY id")
+# The vectors of some of the user's memories, those its callers gave, for export.
+_SQL_OWNED_VECTORS = _sql(
+    "SELECT id, vector FROM memory_vectors WHERE user_id = ?"
+    " AND id IN (SELECT value FROM json_each(?))")
 _SQL_OWNED_TEXTS = _sql(
     "SELECT id, user_id, task_id, text, created_at FROM memories WHERE user_id = ?"
     " ORDER BY id")
@@ -1400,6 +1404,7 @@ class _RecordOptions(TypedDict, total=False):
     updated_at: str
     version: int
     embed: bool | list[str]
+    vectors: list[list[float]]
 
 
 class _RecordFields(TypedDict):
@@ -1416,8 +1421,8 @@ class _RecordFields(TypedDict):
 class Record(_RecordFields, _RecordOptions):
     """A memory as `export_user` writes it and `import_memories` reads it: task None at
     user level, expires_at None for never; a keyed memory, or one with metadata, has
-    key, metadata, updated_at and version too, and one not embedded from its text
-    `embed`."""
+    key, metadata, updated_at and version too, one not embedded from its text `embed`,
+    and one whose vectors its caller gave `vectors`."""
 
 
 def _check_identifier(name: str, value: object) -> str:
@@ -1703,8 +1708,9 @@ def _check_embed(embed: object) -> str | None:
 
 
 def _embedded_from(text: str, embed: str | None) -> list[str]:
-    """The texts a memory's vectors come from (none for embed=False)."""
-    if embed is None:
+    """The texts a memory's vectors come from (none for embed=False; its text for vectors
+    its caller gave, where an embedder is asked for them: reindex(embedder=))."""
+    if embed is None or embed == _GIVEN_EMBED:
         return [text]
     return cast(list[str], [] if embed == "false" else json.loads(embed))
 
@@ -2009,6 +2015,7 @@ class _NewMemory(NamedTuple):
     first_created: str | None = None  # the created_at of the keyed memory it replaces
     version: int | None = None  # None: 1, or one more than the memory it replaces
     if_version: int | None = None  # the version its key's live memory must be at (0: none)
+    given: int | None = None  # the dimensions of vectors its caller gave (its `vector`)
 
 
 _CREATED_AT = _NewMemory._fields.index("created_at")
@@ -2016,11 +2023,19 @@ _CREATED_AT = _NewMemory._fields.index("created_at")
 
 def _new_row(scope: Scope, level: str, text: str, source: str, ttl: float | None = None,
              key: object = None, metadata: object = None, embed: object = True, *,
-             if_version: object = None, max_text: int = MAX_TEXT) -> _NewMemory:
+             if_version: object = None, vectors: object = None,
+             max_text: int = MAX_TEXT) -> _NewMemory:
     """Validate one memory to write."""
     checked = _check_scope(scope)
     if if_version is not None and key is None:
         raise MemoryInputError("if_version needs a key: it is the version of the key's memory")
+    if vectors is not None:
+        if embed is not True:
+            raise MemoryInputError("give vectors or embed, not both")
+        vector, given = _caller_vectors(vectors, "vectors")
+        return _new_row(scope, level, text, source, ttl, key, metadata, True,
+                        if_version=if_version, max_text=max_text)._replace(
+            vector=vector, given=given, embed=_GIVEN_EMBED)
     return _NewMemory(
         checked.user,
         checked.task if _check_level(level) == "task" else None,
@@ -2066,6 +2081,13 @@ class _Receipt(NamedTuple):
                                          _expiry(now, ttl)))
 
 
+def _given(row: _NewMemory) -> dict[str, Any]:
+    """What a call gave of a row to write, by name, for its receipt's digest: an option
+    not given is left out, so that a release adding one replays the receipts of those
+    before it."""
+    return {name: value for name, value in row._asdict().items() if value is not None}
+
+
 def _one_scope(items: list[Any]) -> Scope:
     """The one scope of a batch's items (tuples or dicts, checked already)."""
     scopes = [item["scope"] if isinstance(item, dict) else item[0] for item in items]
@@ -2093,7 +2115,7 @@ def _check_if_version(if_version: object) -> int | None:
     return None if if_version is None else _check_id(if_version, "if_version", least=0)
 
 
-_ITEM_OPTIONS = ("ttl", "key", "metadata", "embed", "if_version")
+_ITEM_OPTIONS = ("ttl", "key", "metadata", "embed", "if_version", "vectors")
 
 
 def _item_row(item: object, max_text: int) -> _NewMemory:
@@ -2163,15 +2185,55 @@ def _check_embedder(embedder: object) -> Embedder:
     return cast(Embedder, embedder)
 
 
+# What a store without an embedder records once its callers give vectors (remember's
+# vectors=), and what a memory's `embed` says of vectors its caller gave.
+_GIVEN = "vectors given by the caller"
+_GIVEN_EMBED = "vectors"
+_MOST_VECTORS = 16
+
+
+class _GivenVectors:
+    """The vector space of a store without an embedder whose callers give vectors: of
+    the dimensions the first had. It embeds nothing: a memory written without vectors
+    has none, and recall by meaning takes the query's vector (recall's vector=)."""
+
+    name = _GIVEN
+
+    def __init__(self, dimensions: int) -> None:
+        self.dimensions = dimensions
+
+    def embed(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        raise StoreError("a store of given vectors embeds no text")
+
+
+def _caller_vectors(vectors: object, name: str) -> tuple[bytes, int]:
+    """Vectors a caller gives, as one blob of float32 and their dimensions; a
+    MemoryInputError naming what is wrong."""
+    if isinstance(vectors, (str, bytes)) or not isinstance(vectors, (list, tuple)) \
+            or not 0 < len(vectors) <= _MOST_VECTORS:
+        raise MemoryInputError(f"{name} must be a list of 1 to {_MOST_VECTORS} vectors (lists"
+                               f" of numbers), got {_described(vectors)}")
+    first = vectors[0]
+    if isinstance(first, (str, bytes)) or not isinstance(first, (list, tuple)) \
+            or not 0 < len(first) <= 65536:
+        raise MemoryInputError(f"a vector of {name} must be a list of 1 to 65536 numbers,"
+                               f" got {_described(first)}")
+    try:
+        return b"".join(_vector_blob(vector, len(first), -1, f"vector {at} of {name}")
+                        for at, vector in enumerate(vectors)), len(first)
+    except StoreError as exc:
+        raise MemoryInputError(str(exc)) from None
+
+
 def _embedder_record(embedder: Embedder) -> str:
     """What the file records of the embedder its vectors come from."""
     return json.dumps({"name": embedder.name, "dimensions": embedder.dimensions},
                       sort_keys=True)
 
 
-def _vector_blob(vector: object, dimensions: int, position: int) -> bytes:
+def _vector_blob(vector: object, dimensions: int, position: int, where: str = "") -> bytes:
     """One vector as little-endian float32, or StoreError naming what is wrong with it."""
-    where = f"the embedder's vector {position}"
+    where = where or f"the embedder's vector {position}"
     if isinstance(vector, (str, bytes)) or not isinstance(vector, Iterable):
         raise StoreError(f"{where} is not a sequence of numbers but {type(vector).__name__}")
     packed, failure = None, None
@@ -2186,8 +2248,8 @@ def _vector_blob(vector: object, dimensions: int, position: int) -> bytes:
     if packed is None:
         raise StoreError(f"{where} holds something that is not a number")
     if len(packed) != dimensions:
-        raise StoreError(f"{where} has {len(packed)} numbers, not the {dimensions}"
-                         " the embedder's dimensions say")
+        raise StoreError(f"{where} has {len(packed)} numbers, not the {dimensions} of"
+                         f" {'the embedder' if position >= 0 else 'the first vector'}")
     if not all(map(math.isfinite, packed)):
         raise StoreError(f"{where} holds a number that is not finite in float32")
     if not any(packed):
@@ -2272,7 +2334,7 @@ RECORD_KEYS = ("id", "user", "task", "level", "text", "source", "created_at", "e
 _REQUIRED_KEYS = frozenset(RECORD_KEYS) - {"id", "expires_at"}
 
 
-_RECORD_OPTIONS = ("key", "metadata", "updated_at", "version", "embed")
+_RECORD_OPTIONS = ("key", "metadata", "updated_at", "version", "embed", "vectors")
 
 
 def _record_row(record: object, max_text: int = MAX_TEXT) -> _NewMemory:
@@ -2306,7 +2368,7 @@ def _record_row(record: object, max_text: int = MAX_TEXT) -> _NewMemory:
         updated_at = _check_timestamp("updated_at", updated_at)
     row = _new_row(scope, level, record["text"], record["source"], key=record.get("key"),
                    metadata=record.get("metadata"), embed=record.get("embed", True),
-                   max_text=max_text)
+                   vectors=record.get("vectors"), max_text=max_text)
     version = record.get("version")
     if version is not None:
         version = _check_id(version, "version")
@@ -4840,6 +4902,9 @@ class _Writes(_Part):
                 done, result = receipt.done(db, now)
                 if done:
                     return [result] if one else cast(list[int], result)
+            given = {row.given for row in rows if row.given is not None}
+            if given:
+                self._store._take_given(db, given)
             if self._store.embedder is not None:
                 self._store._check_embedder_of(db)
             held_keys = self._held_keys(db, rows)
@@ -4872,11 +4937,16 @@ class _Writes(_Part):
         before the write's transaction and outside the store's lock, so that a slow model
         holds up no other call. A memory embedded from several texts keeps their vectors
         one after another in one blob; one embedded from none has none."""
-        if self._store.embedder is None or not rows:
+        embedder = self._store.embedder
+        asked = [] if embedder is None or isinstance(embedder, _GivenVectors) else [
+            position for position, row in enumerate(rows) if row.given is None]
+        if embedder is None or not asked:  # a store of given vectors: those alone
             return rows
-        vectors = _memory_vectors(self._store.embedder, [(row.text, row.embed) for row in rows])
-        return [row._replace(vector=vector or None)
-                for row, vector in zip(rows, vectors, strict=True)]
+        vectors = _memory_vectors(embedder, [(rows[p].text, rows[p].embed) for p in asked])
+        embedded = list(rows)
+        for position, vector in zip(asked, vectors, strict=True):
+            embedded[position] = rows[position]._replace(vector=vector or None)
+        return embedded
 
     def _held_keys(self, db: _Session, rows: list[_NewMemory]) -> dict[int, list[Any]]:
         """The memory each keyed row's owner holds under its key (live or not), by the
@@ -5429,9 +5499,12 @@ class _Planner(_Part):
     def query_vector(self, rank: Rank, query: str) -> bytes | None:
         """The query's vector where the rank reads meaning, made outside the lock as a
         write's are; None where it does not (hybrid without an embedder, a blank query)."""
-        if rank == "meaning" and self._store.embedder is None:
-            raise MemoryInputError("rank='meaning' needs a store opened with an embedder")
-        if self._store.embedder is None or rank not in ("meaning", "hybrid") or not query.strip():
+        given = isinstance(self._store.embedder, _GivenVectors)
+        if rank == "meaning" and (self._store.embedder is None or given):
+            raise MemoryInputError("rank='meaning' needs a store opened with an embedder, or"
+                                   " the query's vector (vector=)")
+        if self._store.embedder is None or given or rank not in ("meaning", "hybrid") \
+                or not query.strip():
             return None
         (meant,) = _embedded(self._store.embedder, [query])
         return meant
@@ -5887,8 +5960,11 @@ class MemoryStore:
         at open that writes will leave memories that meaning cannot find."""
         if self.embedder is None:
             recorded = self._embedder_at_open
-            if not self.read_only and recorded is not None:
-                _log.warning(_WITHOUT_ITS_EMBEDDER, json.loads(recorded)["dimensions"])
+            kept = None if recorded is None else json.loads(recorded)
+            if kept is not None and kept["name"] == _GIVEN:  # its callers' vectors
+                self.embedder = _GivenVectors(kept["dimensions"])
+            elif not self.read_only and kept is not None:
+                _log.warning(_WITHOUT_ITS_EMBEDDER, kept["dimensions"])
             return
         with self._snapshot(None) as db:
             recorded = _recorded_embedder(db)
@@ -5902,11 +5978,41 @@ class MemoryStore:
                     return
         _refuse_unless_recorded(self.embedder, recorded)
 
+    def _take_given(self, db: _Session, given: set[int], write: bool = True) -> bool:
+        """Check the dimensions of vectors callers give against the store's: a store
+        without an embedder records them at the first write of some (then holds their
+        space, _GivenVectors), read again in each call's transaction; else they must be
+        its embedder's. MemoryInputError naming both where not. Whether the store has a
+        space to compare them in (a read before any vector: none)."""
+        if len(given) > 1:
+            raise MemoryInputError(f"the vectors given have {len(given)} dimension counts"
+                                   f" ({', '.join(map(str, sorted(given)))}): one store holds one")
+        (dimensions,) = given
+        if self.embedder is None or isinstance(self.embedder, _GivenVectors):
+            recorded = _recorded_embedder(db)
+            kept = None if recorded is None else json.loads(recorded)
+            if kept is not None and kept["name"] != _GIVEN:
+                raise StoreError("the store's vectors come from an embedder: open it with that"
+                                 " embedder to give vectors of its dimensions")
+            if kept is None and not write:
+                return False
+            if kept is None:
+                db.execute(_SQL_SET_EMBEDDER, (_embedder_record(_GivenVectors(dimensions)),))
+                _log.info("recorded the vectors callers give (%d dimensions)", dimensions)
+            self.embedder = _GivenVectors(dimensions if kept is None else kept["dimensions"])
+        if dimensions != self.embedder.dimensions:
+            raise MemoryInputError(f"the vectors given have {dimensions} dimensions; the"
+                                   f" store's have {self.embedder.dimensions}")
+        return True
+
     def _check_embedder_of(self, db: _Session) -> None:
         """StoreError unless the file records the store's embedder (another process may
         have moved it to another by reindex)."""
         assert self.embedder is not None
-        _refuse_unless_recorded(self.embedder, _recorded_embedder(db))
+        recorded = _recorded_embedder(db)
+        if recorded is None and isinstance(self.embedder, _GivenVectors):
+            return  # a write that recorded them rolled back: none holds a vector
+        _refuse_unless_recorded(self.embedder, recorded)
 
     # -- the object ----------------------------------------------------------------
 
@@ -5993,7 +6099,8 @@ class MemoryStore:
         """The receipt a call under `operation` reads and records (None without one)."""
         if operation is None:
             return None
-        done = json.dumps([call, *arguments], sort_keys=True, separators=(",", ":"))
+        done = json.dumps([call, *arguments], sort_keys=True, separators=(",", ":"),
+                          default=bytes.hex)  # a vector the caller gave
         return _Receipt(scope.user, scope.task, _check_operation(operation),
                         hashlib.sha256(done.encode("utf-8")).hexdigest())
 
@@ -6015,7 +6122,8 @@ class MemoryStore:
                  ttl: float | None = None, dedupe: bool = False, key: str | None = None,
                  metadata: dict[str, Any] | None = None,
                  embed: bool | Sequence[str] = True, if_version: int | None = None,
-                 operation: str | None = None) -> int:
+                 operation: str | None = None,
+                 vectors: Sequence[Sequence[float]] | None = None) -> int:
         """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
         memory stops being live `ttl` seconds after it is written. With `dedupe`, a live
         memory of the same user, level (and task, at task level) whose text is the same
@@ -6038,10 +6146,18 @@ class MemoryStore:
         its transaction (a receipt, kept receipts_ttl seconds); the call made again with
         the same arguments returns that result and writes nothing; with others,
         OperationConflict. remember_many, forget, forget_where, revise and rename take
-        it too; operation() reads a receipt."""
+        it too; operation() reads a receipt.
+
+        `vectors` (1 to 16, each a list of numbers; instead of `embed`) are the memory's
+        own, which the store keeps as it keeps its embedder's: its cosine with a query's
+        is the best of theirs. A store without an embedder records their dimensions at
+        the first (one count per store; another is refused naming both), then holds the
+        vectors callers give and embeds nothing; a store with one takes vectors of its
+        dimensions."""
         row = _new_row(scope, level, text, source, ttl, key=key, metadata=metadata,
-                       embed=embed, if_version=if_version, max_text=self.max_text)
-        receipt = self._receipt(scope, operation, "remember", list(row), dedupe)
+                       embed=embed, if_version=if_version, vectors=vectors,
+                       max_text=self.max_text)
+        receipt = self._receipt(scope, operation, "remember", _given(row), dedupe)
         (memory_id,) = self._writes.insert([row], dedupe=dedupe, receipt=receipt, one=True)
         return memory_id
 
@@ -6058,7 +6174,7 @@ class MemoryStore:
         rows = _each_valid(items, lambda item: _item_row(item, self.max_text), "item")
         receipt = None if operation is None else self._receipt(
             _one_scope(cast(list[Any], items)), operation, "remember_many",
-            [list(row) for row in rows], dedupe)
+            [_given(row) for row in rows], dedupe)
         return self._writes.insert(rows, "item", dedupe, receipt)
 
     def import_memories(self, records: Iterable[Record | dict[str, Any]], *,
@@ -6089,7 +6205,8 @@ class MemoryStore:
     def recall(self, scope: Scope, query: str, limit: int = 3, *, rank: Rank | None = None,
                min_score: float | None = None, budget: int | None = None,
                explain: bool = False, context: bool | None = None,
-               where: dict[str, Any] | None = None, offset: int = 0) -> list[Recalled]:
+               where: dict[str, Any] | None = None, offset: int = 0,
+               vector: Sequence[float] | None = None) -> list[Recalled]:
         """The memories visible in the scope that match `query` best. rank="shared":
         a memory's score is the number of distinct words it shares with the query;
         rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
@@ -6125,7 +6242,12 @@ class MemoryStore:
         every path must hold; $ne and $nin hold where the path is missing; $and and $or
         take lists of filters, $not a filter, at any level. With
         `offset`, the ranking from that place on (an int to 10,000): pages of one query
-        concatenate to the unpaged ranking."""
+        concatenate to the unpaged ranking.
+
+        With `vector` (rank "meaning" or "hybrid"), that is the query's vector, of the
+        store's dimensions, instead of the embedder's of the query: on a store of vectors
+        its callers give (remember's vectors=), the way to recall by meaning; `query`
+        may then be "" under "meaning" (under "hybrid" its words count as ever)."""
         scope = _check_scope(scope)
         _check_limit(limit)
         conditions = _check_where(where)
@@ -6139,8 +6261,16 @@ class MemoryStore:
         _check_flag("explain", explain)
         _check_text("query", query, MAX_QUERY, blank=True)
         key = _ScopeKey(scope.user, scope.task)
-        meant = self._planner.query_vector(ranked, query)
+        given = None if vector is None else _caller_vectors([vector], "vector")
+        if given is not None and ranked not in ("meaning", "hybrid"):
+            raise MemoryInputError("vector= is the query's meaning: it ranks by 'meaning' or"
+                                   " 'hybrid'")
+        meant = self._planner.query_vector(ranked, query) if given is None else given[0]
         with self._snapshot({scope.user}) as db:
+            if given is not None and not self._take_given(db, {given[1]}, write=False):
+                meant = None  # nothing holds a vector yet
+                if ranked == "meaning":
+                    return []
             wanted = self._rule.words(query)
             if not wanted and meant is None:
                 return []
@@ -6378,7 +6508,7 @@ class MemoryStore:
         expected = _check_if_version(if_version)
         # Validated before the transaction; its level (task) is the old memory's, set below.
         checked = _new_row(scope, "user", text, source, ttl, max_text=self.max_text)
-        receipt = self._receipt(scope, operation, "revise", wanted, list(checked), expected)
+        receipt = self._receipt(scope, operation, "revise", wanted, _given(checked), expected)
         (new,) = self._writes.with_vectors([checked])
         with self._writing({scope.user}) as db:
             if receipt is not None:
@@ -6501,6 +6631,9 @@ class MemoryStore:
         user = _check_identifier("user", user)
         with self._snapshot({user}) as db:
             rows = db.execute(_SQL_OWNED, (user,)).fetchall()
+            given = [row[0] for row in rows if row[-1] == _GIVEN_EMBED]
+            vectors = dict(db.execute(_SQL_OWNED_VECTORS, (user, json.dumps(given)))
+                           ) if given else {}
         records = []
         for *columns, embed in rows:
             row = _MemoryRow(*columns)
@@ -6508,10 +6641,22 @@ class MemoryStore:
                             level=_level_of(row.task_id), text=row.text, source=row.source,
                             created_at=row.created_at, expires_at=row.expires_at)
             record.update(cast(Record, row.record()))
-            if embed is not None:
+            if embed == _GIVEN_EMBED:
+                record["vectors"] = self._unpacked(vectors.get(row.id))
+            elif embed is not None:
                 record["embed"] = False if embed == "false" else json.loads(embed)
             records.append(record)
         return records
+
+    def _unpacked(self, blob: bytes | None) -> list[list[float]]:
+        """A memory's vectors as lists of numbers (none where it holds none)."""
+        if blob is None or self.embedder is None:
+            return []
+        numbers = array.array("f", blob)
+        if sys.byteorder == "big":
+            numbers.byteswap()
+        width = self.embedder.dimensions
+        return [list(numbers[start:start + width]) for start in range(0, len(numbers), width)]
 
     def compact(self) -> None:
         """Rebuild the file so that no byte of what was deleted before remains in it or in

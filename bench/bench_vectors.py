@@ -11,6 +11,10 @@ keeps each scope's vectors once read (VECTOR_CACHE_BYTES) while the scope is unc
 and, up to 10,000, in pure Python, as a store without numpy scores, reading every row.
 Beside them, one pass of numpy over the same vectors held in memory: the floor for any
 exact search. Times are per query, in ms, p50 and p99 of QUERIES.
+
+With --given, the same with the caller's own vectors: a store without an embedder, each
+memory written with vectors=[...] and each query a recall(vector=...), as a framework
+that computes its embeddings uses the store.
 """
 
 from __future__ import annotations
@@ -73,32 +77,45 @@ def timed(call: Callable[[], object], times: int) -> tuple[float, float]:
     return percentiles(spent)
 
 
-def fill(store: MemoryStore, size: int) -> None:
+def fill(store: MemoryStore, size: int, given: Random | None = None) -> None:
     for scope in (ME, OTHER):
         for start in range(0, size, 2000):
-            store.remember_many([(scope, "user", f"memory {n}", "s")
-                                 for n in range(start, min(size, start + 2000))])
+            texts = [f"memory {n}" for n in range(start, min(size, start + 2000))]
+            if given is None:
+                store.remember_many([(scope, "user", text, "s") for text in texts])
+            else:
+                vectors = given.embed(texts)
+                store.remember_many([{"scope": scope, "level": "user", "text": text,
+                                      "source": "s", "vectors": [vector]}
+                                     for text, vector in zip(texts, vectors, strict=True)])
 
 
-def rows_for(target: str, size: int, settle: Callable[[], object] = lambda: None
-             ) -> Iterator[dict[str, object]]:
-    with MemoryStore(target, embedder=Random(7), durable=False) as store:
+def rows_for(target: str, size: int, settle: Callable[[], object] = lambda: None,
+             given: bool = False) -> Iterator[dict[str, object]]:
+    embedder = None if given else Random(7)
+    with MemoryStore(target, embedder=embedder, durable=False) as store:
         began = time.perf_counter()
-        fill(store, size)
+        fill(store, size, Random(7) if given else None)
         written = time.perf_counter() - began
     settle()
     engine = "PostgreSQL" if "://" in target else "SQLite"
+    queries = Random(8)
 
     def ask() -> None:
-        store.recall(ME, "a question", 5, rank="meaning")
+        if given:
+            store.recall(ME, "", 5, rank="meaning", vector=queries.embed(["q"])[0])
+        else:
+            store.recall(ME, "a question", 5, rank="meaning")
 
-    with MemoryStore(target, embedder=Random(8)) as store:
+    with MemoryStore(target, embedder=None if given else queries) as store:
         first, _ = timed(ask, 1)  # reads the rows; the rest score the store's copy
         p50, p99 = timed(ask, QUERIES)
-        yield {"engine": engine, "vectors": size, "scored by": "numpy",
+        yield {"engine": engine, "vectors": size,
+               "scored by": "numpy, the caller's vectors" if given else "numpy",
                "recall p50 ms": p50, "recall p99 ms": p99, "first recall ms": first,
                "write ms/memory": 1000 * written / (2 * size)}
-    if size <= PURE_PYTHON_UP_TO:  # a store of its own, as one without numpy keeps none
+    # A store of its own, as one without numpy keeps none.
+    if size <= PURE_PYTHON_UP_TO and not given:
         with mock.patch.object(memory, "_numpy", lambda: None), \
                 MemoryStore(target, embedder=Random(8)) as store:
             p50, p99 = timed(ask, max(3, QUERIES // 10))
@@ -136,6 +153,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--given", action="store_true",
+                        help="the caller's own vectors (vectors=, vector=)")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     print(f"memory.py {memory.__version__}, numpy {np.__version__}, {DIMENSIONS} dimensions,"
@@ -143,7 +162,7 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as folder:
         for size in sizes:
-            rows += rows_for(str(Path(folder) / f"{size}.db"), size)
+            rows += rows_for(str(Path(folder) / f"{size}.db"), size, given=args.given)
             rows.append(floor_row(size))
     if not args.no_postgres:
         from pg_server import database_of
@@ -156,7 +175,8 @@ def main() -> None:
                     # As autovacuum does within a minute of a bulk load, so that the rows
                     # measure the table a server runs on after its first minute.
                     rows += rows_for(url, size, functools.partial(server.admin, "ANALYZE",
-                                                                  database_of(url)))
+                                                                  database_of(url)),
+                                     given=args.given)
     print(format_table(rows, cell=lambda value: f"{value:.2f}"))
 
 

@@ -172,8 +172,12 @@ def test_a_version_12_file_keeps_its_receipts_and_an_older_one_gains_them(
     with MemoryStore(path, clock=clock) as store:
         assert store.operation(erin, "turn-1")["result"] == recorded["receipt"][  # type: ignore[index]
             "result"]
-        assert store.remember(erin, "task", "Erin's seat: aisle.", "trip/turn-1", key="seat",
-                              operation="turn-1") == recorded["receipt"]["result"]
+        # That release digested a row's whole tuple, which has grown since: the call made
+        # again is another one (its receipts live a day; the digest is stable from here,
+        # test_operations.py::test_a_receipt_s_digest_is_of_the_arguments_given_by_name).
+        with pytest.raises(memory.OperationConflict):
+            store.remember(erin, "task", "Erin's seat: aisle.", "trip/turn-1", key="seat",
+                           operation="turn-1")
         assert store.count(erin) == 1
     path, _ = release("version-11-a822b79", tmp_path)
     with MemoryStore(path, read_only=True) as reader:  # read as it is: no receipts
