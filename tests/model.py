@@ -323,6 +323,15 @@ def owner_connection(target: str) -> Iterator[Statements]:
         db.close()
 
 
+def rows_of_user(target: str, table: str, user: str) -> int:
+    """The user's rows in one of the store's tables, read behind the store's back."""
+    placeholder = "%s" if target.startswith("postgresql://") else "?"
+    with owner_connection(target) as db:
+        (rows,) = db.execute(f"SELECT count(*) FROM {table} WHERE user_id = {placeholder}",
+                             (user,)).fetchone()
+    return int(rows)
+
+
 def transactions_left(store: Any) -> int:
     """How many transactions the store left open: its SQLite connection's, or on
     PostgreSQL the sessions of its database idle in one, as the server sees them."""

@@ -15,16 +15,7 @@ import pytest
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, SetClock, all_finish
 from memory import MemoryInputError, MemoryStore, OperationConflict, VersionConflict
-from model import owner_connection
-
-
-def receipts(target: str, user: str) -> int:
-    """The receipts the user has, read behind the store's back."""
-    with owner_connection(target) as db:
-        placeholder = "%s" if target.startswith("postgresql://") else "?"
-        (rows,) = db.execute("SELECT count(*) FROM memory_receipts WHERE user_id ="
-                             f" {placeholder}", (user,)).fetchone()
-    return int(rows)
+from model import rows_of_user
 
 
 def test_each_call_replayed_returns_its_result_and_writes_nothing(store: MemoryStore) -> None:
@@ -98,13 +89,14 @@ def test_receipts_expire_and_go_with_the_user(target: str, clock: SetClock) -> N
         store.remember(ALICE, "task", "other", "s", operation="op-2")
         clock.advance(61)
         store.remember(ALICE, "task", "third", "s", operation="op-3")  # drops the expired
-        assert receipts(target, "alice") == 1
+        assert rows_of_user(target, "memory_receipts", "alice") == 1
         clock.advance(61)
         store.remember(BOB, "task", "bob's", "s", operation="op")
         assert store.purge_expired() == 0
-        assert receipts(target, "alice") == 0 and receipts(target, "bob") == 1
+        assert rows_of_user(target, "memory_receipts", "alice") == 0
+        assert rows_of_user(target, "memory_receipts", "bob") == 1
         store.erase_user("bob")
-        assert receipts(target, "bob") == 0
+        assert rows_of_user(target, "memory_receipts", "bob") == 0
 
 
 def test_the_receipt_and_the_call_s_writes_commit_together(

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, SetClock, all_finish
 from memory import MemoryInputError, MemoryStore, Scope, fixed_clock
-from model import Model, owner_connection
+from model import Model, owner_connection, rows_of_user
 
 SECRET = "s3cr3t-VALUE"
 
@@ -195,18 +195,11 @@ def test_a_memory_s_metadata_terms_leave_with_it(target: str, clock: SetClock) -
         store.forget(ALICE, gone)
         clock.advance(60)
         assert store.purge_expired() == 1
-        assert fields_of(target, "alice") == 0 and fields_of(target, "bob") == 1
+        assert rows_of_user(target, "memory_fields", "alice") == 0
+        assert rows_of_user(target, "memory_fields", "bob") == 1
         store.erase_user("bob")
-        assert fields_of(target, "bob") == 0
+        assert rows_of_user(target, "memory_fields", "bob") == 0
 
-
-def fields_of(target: str, user: str) -> int:
-    """The rows of metadata terms the user's memories left, read behind the store's back."""
-    with owner_connection(target) as db:
-        placeholder = "%s" if target.startswith("postgresql://") else "?"
-        (rows,) = db.execute(f"SELECT count(*) FROM memory_fields WHERE user_id ="
-                             f" {placeholder}", (user,)).fetchone()
-    return int(rows)
 
 
 def test_each_operator_and_dotted_paths(store: MemoryStore) -> None:

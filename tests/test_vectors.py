@@ -14,18 +14,10 @@ from embedders import ConceptEmbedder
 import memory
 from helpers import ALICE, ALICE_WORK, BOB, SetClock, file_bytes
 from memory import MemoryInputError, MemoryStore, StoreError
-from model import owner_connection
+from model import rows_of_user
 
 NORTH, EAST, UP = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]
 
-
-def vector_rows(target: str, user: str) -> int:
-    """The user's rows of vectors, read behind the store's back."""
-    with owner_connection(target) as db:
-        placeholder = "%s" if target.startswith("postgresql://") else "?"
-        (rows,) = db.execute("SELECT count(*) FROM memory_vectors WHERE user_id ="
-                             f" {placeholder}", (user,)).fetchone()
-    return int(rows)
 
 
 def ranked(found: list[Any]) -> list[tuple[str, float]]:
@@ -149,9 +141,9 @@ def test_given_vectors_are_memory_data_forgotten_erased_and_compacted(
         assert store.forget(ALICE, kept)
         store.compact()
         assert pattern not in file_bytes(path)
-        assert vector_rows(str(path), "alice") == 1
+        assert rows_of_user(str(path), "memory_vectors", "alice") == 1
         store.erase_user("alice")
-        assert vector_rows(str(path), "alice") == 0
+        assert rows_of_user(str(path), "memory_vectors", "alice") == 0
 
 
 def test_export_and_import_carry_the_vectors(target: str) -> None:
@@ -165,7 +157,7 @@ def test_export_and_import_carry_the_vectors(target: str) -> None:
         store.import_memories(exported)
         assert ranked(store.recall(ALICE, "", 3, rank="meaning", vector=UP)) == [
             ("east or up", 1.0)]
-        assert vector_rows(target, "alice") == 1
+        assert rows_of_user(target, "memory_vectors", "alice") == 1
         # Under an operation id, a replay with the same vectors is the same call.
         first = store.remember(ALICE, "user", "up", "s", vectors=[UP], operation="op")
         assert store.remember(ALICE, "user", "up", "s", vectors=[UP], operation="op") == first
