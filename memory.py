@@ -1044,6 +1044,9 @@ _SQL_OWNED = _sql(
 _SQL_OWNED_VECTORS = _sql(
     "SELECT id, vector FROM memory_vectors WHERE user_id = ?"
     " AND id IN (SELECT value FROM json_each(?))")
+# What reindex(embedder=) leaves of vectors a caller gave: memories embedded from their
+# texts, as any other.
+_SQL_EMBEDDED_ANEW = _sql("UPDATE memories SET embed = NULL WHERE user_id = ? AND embed = ?")
 _SQL_OWNED_TEXTS = _sql(
     "SELECT id, user_id, task_id, text, created_at FROM memories WHERE user_id = ?"
     " ORDER BY id")
@@ -5311,6 +5314,7 @@ class _Writes(_Part):
                 owned = db.execute(_SQL_OWNED_EMBEDS, (user,)).fetchall()
                 vectors.update(embedded([row for row in owned if row[0] not in vectors]))
                 _erase_vectors(db, user)
+                db.execute(_SQL_EMBEDDED_ANEW, (user, _GIVEN_EMBED))
                 db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
                                                       vectors[memory_id])
                                                      for memory_id, _, task_id, *_ in owned

@@ -163,3 +163,14 @@ def test_export_and_import_carry_the_vectors(target: str) -> None:
         assert store.remember(ALICE, "user", "up", "s", vectors=[UP], operation="op") == first
         with pytest.raises(memory.OperationConflict):
             store.remember(ALICE, "user", "up", "s", vectors=[EAST], operation="op")
+
+
+def test_reindex_with_an_embedder_moves_a_store_of_given_vectors_to_it(target: str) -> None:
+    with MemoryStore(target) as store:
+        store.remember(ALICE, "user", "jazz concert tonight", "s", vectors=[NORTH])
+        store.remember(ALICE, "user", "a quiet hotel", "s", vectors=[EAST])
+        store.reindex(embedder=ConceptEmbedder())  # every memory embedded from its text
+        assert [r["text"] for r in store.recall(ALICE, "music", 1, rank="meaning")] == [
+            "jazz concert tonight"]
+        assert all("vectors" not in r and "embed" not in r for r in store.export_user("alice"))
+        assert store.stats()["embedder"] == ConceptEmbedder().name
