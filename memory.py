@@ -86,10 +86,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncMemoryStore", "ConnectionLost", "Embedder", "FixedClock", "IDENTIFIER", "Level",
     "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "Matching", "Memory", "MemoryInputError", "MemoryStore",
-    "OutcomeUnknown", "RECOMMENDED", "Rank", "Recalled", "Record", "SCHEMA_VERSION",
-    "OperationConflict", "STOPWORDS", "SchemaError", "Scope", "StoreError", "StoreNotFound",
-    "VersionConflict",
-    "WORD", "Why", "fixed_clock", "stems", "system_clock", "words",
+    "OperationConflict", "OutcomeUnknown", "RECOMMENDED", "Rank", "Recalled", "Record",
+    "SCHEMA_VERSION", "STOPWORDS", "SchemaError", "Scope", "StoreError", "StoreNotFound",
+    "VersionConflict", "WORD", "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
 SCHEMA_VERSION = 12
@@ -682,6 +681,15 @@ class _MemoryRow(NamedTuple):
     updated_at: str | None
     version: int | None  # None: 1 (written before versions were kept)
 
+    @property
+    def current_version(self) -> int:
+        return self.version or 1
+
+    def expect_version(self, expected: int | None) -> None:
+        """VersionConflict unless the memory is at `expected` (None: any version)."""
+        if expected is not None and expected != self.current_version:
+            raise VersionConflict(self.current_version, expected, "the memory")
+
     def fields(self) -> _Fields:
         return _Fields(id=self.id, level=_level_of(self.task_id), text=self.text,
                        source=self.source, created_at=self.created_at)
@@ -692,7 +700,7 @@ class _MemoryRow(NamedTuple):
         if self.key is None and self.metadata is None:
             return {}
         return {"key": self.key, "metadata": _metadata_of(self.metadata),
-                "updated_at": self.updated_at, "version": self.version or 1}
+                "updated_at": self.updated_at, "version": self.current_version}
 
     def memory(self) -> Memory:
         return cast(Memory, {**self.fields(), "expires_at": self.expires_at, **self.record()})
@@ -2032,23 +2040,23 @@ def _new_row(scope: Scope, level: str, text: str, source: str, ttl: float | None
     checked = _check_scope(scope)
     if if_version is not None and key is None:
         raise MemoryInputError("if_version needs a key: it is the version of the key's memory")
+    vector, given = None, None
     if vectors is not None:
         if embed is not True:
             raise MemoryInputError("give vectors or embed, not both")
         vector, given = _caller_vectors(vectors, "vectors")
-        return _new_row(scope, level, text, source, ttl, key, metadata, True,
-                        if_version=if_version, max_text=max_text)._replace(
-            vector=vector, given=given, embed=_GIVEN_EMBED)
     return _NewMemory(
         checked.user,
         checked.task if _check_level(level) == "task" else None,
         _check_text("text", text, max_text),
         _check_text("source", source, MAX_TEXT),
         ttl=_check_ttl(ttl),
+        vector=vector,
         key=_check_key(key),
         metadata=_check_metadata(metadata),
-        embed=_check_embed(embed),
+        embed=_GIVEN_EMBED if given is not None else _check_embed(embed),
         if_version=_check_if_version(if_version),
+        given=given,
     )
 
 
@@ -2066,10 +2074,12 @@ class _Receipt(NamedTuple):
     task: str
     operation: str
     fingerprint: str
+    now: str  # the clock's reading, in the fixed-width UTC form
+    ttl: float  # how long the receipt is kept
 
-    def done(self, db: _Session, now: str) -> tuple[bool, Any]:
+    def done(self, db: _Session) -> tuple[bool, Any]:
         found = db.execute(_SQL_RECEIPT, (self.user, self.task, self.operation)).fetchone()
-        if found is None or found[3] <= now:
+        if found is None or found[3] <= self.now:
             db.holding = True
             return False, None
         if found[0] != self.fingerprint:
@@ -2077,11 +2087,11 @@ class _Receipt(NamedTuple):
                                     " arguments) before; nothing was done")
         return True, json.loads(found[1])
 
-    def record(self, db: _Session, result: Any, now: str, ttl: float) -> None:
-        db.execute(_SQL_DROP_EXPIRED_RECEIPTS, (self.user, self.task, now))
+    def record(self, db: _Session, result: Any) -> None:
+        db.execute(_SQL_DROP_EXPIRED_RECEIPTS, (self.user, self.task, self.now))
         db.execute(_SQL_RECORD_RECEIPT, (self.user, self.task, self.operation,
-                                         self.fingerprint, json.dumps(result), now,
-                                         _expiry(now, ttl)))
+                                         self.fingerprint, json.dumps(result), self.now,
+                                         _expiry(self.now, self.ttl)))
 
 
 def _given(row: _NewMemory) -> dict[str, Any]:
@@ -2222,7 +2232,8 @@ def _caller_vectors(vectors: object, name: str) -> tuple[bytes, int]:
         raise MemoryInputError(f"a vector of {name} must be a list of 1 to 65536 numbers,"
                                f" got {_described(first)}")
     try:
-        return b"".join(_vector_blob(vector, len(first), -1, f"vector {at} of {name}")
+        return b"".join(_vector_blob(vector, len(first), f"vector {at} of {name}",
+                                     "the first vector")
                         for at, vector in enumerate(vectors)), len(first)
     except StoreError as exc:
         raise MemoryInputError(str(exc)) from None
@@ -2234,9 +2245,10 @@ def _embedder_record(embedder: Embedder) -> str:
                       sort_keys=True)
 
 
-def _vector_blob(vector: object, dimensions: int, position: int, where: str = "") -> bytes:
-    """One vector as little-endian float32, or StoreError naming what is wrong with it."""
-    where = where or f"the embedder's vector {position}"
+def _vector_blob(vector: object, dimensions: int, where: str,
+                 dimensions_of: str = "the embedder") -> bytes:
+    """One vector as little-endian float32, or StoreError naming what is wrong with it
+    (`where` it is, and whose `dimensions` it must have)."""
     if isinstance(vector, (str, bytes)) or not isinstance(vector, Iterable):
         raise StoreError(f"{where} is not a sequence of numbers but {type(vector).__name__}")
     packed, failure = None, None
@@ -2252,7 +2264,7 @@ def _vector_blob(vector: object, dimensions: int, position: int, where: str = ""
         raise StoreError(f"{where} holds something that is not a number")
     if len(packed) != dimensions:
         raise StoreError(f"{where} has {len(packed)} numbers, not the {dimensions} of"
-                         f" {'the embedder' if position >= 0 else 'the first vector'}")
+                         f" {dimensions_of}")
     if not all(map(math.isfinite, packed)):
         raise StoreError(f"{where} holds a number that is not finite in float32")
     if not any(packed):
@@ -2326,7 +2338,8 @@ def _embedded(embedder: Embedder, texts: list[str]) -> list[bytes]:
             raise StoreError(f"the embedder raised {failure}")
         if len(given) != len(batch):
             raise StoreError(f"the embedder gave {len(given)} vectors for {len(batch)} texts")
-        vectors += [_vector_blob(vector, embedder.dimensions, start + at)
+        vectors += [_vector_blob(vector, embedder.dimensions,
+                                 f"the embedder's vector {start + at}")
                     for at, vector in enumerate(given)]
     return vectors
 
@@ -4901,8 +4914,7 @@ class _Writes(_Part):
         rows = self.with_vectors(rows)
         with self._store._writing({row.user_id for row in rows}) as db:
             if receipt is not None:
-                now = self._store._receipt_time()
-                done, result = receipt.done(db, now)
+                done, result = receipt.done(db)
                 if done:
                     return [result] if one else cast(list[int], result)
             given = {row.given for row in rows if row.given is not None}
@@ -4927,7 +4939,7 @@ class _Writes(_Part):
             else:
                 ids = list(new_ids)
             if receipt is not None:
-                receipt.record(db, ids[0] if one else ids, now, self._store.receipts_ttl)
+                receipt.record(db, ids[0] if one else ids)
         written = [rows[p] for p in fresh]
         task_level = sum(row.task_id is not None for row in written)
         _log.info("remembered %d memories (%d user level, %d task level), ids %s;"
@@ -4985,7 +4997,7 @@ class _Writes(_Part):
                     if noun == "record":  # an import keeps what it is given, or nothing
                         raise MemoryInputError(f"record {position}: its owner holds its key"
                                                " already", position)
-                    row, current = row._replace(first_created=old.created_at), old.version or 1
+                    row, current = row._replace(first_created=old.created_at), old.current_version
             if row.if_version is not None and row.if_version != current:
                 raise VersionConflict(current, row.if_version,
                                       "the key" if noun is None else f"{noun} {position}'s key")
@@ -5245,7 +5257,7 @@ class _Writes(_Part):
         (revised,) = self.write(db, [new._replace(
             task_id=old.task_id, expires_at=old.expires_at, key=old.key,
             metadata=old.metadata, first_created=None if old.key is None else old.created_at,
-            version=(old.version or 1) + 1)])
+            version=old.current_version + 1)])
         return revised
 
     def purge_expired(self, db: _Session, now: str) -> int:
@@ -6103,17 +6115,15 @@ class MemoryStore:
         """The receipt a call under `operation` reads and records (None without one)."""
         if operation is None:
             return None
+        wanted = _check_operation(operation)
         done = json.dumps([call, *arguments], sort_keys=True, separators=(",", ":"),
                           default=bytes.hex)  # a vector the caller gave
-        return _Receipt(scope.user, scope.task, _check_operation(operation),
-                        hashlib.sha256(done.encode("utf-8")).hexdigest())
-
-    def _receipt_time(self) -> str:
         now = self._read_instant()
         if now is None:
             raise MemoryInputError("operation= needs the clock's reading to have a UTC offset"
                                    " (a receipt expires)")
-        return now
+        return _Receipt(scope.user, scope.task, wanted,
+                        hashlib.sha256(done.encode("utf-8")).hexdigest(), now, self.receipts_ttl)
 
     def _writable(self) -> None:
         if self.read_only:
@@ -6444,14 +6454,14 @@ class MemoryStore:
         key = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
             if receipt is not None:
-                done, result = receipt.done(db, at := self._receipt_time())
+                done, result = receipt.done(db)
                 if done:
                     return int(result)
             expired = _expired_of(db, key, self._expiry_instant(db, key))
             rows = self._planner.visible_where(db, key, conditions, expired)
             deleted = self._writes.delete(db, key, rows)
             if receipt is not None:
-                receipt.record(db, deleted, at, self.receipts_ttl)
+                receipt.record(db, deleted)
         self._scrub()
         _log.info("forgot %d memories of user %s by a filter", deleted, scope.user)
         return deleted
@@ -6476,7 +6486,7 @@ class MemoryStore:
         key = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
             if receipt is not None:
-                done, result = receipt.done(db, at := self._receipt_time())
+                done, result = receipt.done(db)
                 if done:
                     return int(result)
             now = self._expiry_instant(db, key)
@@ -6485,11 +6495,11 @@ class MemoryStore:
             gone = expired()
             rows = [row for row in found() if row[0] not in gone]
             rows = rows[:1] if first else rows
-            if rows and expected is not None and expected != (_MemoryRow(*rows[0]).version or 1):
-                raise VersionConflict(_MemoryRow(*rows[0]).version or 1, expected, "the memory")
+            if rows:
+                _MemoryRow(*rows[0]).expect_version(expected)
             deleted = self._writes.delete(db, key, rows, last=True)
             if receipt is not None:
-                receipt.record(db, deleted, at, self.receipts_ttl)
+                receipt.record(db, deleted)
         self._scrub()
         _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
                   [row[0] for row in rows])
@@ -6516,7 +6526,7 @@ class MemoryStore:
         (new,) = self._writes.with_vectors([checked])
         with self._writing({scope.user}) as db:
             if receipt is not None:
-                done, result = receipt.done(db, at := self._receipt_time())
+                done, result = receipt.done(db)
                 if done:
                     return cast(int | None, result)
             if self.embedder is not None:
@@ -6526,14 +6536,13 @@ class MemoryStore:
             rows = [row for row in found if row[0] not in expired]
             if not rows:
                 if receipt is not None:
-                    receipt.record(db, None, at, self.receipts_ttl)
+                    receipt.record(db, None)
                 return None
             old = _MemoryRow(*rows[0])
-            if expected is not None and expected != (old.version or 1):
-                raise VersionConflict(old.version or 1, expected, "the memory")
+            old.expect_version(expected)
             revised = self._writes.replace(db, key, old, new)
             if receipt is not None:
-                receipt.record(db, revised, at, self.receipts_ttl)
+                receipt.record(db, revised)
         self._scrub()
         _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
         return revised
@@ -6553,25 +6562,25 @@ class MemoryStore:
         owners = _ScopeKey(scope.user, scope.task)
         with self._writing({scope.user}) as db:
             if receipt is not None:
-                done, result = receipt.done(db, at := self._receipt_time())
+                done, result = receipt.done(db)
                 if done:
                     return cast(int | None, result)
             expired = _expired_of(db, owners, self._expiry_instant(db, owners))
             found = db.execute(_SQL_VISIBLE_KEY, (scope.user, scope.task, scope.task, old))
             rows = [_MemoryRow(*row) for row in found if row[0] not in expired]
             held = rows[0] if rows else None
-            if held is not None and expected is not None and expected != (held.version or 1):
-                raise VersionConflict(held.version or 1, expected, "the memory")
+            if held is not None:
+                held.expect_version(expected)
             if receipt is not None:
-                receipt.record(db, None if held is None else held.id, at, self.receipts_ttl)
+                receipt.record(db, None if held is None else held.id)
             if held is None or new == old:
                 return None if held is None else held.id
             taken = db.execute(_SQL_KEYED, (scope.user, scope.task, held.task_id,
                                             held.task_id or "", new)).fetchall()
             if taken and taken[0][0] not in expired:
-                raise VersionConflict(_MemoryRow(*taken[0]).version or 1, 0, "the new key")
+                raise VersionConflict(_MemoryRow(*taken[0]).current_version, 0, "the new key")
             self._writes.delete(db, owners, taken)
-            db.execute(_SQL_RENAME, (new, (held.version or 1) + 1, self._writes.reading(),
+            db.execute(_SQL_RENAME, (new, held.current_version + 1, self._writes.reading(),
                                      *owners, held.id))
         if taken:
             self._scrub()
