@@ -91,7 +91,7 @@ __all__ = [
     "VersionConflict", "WORD", "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -520,6 +520,35 @@ _RECEIPTS_TABLE = """CREATE TABLE memory_receipts (
 )"""
 _SQLITE_VERSION_12 = (*_SQLITE_VERSION_11, f"{_RECEIPTS_TABLE} WITHOUT ROWID")
 
+# Version 13 keeps, in a store that keeps history, each superseded version of a memory
+# (replaced under its key, revised or renamed) as it read, with its vector, until its
+# memory is forgotten: under the owner and the id of the live memory it leads to
+# (`head_id`, moved to each successor), and when it stopped being the live one (`superseded_at`, the
+# successor's reading). PostgreSQL's version 12 makes the same table in its own types.
+def _history_table(number: str, blob: str, document: str) -> str:
+    return f"""CREATE TABLE memory_history (
+    user_id TEXT NOT NULL,
+    head_id {number} NOT NULL,
+    version {number} NOT NULL,
+    id {number} NOT NULL,
+    task_id TEXT,
+    key TEXT,
+    text TEXT NOT NULL,
+    source TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT,
+    expires_at TEXT,
+    metadata {document},
+    embed TEXT,
+    vector {blob},
+    superseded_at TEXT,
+    PRIMARY KEY (user_id, head_id, version)
+)"""
+
+
+_SQLITE_VERSION_13 = (*_SQLITE_VERSION_12,
+                      _history_table("INTEGER", "BLOB", "TEXT") + " WITHOUT ROWID")
+
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
@@ -540,6 +569,8 @@ _WEIGHTS_FROM = 10
 _VERSIONS_FROM = 11
 # The version that keeps receipts (a file before it opened read-only has none).
 _RECEIPTS_FROM = 12
+# The version that may keep history (a file before it opened read-only has none).
+_HISTORY_FROM = 13
 
 
 class _Layout(NamedTuple):
@@ -564,6 +595,7 @@ SQLITE_LAYOUTS = (
     _Layout(10, _SQLITE_VERSION_10),
     _Layout(11, _SQLITE_VERSION_11),
     _Layout(12, _SQLITE_VERSION_12),
+    _Layout(13, _SQLITE_VERSION_13),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -771,6 +803,67 @@ _SQL_PURGE_RECEIPTS = _sql("DELETE FROM memory_receipts WHERE user_id = ? AND ex
 _SQL_ERASE_RECEIPTS = _sql("DELETE FROM memory_receipts WHERE user_id = ?")
 _SQL_RENAME = _sql(
     f"UPDATE memories SET key = ?, version = ?, updated_at = ? {_IN_SCOPE} AND id = ?")
+# Whether the store keeps history: "on" once a store asked for it, "off" once one asked
+# not to (what was kept stays until its memory goes), none before.
+_SQL_HISTORY = _sql("SELECT value FROM store_settings WHERE name = 'history'")
+_SQL_SET_HISTORY = _sql(
+    "INSERT OR REPLACE INTO store_settings (name, value) VALUES ('history', ?)",
+    postgresql="INSERT INTO store_settings (name, value) VALUES ('history', %s)"
+    " ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+# Memories of the scope kept as superseded versions, with their vectors, before they go:
+# each under itself as head until its successor is written (_SQL_LINK_SUCCESSOR), which
+# gives superseded_at unless the call did (a rename, which keeps the id).
+_SQL_KEEP_SUPERSEDED = _sql(
+    "INSERT INTO memory_history (user_id, head_id, version, id, task_id, key, text, source,"
+    " created_at, updated_at, expires_at, metadata, embed, vector, superseded_at)"
+    " SELECT user_id, id, coalesce(version, 1), id, task_id, key, text, source, created_at,"
+    " updated_at, expires_at, metadata, embed, (SELECT vector FROM memory_vectors WHERE"
+    " user_id ="
+    " memories.user_id AND id = memories.id), CAST(? AS TEXT)"
+    f" FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))")
+# A memory's versions move to its successor, superseded when the successor was written.
+_SQL_LINK_SUCCESSOR = _sql(
+    "UPDATE memory_history SET head_id = ?, superseded_at = coalesce(superseded_at, (SELECT"
+    f" coalesce(updated_at, created_at) FROM memories NOT INDEXED {_IN_SCOPE} AND id = ?))"
+    f" {_IN_SCOPE} AND head_id = ?")
+# A memory that goes takes its past with it: every version it leads.
+_SQL_FORGET_HISTORY = _sql(
+    f"DELETE FROM memory_history {_IN_SCOPE} AND head_id IN (SELECT value FROM json_each(?))")
+_SQL_DELETE_HISTORY_OF_USER = _sql(
+    "DELETE FROM memory_history WHERE user_id = ? AND head_id IN (SELECT value FROM"
+    " json_each(?))")
+_SQL_ERASE_HISTORY = _sql("DELETE FROM memory_history WHERE user_id = ?")
+# What reindex(embedder=) embeds each version from, and its new vector: its text, as its
+# `embed` says, and no longer the caller's.
+_SQL_OWNED_VERSION_EMBEDS = _sql(
+    "SELECT head_id, version, text, embed FROM memory_history WHERE user_id = ?"
+    " ORDER BY head_id, version")
+_SQL_EMBED_VERSION = _sql(
+    "UPDATE memory_history SET vector = ?, embed = NULLIF(embed, ?)"
+    " WHERE user_id = ? AND head_id = ? AND version = ?")
+# An imported record's versions (import_memories), under the memory written for it.
+_SQL_INSERT_VERSION = _sql(
+    "INSERT INTO memory_history (user_id, head_id, version, id, task_id, key, text, source,"
+    " created_at, updated_at, expires_at, metadata, embed, vector, superseded_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    postgresql="INSERT INTO memory_history (user_id, head_id, version, id, task_id, key,"
+    " text, source, created_at, updated_at, expires_at, metadata, embed, vector,"
+    " superseded_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s,"
+    " %s)")
+# A version as a memory reads (_MemoryRow), with the live memory it leads to, when it was
+# superseded and its vector.
+_PAST_COLUMNS = f"{_MEMORY_COLUMNS}, head_id, superseded_at, vector, embed"
+_SQL_HISTORY_OF = _sql(
+    f"SELECT {_PAST_COLUMNS} FROM memory_history {_IN_SCOPE} AND head_id = ? ORDER BY version")
+_SQL_HEAD_OF = _sql(f"SELECT head_id FROM memory_history {_IN_SCOPE} AND id = ?")
+# What an as-of read picks from: the scope's versions, and its memories with their vectors.
+_SQL_SCOPE_HISTORY = _sql(
+    f"SELECT {_PAST_COLUMNS} FROM memory_history {_IN_SCOPE} ORDER BY head_id, version")
+_SQL_VISIBLE_WITH_VECTORS = _sql(
+    f"SELECT {_MEMORY_COLUMNS}, (SELECT vector FROM memory_vectors WHERE user_id ="
+    f" memories.user_id AND id = memories.id) FROM memories {_IN_SCOPE} ORDER BY id")
+_SQL_OWNED_HISTORY = _sql(
+    f"SELECT {_PAST_COLUMNS} FROM memory_history WHERE user_id = ? ORDER BY head_id, version")
 # The scope's memories that are no longer live, from the expiry index alone (it holds
 # task_id, and id is the rowid): few, since writes and purge_expired() delete them, and
 # returned as one JSON array, since a row apiece costs more than the lookup.
@@ -1258,6 +1351,8 @@ _SQLITE_VERSION = "PRAGMA user_version"
 # is the only table that can have a row there (memory_words has no rowid).
 _SQLITE_LAST_ID = "SELECT coalesce(max(seq), 0) FROM sqlite_sequence"
 _SQLITE_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
+_SQLITE_RESERVE_IDS = "UPDATE sqlite_sequence SET seq = ? WHERE name = 'memories'"
+_SQLITE_FIRST_IDS = "INSERT INTO sqlite_sequence (name, seq) VALUES ('memories', ?)"
 # A file from before version 8 opened read-only: its memories read as the newest layout's,
 # with no key, metadata or embedding choice, and no metadata terms (temp objects, which
 # a read-only connection may make, come before the file's under the same name).
@@ -1368,8 +1463,14 @@ class _Stored(_Fields):
     expires_at: str | None
 
 
-class Memory(_Stored, _Keyed):
-    """A memory as `memories` and `get` return it: expires_at is None for never."""
+class _Past(TypedDict, total=False):
+    superseded_at: str | None
+
+
+class Memory(_Stored, _Keyed, _Past):
+    """A memory as `memories` and `get` return it: expires_at is None for never. As
+    `history` gives it, with its version and superseded_at: when the next version was
+    written (None: it is the live one)."""
 
 
 class _Matched(TypedDict):
@@ -1416,6 +1517,7 @@ class _RecordOptions(TypedDict, total=False):
     version: int
     embed: bool | list[str]
     vectors: list[list[float]]
+    history: list[dict[str, Any]]
 
 
 class _RecordFields(TypedDict):
@@ -1433,7 +1535,9 @@ class Record(_RecordFields, _RecordOptions):
     """A memory as `export_user` writes it and `import_memories` reads it: task None at
     user level, expires_at None for never; a keyed memory, or one with metadata, has
     key, metadata, updated_at and version too, one not embedded from its text `embed`,
-    and one whose vectors its caller gave `vectors`."""
+    one whose vectors its caller gave `vectors`, and one with superseded versions kept
+    (history=True) its version and `history`: those versions, oldest first, each as its
+    own record of the same owner would be, with superseded_at and version."""
 
 
 def _check_identifier(name: str, value: object) -> str:
@@ -2027,6 +2131,8 @@ class _NewMemory(NamedTuple):
     version: int | None = None  # None: 1, or one more than the memory it replaces
     if_version: int | None = None  # the version its key's live memory must be at (0: none)
     given: int | None = None  # the dimensions of vectors its caller gave (its `vector`)
+    # An imported record's superseded versions, oldest first, each with its superseded_at.
+    past: tuple[tuple[_NewMemory, str], ...] | None = None
 
 
 _CREATED_AT = _NewMemory._fields.index("created_at")
@@ -2350,7 +2456,11 @@ RECORD_KEYS = ("id", "user", "task", "level", "text", "source", "created_at", "e
 _REQUIRED_KEYS = frozenset(RECORD_KEYS) - {"id", "expires_at"}
 
 
-_RECORD_OPTIONS = ("key", "metadata", "updated_at", "version", "embed", "vectors")
+_RECORD_OPTIONS = ("key", "metadata", "updated_at", "version", "embed", "vectors", "history")
+# A superseded version in a record's history: a memory of the record's owner as it read.
+_VERSION_KEYS = ("id", "text", "source", "created_at", "expires_at", "superseded_at",
+                 "version", *_RECORD_OPTIONS[:3], *_RECORD_OPTIONS[4:6])
+_MOST_VERSIONS = 10_000
 
 
 def _record_row(record: object, max_text: int = MAX_TEXT) -> _NewMemory:
@@ -2388,8 +2498,42 @@ def _record_row(record: object, max_text: int = MAX_TEXT) -> _NewMemory:
     version = record.get("version")
     if version is not None:
         version = _check_id(version, "version")
+    past = None if record.get("history") is None else _past_of(
+        record["history"], scope, level, version, max_text)
     return row._replace(created_at=created_at, expires_at=expires_at, updated_at=updated_at,
-                        version=version)
+                        version=version, past=past)
+
+
+def _past_of(history: object, scope: Scope, level: Level, version: int | None,
+             max_text: int) -> tuple[tuple[_NewMemory, str], ...]:
+    """Validate a record's history: its superseded versions, oldest first, each a record
+    of its owner (keys _VERSION_KEYS, superseded_at and version required), their
+    versions ascending and below the record's own."""
+    if not isinstance(history, list) or not 1 <= len(history) <= _MOST_VERSIONS:
+        raise MemoryInputError(f"a record's history is a list of 1 to {_MOST_VERSIONS}"
+                               f" versions, got {_described(history)}")
+    if version is None:
+        raise MemoryInputError("a record with a history has its version")
+    past, below = [], 0
+    for kept in history:
+        if not isinstance(kept, dict) or not {"text", "source", "created_at", "version",
+                                              "superseded_at"} <= set(kept) <= set(_VERSION_KEYS):
+            raise MemoryInputError(
+                f"a version of a record's history has the keys {', '.join(_VERSION_KEYS)}"
+                " (text, source, created_at, superseded_at and version required)")
+        number = _check_id(kept["version"], "a version's version")
+        if not below < number < version:
+            raise MemoryInputError("a record's versions ascend, each below the record's own")
+        below = number
+        row = _record_row({**{name: kept.get(name) for name in ("key", "metadata", "expires_at",
+                                                                 "updated_at", "version")},
+                           **{name: kept[name] for name in ("text", "source", "created_at",
+                                                            "embed", "vectors") if name in kept},
+                           "user": scope.user, "level": level,
+                           "task": None if level == "user" else scope.task}, max_text)
+        superseded_at = _check_timestamp("superseded_at", kept["superseded_at"])
+        past.append((row, superseded_at))
+    return tuple(past)
 
 
 # -- clocks and words ------------------------------------------------------------------
@@ -2931,6 +3075,8 @@ class _Session:
     has_weights = True
     #: Whether it keeps receipts (likewise, from version 12 on SQLite).
     has_receipts = True
+    #: Whether it has the table of superseded versions (likewise, from version 13).
+    has_history = True
     #: Whether a range of keys is read owner by owner (the key index leads with the
     #: owner), or for both owners of a scope at once (it leads with the key).
     keys_by_owner = True
@@ -3018,6 +3164,11 @@ class _Session:
         again; asked now and read when the returned function is called: in a batch, once
         it has gone."""
         raise NotImplementedError
+
+    def reserve_ids(self, count: int) -> list[int]:
+        """`count` ids no memory will be given: for versions that were never memories
+        here (an import's history)."""
+        return self.ask_new_ids(count)()
 
     def version(self) -> int:
         raise NotImplementedError
@@ -3247,13 +3398,18 @@ def _upgrade_to_12(db: _SqliteEngine) -> None:
     _execute_script(db, _SQLITE_VERSION_12[len(_SQLITE_VERSION_11):])
 
 
+def _upgrade_to_13(db: _SqliteEngine) -> None:
+    """Version 12 gains the table of superseded versions."""
+    _execute_script(db, _SQLITE_VERSION_13[len(_SQLITE_VERSION_12):])
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
     _upgrade_to_6, _upgrade_to_7, _upgrade_to_8, _upgrade_to_9, _upgrade_to_10,
-    _upgrade_to_11, _upgrade_to_12,
+    _upgrade_to_11, _upgrade_to_12, _upgrade_to_13,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -3460,6 +3616,7 @@ class _SqliteEngine(_Engine, _Session):
             self.has_vector_blocks = stamped >= _VECTOR_BLOCKS_FROM
             self.has_weights = stamped >= _WEIGHTS_FROM
             self.has_receipts = stamped >= _RECEIPTS_FROM
+            self.has_history = stamped >= _HISTORY_FROM
             if stamped < _RECORDS_FROM:
                 _execute_script(self, _SQLITE_AS_RECORDS)
             elif stamped < _VERSIONS_FROM:
@@ -3546,6 +3703,13 @@ class _SqliteEngine(_Engine, _Session):
         if last_id > _MAX_ID - count:
             raise StoreError(f"the store has used up its ids (the largest is {_MAX_ID})")
         return lambda: list(range(last_id + 1, last_id + 1 + count))
+
+    def reserve_ids(self, count: int) -> list[int]:
+        # AUTOINCREMENT records the largest id inserted: moved past them by hand.
+        ids = self.ask_new_ids(count)()
+        if ids and not self.execute(_SQLITE_RESERVE_IDS, (ids[-1],)).rowcount:
+            self.execute(_SQLITE_FIRST_IDS, (ids[-1],))
+        return ids
 
     def version(self) -> int:
         return int(self.execute(_SQLITE_VERSION).fetchone()[0])
@@ -4769,6 +4933,93 @@ def _by_id_or_key(scope: Scope, memory_id: object, key: object) -> tuple[str, tu
     return _SQL_VISIBLE_ID, (scope.user, scope.task, _check_id(memory_id))
 
 
+class _Version(NamedTuple):
+    """A superseded version as memory_history gives it (_PAST_COLUMNS): the memory as it
+    read, the live memory it leads to, when it was superseded, its vector and what it
+    was embedded from."""
+
+    row: _MemoryRow
+    head_id: int
+    superseded_at: str
+    vector: bytes | None
+    embed: str | None
+
+    @classmethod
+    def read(cls, columns: Sequence[Any]) -> _Version:
+        width = len(_MemoryRow._fields)
+        return cls(_MemoryRow(*columns[:width]), *columns[width:])
+
+
+def _superseded(row: _MemoryRow, superseded_at: str | None) -> Memory:
+    """A version as history gives it: the memory then, its version and when it was
+    superseded (None: it is the live one)."""
+    return cast(Memory, {**row.memory(), "version": row.current_version,
+                         "superseded_at": superseded_at})
+
+
+_UTC_SECOND = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00")
+
+
+def _reading_instant(reading: str) -> str | None:
+    """_utc_form of a stored reading; the system clock's (UTC, to the second) without
+    parsing it, since an as-of read tells every memory of a scope by its times."""
+    if len(reading) == 25 and _UTC_SECOND.fullmatch(reading):
+        return f"{reading[:19]}.000000+00:00"
+    return _utc_form("a memory's time", reading)
+
+
+def _live_at(row: _MemoryRow, superseded_at: str | None, instant: str) -> bool:
+    """Whether the version was the live one at `instant`: written (or last replaced) by
+    then, not yet superseded, not yet expired."""
+    start = _reading_instant(row.updated_at or row.created_at)
+    end = None if superseded_at is None else _reading_instant(superseded_at)
+    if start is None or (superseded_at is not None and end is None):
+        raise MemoryInputError("as_of compares instants, and the store's clock gave a"
+                               " memory a time without a UTC offset")
+    return start <= instant and (end is None or instant < end) \
+        and (row.expires_at is None or row.expires_at > instant)
+
+
+_Read = TypeVar("_Read", bound=Mapping[str, Any])
+
+
+def _renumbered(found: _Read, ids: list[int]) -> _Read:
+    """A memory read from an as-of store (_as_it_read) with the ids it has here."""
+    result: dict[str, Any] = {**found, "id": ids[found["id"] - 1]}
+    why = result.get("why")
+    if why is not None and "lent" in why:
+        result["why"] = {**why, "lent": {ids[lender - 1]: share
+                                         for lender, share in why["lent"].items()}}
+    return cast(_Read, result)
+
+
+def _paged_among(rows: list[_MemoryRow], page: _Page) -> list[_MemoryRow]:
+    """The memories of `rows` (in id order) on `page`, as _Planner.page lists a scope's."""
+    admits = None if page.conditions is None else _admitting(page.conditions)
+    found = [row for row in rows if page.after < row.id < page.before
+             and (page.conversation is None
+                  or _conversation_of(row.source) == page.conversation)
+             and (admits is None or admits(row))]
+    if page.newest_first:
+        found.reverse()
+    return found if page.limit is None else found[:page.limit]
+
+
+def _keyed_among(rows: list[_MemoryRow], prefix: str, after: str | None, most: int | None,
+                 conditions: list[_Condition] | None) -> list[_MemoryRow]:
+    """The keyed memories of `rows` in the key range, as _Planner.keyed lists a scope's:
+    in key order, each key as get finds it (the task's own over the user level's)."""
+    low, strict, high = _key_range(prefix, after)
+    found = {row.key: row for row in sorted(rows, key=lambda row: row.task_id is not None)
+             if row.key is not None and (row.key > low if strict else row.key >= low)
+             and (high is None or row.key < high)}
+    listed = [found[name] for name in sorted(found)]
+    if conditions is not None:
+        admits = _admitting(conditions)
+        listed = [row for row in listed if admits(row)]
+    return listed if most is None else listed[:most]
+
+
 def _key_range(prefix: str, after: str | None) -> tuple[str, bool, str | None]:
     """The keys that begin with `prefix` and come after `after`, as a range: its lower
     bound, whether the bound is left out, and its upper bound, left out (None: no bound),
@@ -4911,13 +5162,22 @@ class _Writes(_Part):
         once: the ids it records where it was done before (the first alone, for `one`
         row, as remember returns it)."""
         _one_key_each(rows, noun)
-        rows = self.with_vectors(rows)
+        rows = [row if row.past is None else row._replace(past=tuple(zip(
+            self.with_vectors([version for version, _ in row.past]),
+            [at for _, at in row.past], strict=True))) for row in self.with_vectors(rows)]
+        pasts = [(position, row.past) for position, row in enumerate(rows) if row.past]
+        if pasts and dedupe:
+            raise MemoryInputError("records with a history are not deduplicated: import"
+                                   " them without dedupe")
         with self._store._writing({row.user_id for row in rows}) as db:
             if receipt is not None:
                 done, result = receipt.done(db)
                 if done:
                     return [result] if one else cast(list[int], result)
-            given = {row.given for row in rows if row.given is not None}
+            version_ids = self._reserve_versions(db, pasts)
+            given = {row.given for row in rows if row.given is not None} | {
+                version.given for _, past in pasts for version, _ in past
+                if version.given is not None}
             if given:
                 self._store._take_given(db, given)
             if self._store.embedder is not None:
@@ -4928,8 +5188,14 @@ class _Writes(_Part):
             replaced = {held[0][0] for held in held_keys.values()}
             same = self._same_texts(db, rows, replaced) if dedupe else {}
             fresh = [position for position in range(len(rows)) if position not in same]
-            written = self._replace_keyed(db, rows, held_keys, noun, fresh)
-            new_ids = iter(self.write(db, written, noun, fresh) if fresh else ())
+            written, succession = self._replace_keyed(db, rows, held_keys, noun, fresh)
+            if succession or pasts:
+                db.holding = True  # their versions are written before the commit
+            fresh_ids = self.write(db, written, noun, fresh) if fresh else []
+            if succession:
+                self.link(db, [(_ScopeKey(written[at].user_id, written[at].task_id or ""),
+                                old, fresh_ids[at]) for at, old in succession])
+            new_ids = iter(fresh_ids)
             if same:  # each row's in turn: its new id, a held memory's, or an earlier row's
                 ids: list[int] = []
                 for position in range(len(rows)):
@@ -4938,6 +5204,15 @@ class _Writes(_Part):
                                else ids[~kept])
             else:
                 ids = list(new_ids)
+            if pasts:
+                db.executemany(_SQL_INSERT_VERSION, [
+                    (version.user_id, ids[position], version.version, next(version_ids),
+                     version.task_id, version.key, version.text, version.source,
+                     version.created_at, version.updated_at or (
+                         version.created_at if version.key or version.metadata else None),
+                     version.expires_at, version.metadata, version.embed, version.vector,
+                     superseded_at)
+                    for position, past in pasts for version, superseded_at in past])
             if receipt is not None:
                 receipt.record(db, ids[0] if one else ids)
         written = [rows[p] for p in fresh]
@@ -4978,15 +5253,19 @@ class _Writes(_Part):
 
     def _replace_keyed(self, db: _Session, rows: list[_NewMemory],
                        held_keys: dict[int, list[Any]], noun: str | None,
-                       fresh: list[int]) -> list[_NewMemory]:
+                       fresh: list[int]) -> tuple[list[_NewMemory], list[tuple[int, int]]]:
         """The `fresh` rows (positions in the call), having forgotten, in the write's
         transaction, the memory each keyed one's owner holds under its key (`held_keys`);
         the row then keeps that memory's created_at, if it was live (an import refuses it
         instead: MemoryInputError naming the row's place in the call), and is its next
         version (1 where none was live). A row's if_version other than the live one's
-        version (0: none) is VersionConflict, and nothing is written."""
+        version (0: none) is VersionConflict, and nothing is written. Where the store
+        keeps history, each live memory replaced is kept as a superseded version: with
+        the rows, each such row's place among them and the id it supersedes (link)."""
         now = self._store._read_instant() if held_keys else None
-        written = []
+        keep = bool(held_keys) and self.keeps_history(db)
+        written: list[_NewMemory] = []
+        succession: list[tuple[int, int]] = []  # (place in written, the id it supersedes)
         gone: dict[_ScopeKey, list[tuple[Any, ...]]] = collections.defaultdict(list)
         for position in fresh:
             row, held, current = rows[position], held_keys.get(position), 0
@@ -4998,15 +5277,52 @@ class _Writes(_Part):
                         raise MemoryInputError(f"record {position}: its owner holds its key"
                                                " already", position)
                     row, current = row._replace(first_created=old.created_at), old.current_version
+                    if keep:
+                        succession.append((len(written), old.id))
             if row.if_version is not None and row.if_version != current:
                 raise VersionConflict(current, row.if_version,
                                       "the key" if noun is None else f"{noun} {position}'s key")
             if row.key is not None and row.version is None:
                 row = row._replace(version=current + 1)
             written.append(row)
+        superseded = {old_id for _, old_id in succession}
         for key, held in gone.items():
-            self.delete(db, key, held)
-        return written
+            self.delete(db, key, held, kept=self.supersede(
+                db, key, [row[0] for row in held if row[0] in superseded]))
+        return written, succession
+
+    def _reserve_versions(self, db: _Session, pasts: list[tuple[int, Any]]) -> Iterator[int]:
+        """Ids for an import's superseded versions (`pasts`: each record's place and
+        versions), below its memories'; MemoryInputError where the store keeps no history."""
+        if not pasts:
+            return iter(())
+        if not self.keeps_history(db):
+            raise MemoryInputError(f"record {pasts[0][0]} has a history, which the store"
+                                   " would drop: it keeps none (history=True keeps it)",
+                                   pasts[0][0])
+        return iter(db.reserve_ids(sum(len(past) for _, past in pasts)))
+
+    def keeps_history(self, db: _Session) -> bool:
+        """Whether the store keeps superseded versions, as its file says now (another
+        process may have turned it on since this store opened)."""
+        if not db.has_history:
+            return False
+        found = db.execute(_SQL_HISTORY).fetchone()
+        return found is not None and found[0] == "on"
+
+    def supersede(self, db: _Session, key: _ScopeKey, ids: list[int],
+                  superseded_at: str | None = None) -> list[int]:
+        """Keep the scope's memories `ids`, about to be replaced, as superseded versions
+        (at `superseded_at`, or when their successors are written: link); their ids."""
+        if ids:
+            db.execute(_SQL_KEEP_SUPERSEDED, (superseded_at, *key, json.dumps(ids)))
+        return ids
+
+    def link(self, db: _Session, successors: list[tuple[_ScopeKey, int, int]]) -> None:
+        """Move the versions each superseded memory led (owner, old id, new id) to its
+        successor, superseded when the successor was written."""
+        db.executemany(_SQL_LINK_SUCCESSOR, [(new, *key, new, *key, old)
+                                             for key, old, new in successors])
 
     def _same_texts(self, db: _Session, rows: list[_NewMemory],
                     replaced: set[int]) -> dict[int, int]:
@@ -5253,11 +5569,16 @@ class _Writes(_Part):
         """Forget `old`, a memory of the scope, and write `new` at its level and task,
         expiring when it did (unless `new` has a ttl), with its key (and so its
         created_at) and metadata; the new id."""
-        self.delete(db, key, [old])
+        kept = self.supersede(db, key, [old.id]) if self.keeps_history(db) else []
+        self.delete(db, key, [old], kept=kept)
+        if kept:
+            db.holding = True  # the successor's id is linked before the commit
         (revised,) = self.write(db, [new._replace(
             task_id=old.task_id, expires_at=old.expires_at, key=old.key,
             metadata=old.metadata, first_created=None if old.key is None else old.created_at,
             version=old.current_version + 1)])
+        if kept:
+            self.link(db, [(key, old.id, revised)])
         return revised
 
     def purge_expired(self, db: _Session, now: str) -> int:
@@ -5271,15 +5592,17 @@ class _Writes(_Part):
                 remove()
                 db.execute(_SQL_DELETE_VECTORS_OF_USER, (user, ids))
                 db.execute(_SQL_DELETE_FIELDS_OF_USER, (user, ids))
+                if db.has_history:
+                    db.execute(_SQL_DELETE_HISTORY_OF_USER, (user, ids))
                 deleted = db.execute(_SQL_DELETE_OF_USER, (user, ids))
             purged += deleted.rowcount
         return purged
 
-    def delete(self, db: _Session, key: _ScopeKey,
-               rows: Sequence[tuple[Any, ...]], last: bool = False) -> int:
-        """Delete the scope's memories `rows` (id, task_id, text, ...) with their postings
-        and counts; how many. The `last` step of its transaction commits it, with the
-        deletions."""
+    def delete(self, db: _Session, key: _ScopeKey, rows: Sequence[tuple[Any, ...]],
+               last: bool = False, kept: Collection[int] = ()) -> int:
+        """Delete the scope's memories `rows` (id, task_id, text, ...) with their postings,
+        counts and past versions (but the pasts of those `kept`, superseded); how many.
+        The `last` step of its transaction commits it, with the deletions."""
         if not rows:
             return 0
         remove = _unindexing(db, key[0], rows, self._rule, self._index_from)
@@ -5287,6 +5610,9 @@ class _Writes(_Part):
         with db.batch():  # one round trip to a server
             remove()
             db.execute(_SQL_FORGET_VECTORS, (*key, ids))
+            if db.has_history:
+                db.execute(_SQL_FORGET_HISTORY, (*key, json.dumps(
+                    [row[0] for row in rows if row[0] not in kept]) if kept else ids))
             if any(row[7] is not None for row in rows):  # _MemoryRow.metadata
                 db.execute(_SQL_FORGET_FIELDS, (*key, ids))
             forgotten = db.execute(_SQL_FORGET, (*key, ids))
@@ -5333,6 +5659,13 @@ class _Writes(_Part):
                                                      if vectors[memory_id]])
                 _seal_vector_blocks(db, user, dict.fromkeys(task_id for _, _, task_id, *_
                                                             in owned), embedder.dimensions)
+                if db.has_history:  # the versions kept, in the new embedder's space too
+                    kept = db.execute(_SQL_OWNED_VERSION_EMBEDS, (user,)).fetchall()
+                    db.executemany(_SQL_EMBED_VERSION, [
+                        (vector or None, _GIVEN_EMBED, user, head_id, version)
+                        for (head_id, version, *_), vector in zip(kept, _memory_vectors(
+                            embedder, [(text, embed) for *_, text, embed in kept]),
+                            strict=True)])
             db.execute(_SQL_SET_EMBEDDER, (_embedder_record(embedder),))
         self._store.embedder = embedder
         _log.info("embedded %d memories anew (%d dimensions)", len(vectors),
@@ -5886,8 +6219,10 @@ class MemoryStore:
         embedder: Embedder | None = None,
         max_text: int = MAX_TEXT,
         receipts_ttl: float = 86_400,
+        history: bool | None = None,
     ) -> None:
         self.path = _check_path(path)
+        keep_history = None if history is None else _check_flag("history", history)
         #: How long a receipt of an operation (operation=) is kept, in seconds.
         self.receipts_ttl = _check_seconds("receipts_ttl", receipts_ttl)
         #: The longest text (in characters) this store takes.
@@ -5928,6 +6263,8 @@ class MemoryStore:
         _OPEN_STORES.add(self)
         try:
             self._take_embedder()
+            if keep_history is not None:
+                self._take_history(keep_history)
             if _recorded_rule(self._recorded)[0] in _SUPERSEDED and not self.read_only:
                 # Built by a version of its rule that split words wrongly: brought up to
                 # date in one transaction, as `memory reindex` would. Read-only, it reads
@@ -5993,6 +6330,21 @@ class MemoryStore:
                               self.embedder.dimensions)
                     return
         _refuse_unless_recorded(self.embedder, recorded)
+
+    def _take_history(self, keep: bool) -> None:
+        """Record in the file whether the store keeps history; MemoryInputError where a
+        read-only store is asked for what its file does not record."""
+        wanted = "on" if keep else "off"
+        with self._snapshot(None) as db:
+            found = db.execute(_SQL_HISTORY).fetchone() if db.has_history else None
+        if (found[0] if found else "off") == wanted:
+            return
+        if self.read_only:
+            raise MemoryInputError(f"history={keep}: the store is read-only and its file"
+                                   f" records history {'off' if keep else 'on'}")
+        with self._writing(None) as db:
+            db.execute(_SQL_SET_HISTORY, (wanted,))
+        _log.info("the store keeps history: %s", wanted)
 
     def _take_given(self, db: _Session, given: set[int], write: bool = True) -> bool:
         """Check the dimensions of vectors callers give against the store's: a store
@@ -6220,7 +6572,8 @@ class MemoryStore:
                min_score: float | None = None, budget: int | None = None,
                explain: bool = False, context: bool | None = None,
                where: dict[str, Any] | None = None, offset: int = 0,
-               vector: Sequence[float] | None = None) -> list[Recalled]:
+               vector: Sequence[float] | None = None,
+               as_of: str | None = None) -> list[Recalled]:
         """The memories visible in the scope that match `query` best. rank="shared":
         a memory's score is the number of distinct words it shares with the query;
         rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
@@ -6261,7 +6614,11 @@ class MemoryStore:
         With `vector` (rank "meaning" or "hybrid"), that is the query's vector, of the
         store's dimensions, instead of the embedder's of the query: on a store of vectors
         its callers give (remember's vectors=), the way to recall by meaning; `query`
-        may then be "" under "meaning" (under "hybrid" its words count as ever)."""
+        may then be "" under "meaning" (under "hybrid" its words count as ever).
+
+        With `as_of` (an ISO time with a UTC offset), over the memories the scope saw
+        live then, as they read then (see history), scored as a recall then would have
+        scored them."""
         scope = _check_scope(scope)
         _check_limit(limit)
         conditions = _check_where(where)
@@ -6280,6 +6637,10 @@ class MemoryStore:
             raise MemoryInputError("vector= is the query's meaning: it ranks by 'meaning' or"
                                    " 'hybrid'")
         meant = self._planner.query_vector(ranked, query) if given is None else given[0]
+        if as_of is not None:
+            return self._recall_then(scope, as_of, meant, query, limit, rank=ranked,
+                                     min_score=min_score, budget=budget, explain=explain,
+                                     context=in_context, where=where, offset=offset)
         with self._snapshot({scope.user}) as db:
             if given is not None and not self._take_given(db, {given[1]}, write=False):
                 meant = None  # nothing holds a vector yet
@@ -6310,6 +6671,17 @@ class MemoryStore:
                                                         for word in holds})
             results.append(result)
         return results
+
+    def _recall_then(self, scope: Scope, as_of: str, meant: bytes | None, *args: Any,
+                     rank: Rank, **options: Any) -> list[Recalled]:
+        """recall as_of: in a store of the scope as it read then, by the query's vector
+        (`meant`) made here."""
+        if meant is None and rank == "meaning":
+            return []
+        with self._as_it_read(scope, as_of, meant) as (past, ids):
+            found = past.recall(scope, *args, rank=rank, **options,
+                                vector=None if meant is None else list(_floats(meant)))
+        return [_renumbered(result, ids) for result in found]
 
     @_read_again_if_cut_off
     def count(self, scope: Scope, *, where: dict[str, Any] | None = None,
@@ -6357,18 +6729,105 @@ class MemoryStore:
 
     @_read_again_if_cut_off
     def get(self, scope: Scope, memory_id: int | None = None, *,
-            key: str | None = None) -> Memory | None:
+            key: str | None = None, as_of: str | None = None) -> Memory | None:
         """The memory `memory_id` (or the one holding `key`: the task's own, else the user
         level's) if the scope can see it and it is live (the keys of memories()); None for
-        any other id or key, whatever the reason: all answer alike."""
+        any other id or key, whatever the reason: all answer alike. With `as_of` (an ISO
+        time with a UTC offset), as the scope saw it then (see history)."""
         scope = _check_scope(scope)
         select, arguments = _by_id_or_key(scope, memory_id, key)
+        if as_of is not None:  # the task's own over the user level's, as below
+            then = sorted((row for row, _ in self._then(scope, as_of)),
+                          key=lambda row: row.task_id is None)
+            return next((row.memory() for row in then if (
+                row.key == key if memory_id is None else row.id == arguments[-1])), None)
         scope_key = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
             expired = _expired_of(db, scope_key, self._expiry_instant(db, scope_key))
             rows = db.execute(select, arguments).fetchall()
         return next((_MemoryRow(*row).memory() for row in rows
                      if row[0] not in expired), None)
+
+    @_read_again_if_cut_off
+    def history(self, scope: Scope, memory_id: int | None = None, *,
+                key: str | None = None) -> list[Memory]:
+        """The versions of the live memory `memory_id` (the id of any of its versions) or
+        of the one holding `key` (as get finds it), oldest first, each with its version:
+        those it superseded, each with `superseded_at` (when the next was written), then
+        itself (superseded_at None). [] for any id or key the scope cannot see. A store
+        keeps the versions a memory supersedes (replaced under its key, revised or
+        renamed) where it keeps history (MemoryStore's history=True), until the memory
+        goes: forgetting or expiring erases every version."""
+        scope = _check_scope(scope)
+        select, arguments = _by_id_or_key(scope, memory_id, key)
+        scope_key = _ScopeKey(scope.user, scope.task)
+        with self._snapshot({scope.user}) as db:
+            expired = _expired_of(db, scope_key, self._expiry_instant(db, scope_key))
+            rows = db.execute(select, arguments).fetchall()
+            if not rows and memory_id is not None and db.has_history:  # a version's id
+                head = db.execute(_SQL_HEAD_OF, (*scope_key, arguments[-1])).fetchone()
+                rows = [] if head is None else db.execute(
+                    _SQL_VISIBLE_ID, (*scope_key, head[0])).fetchall()
+            rows = [row for row in rows if row[0] not in expired]
+            if not rows:
+                return []
+            live = _MemoryRow(*rows[0])
+            past = db.execute(_SQL_HISTORY_OF, (*scope_key, live.id)).fetchall() \
+                if db.has_history else []
+        return [*(_superseded(version.row, version.superseded_at)
+                  for version in map(_Version.read, past)), _superseded(live, None)]
+
+    def _then(self, scope: Scope, as_of: object, meant: bytes | None = None
+              ) -> list[tuple[_MemoryRow, bytes | None]]:
+        """The versions the scope saw live at `as_of` (an ISO time with a UTC offset) of
+        its memories live now, in id order (a forgotten or expired memory has no past),
+        each with its vector where the query has one (`meant`)."""
+        instant = _filter_instant("as_of", _check_timestamp("as_of", as_of))
+        key = _ScopeKey(scope.user, scope.task)
+        with self._snapshot({scope.user}) as db:
+            now = self._expiry_instant(db, key)
+            current = db.execute(_SQL_VISIBLE_WITH_VECTORS if meant and db.has_vectors
+                                 else _SQL_VISIBLE, key).fetchall()
+            past = db.execute(_SQL_SCOPE_HISTORY, key).fetchall() if db.has_history else []
+        width = len(_MemoryRow._fields)
+        live = {row[0] for row in current if now is None or row[5] is None or row[5] > now}
+        then = [(_MemoryRow(*row[:width]), row[width] if len(row) > width else None)
+                for row in current
+                if row[0] in live and _live_at(_MemoryRow(*row[:width]), None, instant)]
+        then += [(version.row, version.vector if meant else None)
+                 for version in map(_Version.read, past) if version.head_id in live
+                 and _live_at(version.row, version.superseded_at, instant)]
+        then.sort(key=lambda version: version[0].id)
+        return then
+
+    @contextlib.contextmanager
+    def _as_it_read(self, scope: Scope, as_of: object,
+                    meant: bytes | None) -> Iterator[tuple[MemoryStore, list[int]]]:
+        """A private store in memory holding the scope's memories as they read at `as_of`
+        (_then), with their vectors where the query has one (`meant`), and their ids here
+        in order (the private store's ids are 1 on, in the same order): a recall there
+        scores and ranks exactly as one here would have then."""
+        then = self._then(scope, as_of, meant)
+        instant = _filter_instant("as_of", cast(str, as_of))
+        dimensions = None if meant is None or self.embedder is None else self.embedder.dimensions
+        store = MemoryStore(":memory:", clock=lambda: instant, matching=self.matching,
+                            max_text=self.max_text, embedder=None if dimensions is None
+                            else _GivenVectors(dimensions))
+        # Read once: its words are found as recall asks for them (as a small owner's
+        # are), not indexed at the write.
+        store._index_from = _MAX_ID
+        try:
+            rows = [_NewMemory(scope.user, row.task_id, row.text, row.source,
+                               created_at=row.created_at, expires_at=row.expires_at,
+                               vector=vector, key=row.key, metadata=row.metadata,
+                               updated_at=row.updated_at, version=row.version)
+                    for row, vector in then]
+            if rows:
+                with store._writing({scope.user}) as db:
+                    store._writes.write(db, rows)
+            yield store, [row.id for row, _ in then]
+        finally:
+            store.close()
 
     @_read_again_if_cut_off
     def operation(self, scope: Scope, operation: str) -> dict[str, Any] | None:
@@ -6390,8 +6849,8 @@ class MemoryStore:
     def memories(self, scope: Scope, *, after: int | None = None, limit: int | None = None,
                  conversation: str | None = None, before: int | None = None,
                  newest_first: bool = False, where: dict[str, Any] | None = None,
-                 key_prefix: str | None = None, after_key: str | None = None
-                 ) -> list[Memory]:
+                 key_prefix: str | None = None, after_key: str | None = None,
+                 as_of: str | None = None) -> list[Memory]:
         """Every live memory visible in the scope, oldest first, with its expires_at; or
         a page of them: those with ids above `after` (an int from 0, the first page's),
         at most `limit` (an int from 1). Paging on from the last id of each page gives
@@ -6403,8 +6862,12 @@ class MemoryStore:
         With `key_prefix` (or `after_key` alone, "" its prefix), the keyed memories whose
         keys begin with it, in key order (code points), each key once, as get finds it:
         the task's own over the user level's; paged by `after_key` (keys after it) and
-        `limit`, not by ids, conversation or newest_first."""
+        `limit`, not by ids, conversation or newest_first.
+
+        With `as_of` (an ISO time with a UTC offset), those the scope saw live then, as
+        they read then (see history)."""
         scope = _check_scope(scope)
+        owners = _ScopeKey(scope.user, scope.task)
         if key_prefix is not None or after_key is not None:
             if (after, before, conversation, newest_first) != (None, None, None, False):
                 raise MemoryInputError("a listing by key_prefix pages with after_key and limit,"
@@ -6414,9 +6877,13 @@ class MemoryStore:
             most = None if limit is None else _check_id(limit, "limit")
             conditions = _check_where(where)
             since = None if after_key is None else _check_key(after_key)
+            if as_of is not None:
+                return [row.memory() for row in _keyed_among(
+                    [row for row, _ in self._then(scope, as_of)], prefix, since, most,
+                    conditions)]
             with self._snapshot({scope.user}) as db:
                 return [row.memory() for row in self._planner.keyed(
-                    db, _ScopeKey(scope.user, scope.task), prefix, since, most, conditions)]
+                    db, owners, prefix, since, most, conditions)]
         page = _Page(0 if after is None else _check_id(after, "after", least=0),
                      _MAX_ID if before is None else _check_id(before, "before"),
                      None if limit is None else _check_id(limit, "limit"),
@@ -6424,8 +6891,11 @@ class MemoryStore:
                      _check_flag("newest_first", newest_first), _check_where(where),
                      after is not None or limit is not None,
                      before is not None)
+        if as_of is not None:
+            return [row.memory() for row in _paged_among(
+                [row for row, _ in self._then(scope, as_of)], page)]
         with self._snapshot({scope.user}) as db:
-            return self._planner.page(db, _ScopeKey(scope.user, scope.task), page)
+            return self._planner.page(db, owners, page)
 
     def forget(self, scope: Scope, memory_id: int | None = None, *,
                key: str | None = None, if_version: int | None = None,
@@ -6580,8 +7050,10 @@ class MemoryStore:
             if taken and taken[0][0] not in expired:
                 raise VersionConflict(_MemoryRow(*taken[0]).current_version, 0, "the new key")
             self._writes.delete(db, owners, taken)
-            db.execute(_SQL_RENAME, (new, held.current_version + 1, self._writes.reading(),
-                                     *owners, held.id))
+            reading = self._writes.reading()
+            if self._writes.keeps_history(db):
+                self._writes.supersede(db, owners, [held.id], reading)
+            db.execute(_SQL_RENAME, (new, held.current_version + 1, reading, *owners, held.id))
         if taken:
             self._scrub()
         _log.info("renamed the key of memory %d of user %s", held.id, scope.user)
@@ -6631,6 +7103,7 @@ class MemoryStore:
             db.execute(_SQL_ERASE_FIELDS, (user,))
             db.execute(_SQL_ERASE_COUNTS, (user,))
             db.execute(_SQL_ERASE_RECEIPTS, (user,))
+            db.execute(_SQL_ERASE_HISTORY, (user,))
             erased = db.execute(_SQL_ERASE, (user,)).rowcount
         self._scrub()
         _log.info("erased %d memories of user %s", erased, user)
@@ -6647,6 +7120,10 @@ class MemoryStore:
             given = [row[0] for row in rows if row[-1] == _GIVEN_EMBED]
             vectors = dict(db.execute(_SQL_OWNED_VECTORS, (user, json.dumps(given)))
                            ) if given else {}
+            past = db.execute(_SQL_OWNED_HISTORY, (user,)).fetchall() if db.has_history else []
+        history: dict[int, list[_Version]] = collections.defaultdict(list)
+        for version in map(_Version.read, past):
+            history[version.head_id].append(version)
         records = []
         for *columns, embed in rows:
             row = _MemoryRow(*columns)
@@ -6654,12 +7131,27 @@ class MemoryStore:
                             level=_level_of(row.task_id), text=row.text, source=row.source,
                             created_at=row.created_at, expires_at=row.expires_at)
             record.update(cast(Record, row.record()))
-            if embed == _GIVEN_EMBED:
-                record["vectors"] = self._unpacked(vectors.get(row.id))
-            elif embed is not None:
-                record["embed"] = False if embed == "false" else json.loads(embed)
+            record.update(cast(Record, self._embedding(embed, vectors.get(row.id))))
+            if row.id in history:
+                record["version"] = row.current_version
+                record["history"] = [
+                    {"id": kept.row.id, "text": kept.row.text, "source": kept.row.source,
+                     "created_at": kept.row.created_at, "expires_at": kept.row.expires_at,
+                     "superseded_at": kept.superseded_at, **kept.row.record(),
+                     "version": kept.row.current_version,
+                     **self._embedding(kept.embed, kept.vector)}
+                    for kept in history[row.id]]
             records.append(record)
         return records
+
+    def _embedding(self, embed: str | None, vector: bytes | None) -> dict[str, Any]:
+        """What a record says of a memory's vectors: those its caller gave, or what its
+        embedder embedded other than its text; nothing for its text."""
+        if embed == _GIVEN_EMBED:
+            return {"vectors": self._unpacked(vector)}
+        if embed is not None:
+            return {"embed": False if embed == "false" else json.loads(embed)}
+        return {}
 
     def _unpacked(self, blob: bytes | None) -> list[list[float]]:
         """A memory's vectors as lists of numbers (none where it holds none)."""
@@ -6691,13 +7183,14 @@ class MemoryStore:
         store's tables and indexes), the matching rule the word index was built with (and
         the version of it the file records, outdated when `reindex` would move it to a
         newer one), the ranks recall offers on it (with the store's default), the
-        embedder the file records (name and dimensions) and how many memories have no
-        vector from it; never text."""
+        embedder the file records (name and dimensions), how many memories have no
+        vector from it, and whether it keeps history; never text."""
         with self._snapshot(None) as db:
             total, task_level, users = db.execute(_SQL_STATS).fetchone()
             version, size = db.version(), db.size()
             recorded = _recorded_embedder(db)
             (vectors,) = db.execute(_SQL_VECTOR_COUNT).fetchone() if db.has_vectors else (0,)
+            keeps = db.execute(_SQL_HISTORY).fetchone() if db.has_history else None
         rule = _recorded_rule(self._recorded)[0]
         embedder = None if recorded is None else json.loads(recorded)
         return {
@@ -6716,6 +7209,7 @@ class MemoryStore:
             "embedder": None if embedder is None else embedder["name"],
             "dimensions": None if embedder is None else embedder["dimensions"],
             "without_vectors": int(total) - int(vectors),
+            "history": keeps is not None and keeps[0] == "on",
         }
 
     def check(self) -> dict[str, Any]:
@@ -6777,13 +7271,14 @@ class AsyncMemoryStore:
         embedder: Embedder | None = None,
         max_text: int = MAX_TEXT,
         receipts_ttl: float = 86_400,
+        history: bool | None = None,
     ) -> None:
         # MemoryStore's keywords written out, so that a type checker checks them here too.
         self._opening = functools.partial(
             MemoryStore, path, clock, read_only=read_only, durable=durable, matching=matching,
             create=create, statement_timeout=statement_timeout, pool_size=pool_size,
             pool_timeout=pool_timeout, rank=rank, context=context, embedder=embedder,
-            max_text=max_text, receipts_ttl=receipts_ttl)
+            max_text=max_text, receipts_ttl=receipts_ttl, history=history)
         self._store: MemoryStore | None = None
         # Thread primitives, not asyncio's: open, the calls and close may come from any
         # loop. One store is opened whoever opens it, and close() waits for the calls
@@ -6858,6 +7353,7 @@ class AsyncMemoryStore:
     count = _in_a_thread(MemoryStore.count)
     get = _in_a_thread(MemoryStore.get)
     memories = _in_a_thread(MemoryStore.memories)
+    history = _in_a_thread(MemoryStore.history)
     forget = _in_a_thread(MemoryStore.forget)
     forget_where = _in_a_thread(MemoryStore.forget_where)
     forget_source = _in_a_thread(MemoryStore.forget_source)
@@ -6950,15 +7446,25 @@ def _run_list(store: MemoryStore, args: argparse.Namespace) -> int:
                                  limit=args.limit, conversation=args.conversation,
                                  before=args.before, newest_first=args.newest_first,
                                  where=args.where, key_prefix=args.key_prefix,
-                                 after_key=args.after_key):
+                                 after_key=args.after_key, as_of=args.as_of):
         _emit(memory)
+    return 0
+
+
+def _run_history(store: MemoryStore, args: argparse.Namespace) -> int:
+    versions = store.history(Scope(args.user, args.task), args.id, key=args.key)
+    if not versions:
+        raise StoreError("no memory with that id or key in this scope")
+    for version in versions:
+        _emit(version)
     return 0
 
 
 def _run_recall(store: MemoryStore, args: argparse.Namespace) -> int:
     for memory in store.recall(Scope(args.user, args.task), args.query, args.limit,
                                rank=args.rank, budget=args.budget, explain=args.explain,
-                               context=args.context, where=args.where, offset=args.offset):
+                               context=args.context, where=args.where, offset=args.offset,
+                               as_of=args.as_of):
         _emit(memory)
     return 0
 
@@ -7357,21 +7863,23 @@ def _open_ranked(args: argparse.Namespace, embedder: Embedder | None) -> MemoryS
     ranking = RECOMMENDED.copy()
     del ranking["matching"]
     longest = _longest_text(args)
+    keep = True if getattr(args, "history", False) else None  # --history: on from now
     if args.opens == _READS:
         return MemoryStore(args.path, read_only=True, embedder=embedder, **ranking)
     if args.opens == _CREATES:
         try:
             return MemoryStore(args.path, create=False, embedder=embedder, max_text=longest,
-                               **ranking)
+                               history=keep, **ranking)
         except StoreNotFound:
             settings = _recommended_here()
             if settings["matching"] == "exact":
                 print("memory: creating the store with matching=exact: the stems extra is"
                       " not installed (pip install snowballstemmer PyStemmer), and a store"
                       " keeps its rule until reindex", file=sys.stderr)
-            return MemoryStore(args.path, embedder=embedder, max_text=longest, **settings)
+            return MemoryStore(args.path, embedder=embedder, max_text=longest, history=keep,
+                               **settings)
     return MemoryStore(args.path, create=False, embedder=embedder, max_text=longest,
-                       **ranking)
+                       history=keep, **ranking)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -7424,6 +7932,17 @@ def _parser() -> argparse.ArgumentParser:
                          " keys begin with PREFIX, in key order (page with --after-key)")
     listing.add_argument("--after-key", metavar="KEY", help="with --key-prefix: only keys after"
                          " KEY (the last of the page before)")
+    as_of = ("as the scope read at TIME (ISO 8601 with a UTC offset): superseded versions"
+             " the store keeps included, forgotten memories never")
+    listing.add_argument("--as-of", metavar="TIME", help=as_of)
+    past = command("history", _run_history, _READS, "the versions of the memory --id ID (or"
+                   " of the one the scope sees under --key), oldest first, as JSON Lines:"
+                   " those it superseded, where the store keeps history, then itself",
+                   user=True, task=True)
+    which = past.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", type=_bounded_int(1, _MAX_ID), metavar="ID",
+                       help="the id of the memory or of any of its versions")
+    which.add_argument("--key", metavar="KEY", help="the key the scope sees it under")
     recall = command("recall", _run_recall, _READS,
                      "the memories that best match QUERY, as JSON Lines", user=True, task=True,
                      embeds=True)
@@ -7442,6 +7961,7 @@ def _parser() -> argparse.ArgumentParser:
     recall.add_argument("--where", type=_json_argument, metavar="JSON", help=where)
     recall.add_argument("--offset", type=_bounded_int(0, _MAX_OFFSET), default=0,
                         help=f"the ranking from this place on (0 to {_MAX_OFFSET}, default 0)")
+    recall.add_argument("--as-of", metavar="TIME", help=as_of)
     recall.add_argument("--explain", action="store_true",
                         help="give each memory `why`: the query words it matched, with what"
                         " each added to its score")
@@ -7452,6 +7972,9 @@ def _parser() -> argparse.ArgumentParser:
                        " id; creates the store if it does not exist", user=True, task=True,
                        embeds=True)
     remember.add_argument("text", metavar="TEXT", help="the text, or - to read it from stdin")
+    keeping = ("keep, from now on, the version each memory replaced or revised supersedes,"
+               " until the memory goes (recorded in the store: later opens keep it too)")
+    remember.add_argument("--history", action="store_true", help=keeping)
     remember.add_argument("--level", type=_one_of(LEVELS), default="user",
                           metavar="{" + ",".join(LEVELS) + "}", help="user (default) or task")
     remember.add_argument("--source", default="cli", help="where it came from (default cli)")
@@ -7540,6 +8063,7 @@ def _parser() -> argparse.ArgumentParser:
     backup = command("backup", _run_backup, _READS,
                      "copy the store, consistently, while others may write to it")
     backup.add_argument("destination", metavar="DEST", help="a file that does not exist yet")
+    importing.add_argument("--history", action="store_true", help=keeping)
     serving = ("serve the store to an assistant as MCP tools, on stdio for one user and task"
                " fixed here, or with --http over Streamable HTTP; creates the store if it does"
                " not exist")
@@ -7563,6 +8087,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--embedder", metavar="MODULE:FACTORY", help=embedding)
     serve.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
                        metavar="CHARACTERS", help=longest)
+    serve.add_argument("--history", action="store_true", help=keeping)
     serve.add_argument("--print-config", action="store_true",
                        help="print the mcpServers entry that starts this server as these"
                        " settings say (this interpreter's memory command, the store's"

@@ -39,6 +39,7 @@ from memory import (
     Scope,
     StoreError,
     __version__,
+    _check_id,
     _check_seconds,
     _log,
 )
@@ -88,6 +89,10 @@ _MCP_WHERE = {"type": "object", "description": "only memories this filter admits
 
 
 _MCP_VERSION = {"type": "integer", "minimum": 0}
+_MCP_AS_OF: dict[str, Any] = {
+    "type": "string", "maxLength": 64, "description": "an ISO 8601 time with a UTC offset:"
+    " the memories as they read then (versions since superseded included where the store"
+    " keeps history; forgotten ones never)"}
 
 
 def _mcp_object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
@@ -170,6 +175,7 @@ _MCP_TOOLS = {
             "budget": {"type": "integer", "minimum": 1, "description": "the memories' texts"
                        " total at most this many characters (default: no bound)"},
             "where": _MCP_WHERE,
+            "as_of": _MCP_AS_OF,
         }, "query"),
         _mcp_object({"memories": _mcp_memories(Recalled)}, "memories"),
         True, False, True),
@@ -185,6 +191,8 @@ _MCP_TOOLS = {
                                       "description": "only this conversation's memories"
                                       " (sources up to their last /), `total` theirs"},
                      "where": {**_MCP_WHERE, "description": _MCP_WHERE["description"]
+                               + "; `total` counts those"},
+                     "as_of": {**_MCP_AS_OF, "description": _MCP_AS_OF["description"]
                                + "; `total` counts those"}}),
         _mcp_object({"memories": _mcp_memories(Memory),
                      "total": {"type": "integer"}}, "memories", "total"), True, False,
@@ -287,8 +295,10 @@ class _Tools:
         return {"id": kept}, f"remembered as memory {kept}"
 
     async def _recall(self, scope: Scope, client: str, query: Any, limit: Any = _MCP_RECALLED,
-                      budget: Any = None, where: Any = None) -> tuple[dict[str, Any], str]:
-        found = await self.store.recall(scope, query, limit, budget=budget, where=where)
+                      budget: Any = None, where: Any = None, as_of: Any = None
+                      ) -> tuple[dict[str, Any], str]:
+        found = await self.store.recall(scope, query, limit, budget=budget, where=where,
+                                        as_of=as_of)
         shown: list[dict[str, Any]] = [dict(memory) for memory in found]
         if not shown:
             return {"memories": shown}, "no memory matches"
@@ -296,8 +306,10 @@ class _Tools:
             f"{len(shown)} memories recorded earlier, best first", shown)
 
     async def _list_memories(self, scope: Scope, client: str, after: Any = None,
-                             conversation: Any = None, where: Any = None
+                             conversation: Any = None, where: Any = None, as_of: Any = None
                              ) -> tuple[dict[str, Any], str]:
+        if as_of is not None:
+            return await self._list_then(scope, after, conversation, where, as_of)
         if after is not None:
             page = await self.store.memories(scope, after=after, limit=_MCP_LISTED,
                                              conversation=conversation, where=where)
@@ -313,6 +325,19 @@ class _Tools:
                        f"the newest {len(shown)} of {total} memories")
         return ({"memories": shown, "total": total},
                 _mcp_lines(f"{counted} recorded earlier, oldest first", shown))
+
+    async def _list_then(self, scope: Scope, after: Any, conversation: Any, where: Any,
+                         as_of: Any) -> tuple[dict[str, Any], str]:
+        """list_memories as_of: the memories then, read whole, counted and paged here."""
+        every = await self.store.memories(scope, conversation=conversation, where=where,
+                                          as_of=as_of)
+        if after is None:
+            shown = [dict(memory) for memory in every[-_MCP_LISTED:]]
+        else:
+            last = _check_id(after, "after", least=0)
+            shown = [dict(memory) for memory in every if memory["id"] > last][:_MCP_LISTED]
+        return ({"memories": shown, "total": len(every)}, _mcp_lines(
+            f"{len(shown)} of {len(every)} memories as they read then, oldest first", shown))
 
     async def _revise(self, scope: Scope, client: str, memory_id: Any, text: Any,
                       if_version: Any = None) -> tuple[dict[str, Any], str]:

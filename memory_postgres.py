@@ -35,6 +35,7 @@ from memory import (
     _described,
     _Engine,
     _give_every_conversation,
+    _history_table,
     _key_every_text,
     _log,
     _recording,
@@ -56,7 +57,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 11
+POSTGRES_SCHEMA_VERSION = 12
 
 
 def _guarded(table: str) -> tuple[str, ...]:
@@ -129,7 +130,9 @@ _PG_GUARDED_FROM_5 = (*_PG_GUARDED_FROM_4, "memory_fields")
 _PG_GUARDED_FROM_7 = (*_PG_GUARDED_FROM_5, "memory_vector_blocks")
 # Version 11's receipts of operations.
 _PG_GUARDED_FROM_11 = (*_PG_GUARDED_FROM_7, "memory_receipts")
-_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *_PG_GUARDED_FROM_11)
+# Version 12's superseded versions.
+_PG_GUARDED_FROM_12 = (*_PG_GUARDED_FROM_11, "memory_history")
+_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *_PG_GUARDED_FROM_12)
 _PG_OBJECTS = (
     "SELECT relname, relkind, relrowsecurity, relforcerowsecurity,"
     " pg_has_role(relowner, 'USAGE') FROM pg_class"
@@ -146,7 +149,7 @@ _PG_POLICY = (
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
 _PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY,
                     5: _PG_POLICY, 6: _PG_POLICY, 7: _PG_POLICY, 8: _PG_POLICY, 9: _PG_POLICY,
-                    10: _PG_POLICY, 11: _PG_POLICY}
+                    10: _PG_POLICY, 11: _PG_POLICY, 12: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -243,6 +246,8 @@ _PG_ADD_VERSIONS = (
 )
 # Version 11: the receipts of operations, as SQLite's version 12 keeps them, guarded.
 _PG_ADD_RECEIPTS = (_RECEIPTS_TABLE, *_guarded("memory_receipts"))
+# Version 12: the superseded versions, as SQLite's version 13 keeps them, guarded.
+_PG_ADD_HISTORY = (_history_table("BIGINT", "BYTEA", "JSONB"), *_guarded("memory_history"))
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
@@ -277,11 +282,11 @@ _PG_PRIVILEGED = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = 
 _PG_SIZE = (
     "SELECT sum(pg_total_relation_size(to_regclass(name)))::bigint FROM unnest("
     "ARRAY['memories', 'memory_words', 'memory_counts', 'memory_vectors', 'memory_fields',"
-    " 'memory_vector_blocks', 'store_settings'])"
+    " 'memory_vector_blocks', 'memory_receipts', 'memory_history', 'store_settings'])"
     " AS name"
 )
 _PG_VACUUM = ("VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts, memory_vectors,"
-              " memory_fields, memory_vector_blocks")
+              " memory_fields, memory_vector_blocks, memory_receipts, memory_history")
 _PG_READ_ONLY = "SET default_transaction_read_only = on"
 # A statement, and a wait for a lock, past the store's statement_timeout is cancelled by
 # the server (milliseconds, an integer).
@@ -427,6 +432,12 @@ def _add_receipts(db: _PostgresSession) -> None:
         db._send(statement)
 
 
+def _add_history(db: _PostgresSession) -> None:
+    """Version 11 gains the table of superseded versions."""
+    for statement in _PG_ADD_HISTORY:
+        db._send(statement)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
@@ -438,6 +449,7 @@ POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (9, _add_weights),
     (10, _add_versions),
     (11, _add_receipts),
+    (12, _add_history),
 ]
 
 
@@ -550,7 +562,8 @@ class _PostgresSession(_Session):
     def _check_layout(self, version: int) -> None:
         """SchemaError unless the store's objects are the store's own (_PG_OBJECTS) at
         `version`."""
-        guarded = set(_PG_GUARDED_FROM_11 if version >= 11 else _PG_GUARDED_FROM_7
+        guarded = set(_PG_GUARDED_FROM_12 if version >= 12 else _PG_GUARDED_FROM_11
+                      if version >= 11 else _PG_GUARDED_FROM_7
                       if version >= 7 else _PG_GUARDED_FROM_5
                       if version >= 5 else _PG_GUARDED_FROM_4 if version >= 4 else _PG_GUARDED)
         # Every object the store may have is asked for: one of a later version is foreign.

@@ -26,6 +26,13 @@ In the same run, on the same rows, with RECOMMENDED's settings (no embedder):
   listing 20 keys by prefix and the same page by ids, the median of 50.
 
     python3 bench/bench_records.py --versions-only      # that table alone
+
+- among 10,000 keyed memories of one owner, in a store that keeps history and one that
+  does not: a write replacing a key (the median of 200, each key replaced once before, so
+  that it holds a version), history(key), get(key) as of a time before the replaces,
+  memories as of that time (the first 20), recall (3 words, top 5) now and as of then.
+
+    python3 bench/bench_records.py --history-only       # that table alone
 """
 
 from __future__ import annotations
@@ -175,6 +182,40 @@ def versions(location: Callable[[], str], engine: str) -> list[dict[str, Any]]:
              "20 by ids p50 ms": by_ids}]
 
 
+def history(location: Callable[[], str], engine: str) -> list[dict[str, Any]]:
+    return [history_row(location(), engine, keep) for keep in (False, True)]
+
+
+def history_row(location: str, engine: str, keep: bool) -> dict[str, Any]:
+    size, calls = 10_000, 200
+    draw = zipf_words(8)
+    clock = memory.fixed_clock("2026-10-20T09:00:00+00:00", 0.001)
+    with MemoryStore(location, clock=clock, history=keep) as store:
+        store.remember_many([(USER, "task", " ".join(draw(12)), f"c/{n // 20}", None,
+                              f"notes/{n:05}") for n in range(size)])
+        then = clock.now()
+        picked = random.Random(7).sample(range(size), calls)
+        for n in picked:  # each picked key holds a version from now on
+            store.remember(USER, "task", " ".join(draw(12)), "s", key=f"notes/{n:05}")
+        chosen = iter(picked)
+        replace = p50_ms(lambda: store.remember(USER, "task", " ".join(draw(12)), "s",
+                                                key=f"notes/{next(chosen):05}"), calls)
+        keys = itertools.cycle(f"notes/{n:05}" for n in picked)
+        asked = itertools.cycle([" ".join(draw(3)) for _ in range(20)])
+        return {
+            "engine": engine, "history": "kept" if keep else "not kept",
+            "replace a key p50 ms": replace,
+            "history(key) p50 ms": p50_ms(lambda: store.history(USER, key=next(keys)), 50),
+            "get(key) p50 ms": p50_ms(lambda: store.get(USER, key=next(keys)), 50),
+            "get(key, as_of) p50 ms": p50_ms(
+                lambda: store.get(USER, key=next(keys), as_of=then), 5),
+            "20 memories as_of p50 ms": p50_ms(
+                lambda: store.memories(USER, limit=20, as_of=then), 5),
+            "recall p50 ms": p50_ms(lambda: store.recall(USER, next(asked), 5), 20),
+            "recall as_of p50 ms": p50_ms(
+                lambda: store.recall(USER, next(asked), 5, as_of=then), 5)}
+
+
 def long_texts(location: Callable[[], str], engine: str) -> list[dict[str, Any]]:
     table = []
     draw = zipf_words(6)
@@ -238,6 +279,7 @@ def main() -> None:
     parser.add_argument("--sqlite-only", action="store_true")
     parser.add_argument("--small-owner-only", action="store_true")
     parser.add_argument("--versions-only", action="store_true")
+    parser.add_argument("--history-only", action="store_true")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="memory-bench-records-"))
     files = (str(folder / f"{n}.db") for n in itertools.count())
@@ -257,6 +299,10 @@ def main() -> None:
             table = [row for name, where in engines for row in versions(where, name)]
             print(f"\nVersions and receipts\n\n{format_table(table)}")
             return
+        if args.history_only:
+            table = [row for name, where in engines for row in history(where, name)]
+            print(f"\nHistory\n\n{format_table(table)}")
+            return
         if args.small_owner_only:
             table = [row for name, where in engines for row in small_owner(where, name)]
             print(f"\nA small owner\n\n{format_table(table)}")
@@ -269,7 +315,8 @@ def main() -> None:
                   "A small owner": [row for name, where in engines
                                     for row in small_owner(where, name)],
                   "Versions and receipts": [row for name, where in engines
-                                            for row in versions(where, name)]}
+                                            for row in versions(where, name)],
+                  "History": [row for name, where in engines for row in history(where, name)]}
         for title, table in tables.items():
             print(f"\n{title}\n\n{format_table(table)}")
     finally:

@@ -445,6 +445,7 @@ def test_a_version_6_postgres_database_seals_its_vectors_as_it_upgrades(
                              for scope in (ALICE, BOB) for level in ("user", "task")])
         before = [store.recall(scope, "jazz", 20, rank="meaning") for scope in (ALICE, BOB)]
     with owner_connection(url) as db:  # version 6, as its release made it
+        db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")
         db.execute("ALTER TABLE memories DROP COLUMN version")
         db.execute("ALTER TABLE memory_counts DROP COLUMN weight")

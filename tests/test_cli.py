@@ -707,6 +707,35 @@ def test_the_command_line_writes_over_a_version_lists_keys_by_prefix_and_renames
     assert mixed.returncode == 1 and "pages with after_key and limit" in mixed.stderr
 
 
+def test_the_command_line_keeps_history_and_reads_as_of_a_time(target: str) -> None:
+    scope = ("--user", "alice", "--task", "trip")
+
+    def lines(*args: str) -> list[dict[str, Any]]:
+        done = cli(*args)
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    assert cli("remember", target, *scope, "--key", "seat", "--history",
+               "Seat: aisle.").returncode == 0
+    (first,) = lines("list", target, *scope)
+    time.sleep(1.1)  # the system clock's readings are seconds apart
+    assert cli("remember", target, *scope, "--key", "seat", "Seat: window.").returncode == 0
+    versions = lines("history", target, *scope, "--key", "seat")
+    assert [(v["text"], v["version"]) for v in versions] == [
+        ("Seat: aisle.", 1), ("Seat: window.", 2)]
+    assert versions[0]["superseded_at"] == versions[1]["updated_at"]
+    assert lines("history", target, *scope, "--id", str(first["id"])) == versions
+    missing = cli("history", target, *scope, "--key", "nothing")
+    assert missing.returncode == 1 and "no memory with that id or key" in missing.stderr
+    then = first["updated_at"]
+    assert [m["text"] for m in lines("list", target, *scope, "--as-of", then)] == [
+        "Seat: aisle."]
+    assert [m["text"] for m in lines("recall", target, *scope, "seat", "--as-of", then)] == [
+        "Seat: aisle."]
+    bad = cli("list", target, *scope, "--as-of", "yesterday")
+    assert bad.returncode == 1 and "as_of" in bad.stderr
+
+
 def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """memory.main(ARGS) in this process: its status (2 for argparse's exit), stdout and
     stderr."""

@@ -112,7 +112,8 @@ def test_an_upgraded_sqlite_file_keys_its_old_memories(tmp_path: pathlib.Path) -
     with MemoryStore(path) as store:
         old = store.remember(ALICE, "user", "Alice likes jazz.", "s")
     db = sqlite3.connect(path)  # back to version 4's layout, as its release wrote it
-    db.executescript("DROP TABLE memory_receipts; ALTER TABLE memories DROP COLUMN version;"
+    db.executescript("DROP TABLE memory_history; DROP TABLE memory_receipts;"
+                     " ALTER TABLE memories DROP COLUMN version;"
                      " ALTER TABLE memory_counts DROP COLUMN weight;"
                      " DROP TABLE memory_fields; DROP INDEX memories_key;"
                      + "".join(f" ALTER TABLE memories DROP COLUMN {column};" for column
@@ -123,7 +124,7 @@ def test_an_upgraded_sqlite_file_keys_its_old_memories(tmp_path: pathlib.Path) -
                      " COLUMN text_key; PRAGMA user_version = 4;")
     db.close()
     with MemoryStore(path) as store:
-        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 12
+        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 13
         assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
 
 
@@ -132,6 +133,7 @@ def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
         old = store.remember(ALICE, "user", "Alice likes jazz.", "s")
         store.remember(Scope("bob", "trip"), "user", "Bob likes jazz.", "s")
     with owner_connection(url) as db:  # back to version 1, as its release made it
+        db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")
         db.execute("ALTER TABLE memories DROP COLUMN version")
         db.execute("ALTER TABLE memory_counts DROP COLUMN weight")
@@ -147,7 +149,7 @@ def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
         db.execute("UPDATE store_settings SET value = '1' WHERE name = 'schema_version'")
     with MemoryStore(url) as store:
         postgres = importlib.import_module("memory_postgres")
-        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 11
+        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 12
         assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
         assert store.count(BOB) == 1
     with owner_connection(url) as db:

@@ -607,6 +607,7 @@ def test_an_upgrade_weighs_every_owner_and_indexes_those_its_weight_takes_over(
     postgres = target.startswith("postgresql://")
     with owner_connection(target) as db:  # as the release before the weights left it
         db.execute("DELETE FROM memory_words WHERE user_id = 'alice' AND task_id IS NULL")
+        db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")
         db.execute("ALTER TABLE memories DROP COLUMN version")
         db.execute("ALTER TABLE memory_counts DROP COLUMN weight")

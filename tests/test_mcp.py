@@ -401,7 +401,7 @@ def test_a_store_is_created_only_where_there_is_none(monkeypatch: pytest.MonkeyP
     with pytest.raises(memory.StoreError, match="no connection"):
         memory._open_for(serving_args)
     assert tries == [{"create": False, "embedder": None, "max_text": memory.MAX_TEXT,
-                      "rank": "hybrid", "context": True}]
+                      "history": None, "rank": "hybrid", "context": True}]
 
 
 def test_list_memories_shows_the_newest_hundred_oldest_first_with_the_total(
@@ -590,6 +590,30 @@ def test_remember_revise_and_forget_write_only_over_the_version_they_name(
     assert "if_version needs a key" in said[1]
     assert all("at version 2, not version 1" in message for message in said[2:4])
     assert "if_version goes with memory_id" in said[4]
+
+
+def test_recall_and_list_memories_read_as_of_a_time(tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.db")
+
+    async def session() -> list[Any]:
+        async with serving(tmp_path / "log", path, "--user", "alice", "--history") as s:
+            first = await call(s, "remember", text="Seat: aisle.", key="seat")
+            (then,) = (await call(s, "list_memories"))["memories"]
+            await asyncio.sleep(1.1)  # the system clock's readings are seconds apart
+            await call(s, "remember", text="Seat: window.", key="seat")
+            return [first, then,
+                    await call(s, "list_memories", as_of=then["updated_at"]),
+                    await call(s, "list_memories", as_of=then["updated_at"], after=first["id"]),
+                    await call(s, "recall", query="seat", as_of=then["updated_at"]),
+                    await call(s, "recall", query="seat"),
+                    await refused(s, "recall", query="seat", as_of="yesterday")]
+
+    first, then, listed, after, recalled, now, said = run(session())
+    assert [m["text"] for m in listed["memories"]] == ["Seat: aisle."] and listed["total"] == 1
+    assert listed["memories"][0]["id"] == first["id"] and after["memories"] == []
+    assert [m["text"] for m in recalled["memories"]] == ["Seat: aisle."]
+    assert [m["text"] for m in now["memories"]] == ["Seat: window."]
+    assert "as_of" in said
 
 
 ECHOING_EMBEDDER = """

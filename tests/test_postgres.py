@@ -191,13 +191,14 @@ def test_schema_keys_begin_with_user_id(url: str, server: Server) -> None:
     keys = server.admin(
         "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
         " WHERE contype IN ('p', 'u') AND conrelid::regclass::text LIKE 'memor%'", database)
-    assert len(keys) == 7
+    assert len(keys) == 8
     assert all(definition.startswith("PRIMARY KEY (user_id,") for _, definition in keys)
     forced = server.admin("SELECT relname, relrowsecurity, relforcerowsecurity FROM pg_class"
                           " WHERE relname LIKE 'memor%' AND relkind = 'r'", database)
     assert sorted(forced) == [(name, True, True)
                               for name in ("memories", "memory_counts", "memory_fields",
-                                           "memory_receipts", "memory_vector_blocks",
+                                           "memory_history", "memory_receipts",
+                                           "memory_vector_blocks",
                                            "memory_vectors", "memory_words")]
 
 
@@ -584,6 +585,7 @@ def test_version_5_s_key_index_is_made_again_key_first(url: str, server: Server)
     with MemoryStore(url) as store:
         store.remember(ALICE, "task", "Alice's seat: aisle.", "s", key="seat")
     with owner_connection(url) as db:  # version 5's index, as its release made it
+        db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")
         db.execute("ALTER TABLE memories DROP COLUMN version")
         db.execute("ALTER TABLE memory_counts DROP COLUMN weight")
@@ -634,6 +636,7 @@ def test_version_7_s_text_key_index_is_made_again_a_hash_index(url: str,
                  database_of(url))
     server.admin("ALTER TABLE memory_counts DROP COLUMN weight", database_of(url))
     server.admin("ALTER TABLE memories DROP COLUMN version", database_of(url))
+    server.admin("DROP TABLE memory_history", database_of(url))
     server.admin("DROP TABLE memory_receipts", database_of(url))
     server.admin("UPDATE store_settings SET value = '7' WHERE name = 'schema_version'",
                  database_of(url))

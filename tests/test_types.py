@@ -77,15 +77,18 @@ def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Pa
                                   metadata={"kind": "travel"}, embed=False)
         keyed, (keyed_recalled,) = store.get(BOB, keyed_id), store.recall(BOB, "key")
         (keyed_record,) = [r for r in store.export_user("bob") if r["id"] == keyed_id]
+        (version,) = store.history(BOB, keyed_id)
     assert shown is not None and keyed is not None
-    # A memory with a key or metadata has the optional keys too; one without, none.
-    optional = list(typing.get_type_hints(memory._Keyed))
-    assert list(keyed) == list(typing.get_type_hints(memory.Memory))
+    # A memory with a key or metadata has the optional keys too; one without, none; a
+    # version of history has superseded_at as well.
+    optional = [*typing.get_type_hints(memory._Keyed), "superseded_at"]
+    assert list(version) == list(typing.get_type_hints(memory.Memory))
+    assert list(keyed) == list(typing.get_type_hints(memory.Memory))[:-1]
     assert list(keyed_recalled) == [key for key in typing.get_type_hints(memory.Recalled)
                                     if key != "why"]
     # A record has `embed` or `vectors` (what its vectors come from), never both.
     assert list(keyed_record) == [key for key in typing.get_type_hints(memory.Record)
-                                  if key != "vectors"]
+                                  if key not in ("vectors", "history")]
     fields = [key for key in typing.get_type_hints(memory.Recalled) if key not in optional]
     assert list(recalled) == [key for key in fields if key in memory.Recalled.__required_keys__]
     why = list(typing.get_type_hints(memory.Why))
