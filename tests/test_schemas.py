@@ -218,3 +218,24 @@ def test_a_version_9_file_recalls_from_its_sealed_blocks_as_its_release_did(
             found = reader.recall(Scope(*scoped.split("/")), recorded["query"],
                                   recorded["limit"], rank="meaning")
             assert [r["id"] for r in found] == expected
+
+
+def test_a_version_13_file_keeps_its_history_and_an_older_one_gains_the_table(
+        tmp_path: pathlib.Path) -> None:
+    path, recorded = release("version-13-478f8ce", tmp_path)
+    dana = Scope("dana", "trip")
+    with MemoryStore(path, read_only=True, embedder=ConceptEmbedder()) as reader:
+        assert reader.stats()["history"] is True
+        assert reader.history(dana, key="seat") == recorded["history"]
+        for when, texts in recorded["as_of"].items():
+            assert [m["text"] for m in reader.memories(dana, key_prefix="", as_of=when)] == texts
+    with MemoryStore(path, embedder=ConceptEmbedder()) as store:  # forgotten: no past
+        assert store.forget(dana, key="seat")
+        assert store.db.execute("SELECT count(*) FROM memory_history").fetchone() == (0,)
+    path, _ = release("version-12-bc85fd5", tmp_path)
+    with MemoryStore(path, read_only=True) as reader:  # read as it is: no history
+        (only,) = reader.history(dana, key="seat")
+        assert only["superseded_at"] is None and not reader.stats()["history"]
+    with MemoryStore(path, history=True) as store:  # upgraded, it keeps them
+        store.remember(dana, "task", "Dana's seat: front.", "s", key="seat")
+        assert [v["version"] for v in store.history(dana, key="seat")] == [3, 4]
