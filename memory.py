@@ -2215,12 +2215,20 @@ def _one_scope(items: list[Any]) -> Scope:
     return cast(Scope, scopes[0])
 
 
-def _check_operation(operation: object) -> str:
+def _check_operation(operation: object, name: str = "operation") -> str:
     if type(operation) is not str or not 0 < len(operation) <= _LONGEST_OPERATION \
             or not operation.isprintable():
-        raise MemoryInputError(f"operation must be a str of 1 to {_LONGEST_OPERATION}"
+        raise MemoryInputError(f"{name} must be a str of 1 to {_LONGEST_OPERATION}"
                                f" printable characters, got {_described(operation)}")
     return operation
+
+
+def _operation_of(operation: object) -> tuple[str, str | None]:
+    """An operation as a call gives it: its id, or (id, the caller's own fingerprint)."""
+    if isinstance(operation, tuple) and len(operation) == 2:
+        return (_check_operation(operation[0]),
+                _check_operation(operation[1], "an operation's fingerprint"))
+    return _check_operation(operation), None
 
 
 def _required(name: str, value: object) -> object:
@@ -5568,14 +5576,15 @@ class _Writes(_Part):
     def replace(self, db: _Session, key: _ScopeKey, old: _MemoryRow, new: _NewMemory) -> int:
         """Forget `old`, a memory of the scope, and write `new` at its level and task,
         expiring when it did (unless `new` has a ttl), with its key (and so its
-        created_at) and metadata; the new id."""
+        created_at) and metadata (unless `new` has its own); the new id."""
         kept = self.supersede(db, key, [old.id]) if self.keeps_history(db) else []
         self.delete(db, key, [old], kept=kept)
         if kept:
             db.holding = True  # the successor's id is linked before the commit
         (revised,) = self.write(db, [new._replace(
             task_id=old.task_id, expires_at=old.expires_at, key=old.key,
-            metadata=old.metadata, first_created=None if old.key is None else old.created_at,
+            metadata=old.metadata if new.metadata is None else new.metadata,
+            first_created=None if old.key is None else old.created_at,
             version=old.current_version + 1)])
         if kept:
             self.link(db, [(key, old.id, revised)])
@@ -6462,12 +6471,12 @@ class MemoryStore:
             self._adopt_rule(db, db.confine(users, write=False))
             yield db
 
-    def _receipt(self, scope: Scope, operation: str | None, call: str,
+    def _receipt(self, scope: Scope, operation: str | tuple[str, str] | None, call: str,
                  *arguments: Any) -> _Receipt | None:
         """The receipt a call under `operation` reads and records (None without one)."""
         if operation is None:
             return None
-        wanted = _check_operation(operation)
+        wanted, fingerprint = _operation_of(operation)
         done = json.dumps([call, *arguments], sort_keys=True, separators=(",", ":"),
                           default=bytes.hex)  # a vector the caller gave
         now = self._read_instant()
@@ -6475,7 +6484,8 @@ class MemoryStore:
             raise MemoryInputError("operation= needs the clock's reading to have a UTC offset"
                                    " (a receipt expires)")
         return _Receipt(scope.user, scope.task, wanted,
-                        hashlib.sha256(done.encode("utf-8")).hexdigest(), now, self.receipts_ttl)
+                        fingerprint or hashlib.sha256(done.encode("utf-8")).hexdigest(), now,
+                        self.receipts_ttl)
 
     def _writable(self) -> None:
         if self.read_only:
@@ -6488,7 +6498,7 @@ class MemoryStore:
                  ttl: float | None = None, dedupe: bool = False, key: str | None = None,
                  metadata: dict[str, Any] | None = None,
                  embed: bool | Sequence[str] = True, if_version: int | None = None,
-                 operation: str | None = None,
+                 operation: str | tuple[str, str] | None = None,
                  vectors: Sequence[Sequence[float]] | None = None) -> int:
         """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
         memory stops being live `ttl` seconds after it is written. With `dedupe`, a live
@@ -6511,8 +6521,11 @@ class MemoryStore:
         store records the call's result under the id, with a digest of its arguments, in
         its transaction (a receipt, kept receipts_ttl seconds); the call made again with
         the same arguments returns that result and writes nothing; with others,
-        OperationConflict. remember_many, forget, forget_where, revise and rename take
-        it too; operation() reads a receipt.
+        OperationConflict. A caller that fingerprints its own calls (an agent framework's
+        tool call) gives (id, fingerprint), also 1 to 128 printable characters: the
+        receipt keeps that fingerprint instead of the digest, and a call is the same
+        where its fingerprint is. remember_many, forget, forget_where, revise and rename
+        take it too; operation() reads a receipt.
 
         `vectors` (1 to 16, each a list of numbers; instead of `embed`) are the memory's
         own, which the store keeps as it keeps its embedder's: its cosine with a query's
@@ -6528,7 +6541,8 @@ class MemoryStore:
         return memory_id
 
     def remember_many(self, items: Iterable[tuple[Any, ...] | dict[str, Any]], *,
-                      dedupe: bool = False, operation: str | None = None) -> list[int]:
+                      dedupe: bool = False,
+                      operation: str | tuple[str, str] | None = None) -> list[int]:
         """Keep many items in one transaction, all or none: each a tuple (scope, level,
         text, source[, ttl[, key[, metadata[, embed]]]]) or a dict of remember's
         arguments. With `dedupe`, as remember's, for every item: an item repeating an
@@ -6832,7 +6846,8 @@ class MemoryStore:
     @_read_again_if_cut_off
     def operation(self, scope: Scope, operation: str) -> dict[str, Any] | None:
         """The receipt of the operation done in the scope under this id, while it is kept:
-        {"operation", "result" (what the call returned), "created_at", "expires_at"};
+        {"operation", "fingerprint" (the call's: its caller's, or the store's digest of
+        its arguments), "result" (what the call returned), "created_at", "expires_at"};
         None for any other id, another scope's included."""
         scope = _check_scope(scope)
         wanted = _check_operation(operation)
@@ -6842,8 +6857,8 @@ class MemoryStore:
         now = self._read_instant()
         if found is None or (now is not None and found[3] <= now):
             return None
-        return {"operation": wanted, "result": json.loads(found[1]), "created_at": found[2],
-                "expires_at": found[3]}
+        return {"operation": wanted, "fingerprint": found[0], "result": json.loads(found[1]),
+                "created_at": found[2], "expires_at": found[3]}
 
     @_read_again_if_cut_off
     def memories(self, scope: Scope, *, after: int | None = None, limit: int | None = None,
@@ -6899,7 +6914,7 @@ class MemoryStore:
 
     def forget(self, scope: Scope, memory_id: int | None = None, *,
                key: str | None = None, if_version: int | None = None,
-               operation: str | None = None) -> bool:
+               operation: str | tuple[str, str] | None = None) -> bool:
         """Delete the memory (or the one holding `key`, as get finds it) if the scope can
         see it. False for any id or key it cannot see, whether unknown, another task's,
         another user's or expired: all answer alike. With `if_version`, only where the
@@ -6912,7 +6927,7 @@ class MemoryStore:
                                  receipt=receipt))
 
     def forget_where(self, scope: Scope, where: dict[str, Any], *,
-                     operation: str | None = None) -> int:
+                     operation: str | tuple[str, str] | None = None) -> int:
         """Delete every live memory visible in the scope whose metadata the filter admits
         (as recall's `where`), in one transaction; how many. With `operation`, at most
         once (see remember)."""
@@ -6977,21 +6992,24 @@ class MemoryStore:
 
     def revise(self, scope: Scope, memory_id: int, text: str, source: str, *,
                ttl: float | None = None, if_version: int | None = None,
-               operation: str | None = None) -> int | None:
+               operation: str | tuple[str, str] | None = None,
+               metadata: dict[str, Any] | None = None) -> int | None:
         """Correct a memory: in one transaction, forget the memory `memory_id` if the scope
         can see it and remember `text` at its level and task, expiring when it did unless
         `ttl` is given (then `ttl` seconds from now); the new id (the newest), or None,
         with nothing changed, for an id the scope cannot see. The new memory keeps the
-        old one's key (and so its created_at) and metadata, is embedded from its text,
-        and is the next version of it. With `if_version`, only where the memory is at
-        that version: else VersionConflict, and nothing changed. With `operation`, at
-        most once (see remember)."""
+        old one's key (and so its created_at) and metadata (unless `metadata` is given,
+        which replaces it), is embedded from its text, and is the next version of it.
+        With `if_version`, only where the memory is at that version: else
+        VersionConflict, and nothing changed. With `operation`, at most once (see
+        remember)."""
         scope = _check_scope(scope)
         key = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
         expected = _check_if_version(if_version)
         # Validated before the transaction; its level (task) is the old memory's, set below.
-        checked = _new_row(scope, "user", text, source, ttl, max_text=self.max_text)
+        checked = _new_row(scope, "user", text, source, ttl, metadata=metadata,
+                           max_text=self.max_text)
         receipt = self._receipt(scope, operation, "revise", wanted, _given(checked), expected)
         (new,) = self._writes.with_vectors([checked])
         with self._writing({scope.user}) as db:
@@ -7018,7 +7036,8 @@ class MemoryStore:
         return revised
 
     def rename(self, scope: Scope, key: str, new_key: str, *,
-               if_version: int | None = None, operation: str | None = None) -> int | None:
+               if_version: int | None = None,
+               operation: str | tuple[str, str] | None = None) -> int | None:
         """Move the memory holding `key` (as get finds it) to `new_key` in its owner, in
         one transaction, at its next version and updated now; its id, or None, with
         nothing changed, where the scope sees no memory under `key`. With `if_version`,

@@ -22,6 +22,12 @@ In the same run, on files in one folder:
   of 20, and search_memory of 3 words, the median of 200, with how many memories it
   returns: ADKMemoryService on each engine against ADK's InMemoryMemoryService (which
   keeps no file and matches words only) and its SqliteMemoryService (a file, FTS5).
+- Pydantic AI: a harness notebook of 100 or 1,000 files (8 to 20 words each) of one
+  user; read of a file, a new file written, a file written over its version, the median
+  of 200; list_paths of the first 100 and a search of 3 words (top 5), the median of 50:
+  PydanticAIMemoryStore on each engine against the harness's SqliteMemoryStore.
+
+    python3 bench/bench_frameworks.py --only pydantic-ai     # that table alone
 """
 
 from __future__ import annotations
@@ -205,9 +211,68 @@ def adk_table(locations: list[tuple[str, Callable[[], str]]],
     return table
 
 
+async def pydantic_ai_row(name: str, store: Any, size: int) -> dict[str, Any]:
+    chooser = random.Random(size)
+
+    def text() -> str:
+        return " ".join(chooser.choices(WORDS, k=chooser.randint(8, 20)))
+
+    versions = {}
+    for n in range(size):
+        written = await store.write(f"alice/main/f{n:05}.md", text(), expected_version=None)
+        versions[n] = written.version
+
+    async def timed(call: Callable[[], Any], repeat: int) -> float:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            await call()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1000
+
+    picked = itertools.cycle(chooser.sample(range(size), min(size, 50)))
+
+    async def replace() -> None:
+        n = next(picked)
+        versions[n] = (await store.write(f"alice/main/f{n:05}.md", text(),
+                                         expected_version=versions[n])).version
+
+    fresh = itertools.count(size)
+    queries = itertools.cycle([" ".join(chooser.choices(WORDS, k=3)) for _ in range(20)])
+    return {"store": name, "files": size,
+            "read p50 ms": await timed(lambda: store.read(
+                f"alice/main/f{next(picked):05}.md", max_chars=10_000), CALLS),
+            "write new p50 ms": await timed(lambda: store.write(
+                f"alice/main/g{next(fresh):05}.md", text(), expected_version=None), CALLS),
+            "write over a version p50 ms": await timed(replace, CALLS),
+            "list_paths (100) p50 ms": await timed(lambda: store.list_paths(
+                "alice/main/", limit=100), 50),
+            "search p50 ms": await timed(lambda: store.search(
+                "alice/main/", next(queries), limit=5, max_files=size + CALLS,
+                max_chars=4_000, max_file_chars=500), 50)}
+
+
+def pydantic_ai_table(locations: list[tuple[str, Callable[[], str]]],
+                      folder: Path) -> list[dict[str, Any]]:
+    from pydantic_ai_harness.memory import SqliteMemoryStore
+
+    from memory_frameworks.pydantic_ai import PydanticAIMemoryStore
+    table = []
+    for size in (100, 1_000):
+        for engine, location in locations:
+            with PydanticAIMemoryStore(location(), user="alice") as mine:
+                table.append(asyncio.run(pydantic_ai_row(f"PydanticAIMemoryStore, {engine}",
+                                                         mine, size)))
+        theirs = SqliteMemoryStore(database=folder / f"harness-{size}.db")
+        table.append(asyncio.run(pydantic_ai_row("the harness's SqliteMemoryStore", theirs,
+                                                 size)))
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sqlite-only", action="store_true")
+    parser.add_argument("--only", choices=["langgraph", "agents", "adk", "pydantic-ai"])
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="memory-bench-frameworks-"))
     files = (str(folder / f"{n}.db") for n in itertools.count())
@@ -223,10 +288,13 @@ def main() -> None:
         engines.append(("PostgreSQL", server.new_database))
     print(f"memory.py {memory.__version__}, Python {platform.python_version()}")
     try:
-        for title, table in [("LangGraph", langgraph_table(engines, folder)),
-                             ("The Agents SDK", agents_table(engines, folder)),
-                             ("Google ADK", adk_table(engines, folder))]:
-            print(f"\n{title}\n\n{format_table(table)}")
+        tables = {"langgraph": ("LangGraph", langgraph_table),
+                  "agents": ("The Agents SDK", agents_table),
+                  "adk": ("Google ADK", adk_table),
+                  "pydantic-ai": ("Pydantic AI", pydantic_ai_table)}
+        for name, (title, made) in tables.items():
+            if args.only in (None, name):
+                print(f"\n{title}\n\n{format_table(made(engines, folder))}")
     finally:
         if server is not None:
             server.stop()

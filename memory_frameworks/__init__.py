@@ -85,6 +85,7 @@ def needs(extra: str) -> Iterator[None]:
         yield
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(
-            f"memory_frameworks.{extra} needs the {extra} extra (missing: {exc.name}):"
+            f"memory_frameworks.{extra.replace('-', '_')} needs the {extra} extra (missing:"
+            f" {exc.name}):"
             f" python3 -m pip install 'memory-store[{extra}]', or from the project's folder"
             f" python3 -m pip install '.[{extra}]'", name=exc.name) from exc

@@ -53,6 +53,22 @@ def test_a_key_s_version_counts_its_replaces_and_revisions(store: MemoryStore) -
     assert renoted is not None and store.get(ALICE, renoted)["version"] == 2  # type: ignore[index]
 
 
+def test_revise_keeps_the_metadata_or_replaces_it(store: MemoryStore) -> None:
+    first = store.remember(ALICE, "task", "Seat: aisle.", "s", key="seat",
+                           metadata={"kind": "seat", "by": "agent-1"})
+    kept = store.revise(ALICE, first, "Seat: aisle, row 3.", "s")
+    assert kept is not None and store.get(ALICE, kept)["metadata"] == {  # type: ignore[index]
+        "kind": "seat", "by": "agent-1"}
+    replaced = store.revise(ALICE, kept, "Seat: window.", "s", metadata={"by": "agent-2"})
+    assert replaced is not None
+    assert store.get(ALICE, replaced)["metadata"] == {"by": "agent-2"}  # type: ignore[index]
+    assert store.memories(ALICE, where={"kind": "seat"}) == []  # its terms replaced too
+    assert [m["id"] for m in store.memories(ALICE, where={"by": "agent-2"})] == [replaced]
+    with pytest.raises(MemoryInputError, match="metadata"):
+        store.revise(ALICE, replaced, "Seat: x.", "s", metadata=["not", "an", "object"])  # type: ignore[arg-type]
+    assert store.get(ALICE, replaced)["text"] == "Seat: window."  # type: ignore[index]
+
+
 def test_if_version_writes_only_over_the_version_it_names(store: MemoryStore,
                                                            clock: SetClock) -> None:
     store.remember(ALICE, "task", "Seat: aisle.", "s", key="seat", if_version=0)

@@ -189,6 +189,43 @@ def test_every_statement_on_receipts_names_the_user_and_the_task(tmp_path: Any) 
         assert re.search(r"WHERE user_id = .*\btask_key = ", statement), statement
 
 
+def test_a_caller_s_own_fingerprint_decides_what_a_replay_is(store: MemoryStore) -> None:
+    """A framework that fingerprints its calls: the receipt keeps its fingerprint, which
+    operation() gives back, and the id with another fingerprint is another call."""
+    kept = store.remember(ALICE, "task", "Seat: aisle.", "s", key="seat",
+                          operation=("call-1", "fp-a"))
+    assert store.operation(ALICE, "call-1") == {
+        "operation": "call-1", "fingerprint": "fp-a", "result": kept,
+        "created_at": store.operation(ALICE, "call-1")["created_at"],  # type: ignore[index]
+        "expires_at": store.operation(ALICE, "call-1")["expires_at"]}  # type: ignore[index]
+    # The same fingerprint is a replay, even where the arguments differ: the caller's
+    # fingerprint names the call.
+    assert store.remember(ALICE, "task", "Seat: aisle!", "s", key="seat",
+                          operation=("call-1", "fp-a")) == kept
+    with pytest.raises(OperationConflict):
+        store.remember(ALICE, "task", "Seat: aisle.", "s", key="seat",
+                       operation=("call-1", "fp-b"))
+    with pytest.raises(OperationConflict):  # the store's digest is not the caller's
+        store.remember(ALICE, "task", "Seat: aisle.", "s", key="seat", operation="call-1")
+    assert store.forget(ALICE, kept, operation=("call-2", "fp-c"))
+    assert store.forget(ALICE, kept, operation=("call-2", "fp-c"))  # replayed: True
+    assert store.count(ALICE) == 0
+    digest = store.operation(ALICE, "call-2")
+    assert digest is not None and digest["fingerprint"] == "fp-c"
+    store.remember(ALICE, "task", "x", "s", operation="call-3")
+    (stored,) = [r for r in [store.operation(ALICE, "call-3")] if r is not None]
+    assert re.fullmatch("[0-9a-f]{64}", stored["fingerprint"])
+
+
+@pytest.mark.parametrize("operation", [("op",), ("op", ""), ("op", "a\nb"), ("op", 7),
+                                       ("op", "x" * 129), ("", "fp"), ["op", "fp"]])
+def test_a_bad_caller_fingerprint_is_refused(operation: Any) -> None:
+    with MemoryStore(":memory:") as store, pytest.raises(MemoryInputError, match="operation"):
+        store.remember(ALICE, "task", "note", "s", operation=operation)
+    with MemoryStore(":memory:") as store:
+        assert store.count(ALICE) == 0
+
+
 def test_a_receipt_s_digest_is_of_the_arguments_given_by_name() -> None:
     """A receipt written by this release is replayed by a later one that adds an option:
     the digest is of the named arguments the call gave, options left at None left out.
