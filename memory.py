@@ -668,10 +668,11 @@ _SQL_DELETE_FIELDS_OF_USER = _sql(
 _SQL_ERASE_FIELDS = _sql("DELETE FROM memory_fields WHERE user_id = ?")
 # What the tests of a filter that the index of terms cannot answer read (its ordering
 # tests, combinations and the memories' own fields) of the scope's memories, or of some.
-_SQL_SCOPE_FACTS = _sql(
-    f"SELECT id, metadata, created_at, updated_at, key, source FROM memories {_IN_SCOPE}")
+_FACT_COLUMNS = ("id, metadata, created_at, updated_at, key, source,"
+                 " CASE WHEN task_id IS NULL THEN 'user' ELSE 'task' END")
+_SQL_SCOPE_FACTS = _sql(f"SELECT {_FACT_COLUMNS} FROM memories {_IN_SCOPE}")
 _SQL_SOME_FACTS = _sql(
-    "SELECT id, metadata, created_at, updated_at, key, source FROM memories NOT INDEXED"
+    f"SELECT {_FACT_COLUMNS} FROM memories NOT INDEXED"
     f" {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))")
 # The memories of the scope whose text has the key: those of the same text, and rarely
 # others (a key is a hash), which the store tells apart by their text.
@@ -1708,7 +1709,7 @@ _ORDERED = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte":
 _OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$contains", *_ORDERED})
 # The memory's own fields, which a filter reaches under these paths (times as instants).
 _TIMES = ("$created_at", "$updated_at")
-_FIELDS = (*_TIMES, "$key", "$source")
+_FIELDS = (*_TIMES, "$key", "$source", "$level")
 _COMBINING = ("$and", "$or", "$not")
 # The conditions of a filter at all its levels together, and how deep its combinations go.
 _MOST_CONDITIONS = 64
@@ -1893,6 +1894,7 @@ class _Facts(NamedTuple):
     updated_at: str | None
     key: str | None
     source: str
+    level: Level
 
     def at(self, path: tuple[str, ...]) -> tuple[bool, Any]:
         """Whether the memory has a value at the path, and the value: a time as the UTC
@@ -1909,6 +1911,8 @@ class _Facts(NamedTuple):
             return self.key is not None, self.key
         if path[0] == "$source":
             return True, self.source
+        if path[0] == "$level":
+            return True, self.level
         return _value_at(self.metadata, path)
 
 
@@ -1950,7 +1954,7 @@ class _Condition(NamedTuple):
 
 def _facts_of(row: _MemoryRow) -> _Facts:
     return _Facts(_metadata_of(row.metadata), row.created_at, row.updated_at, row.key,
-                  row.source)
+                  row.source, _level_of(row.task_id))
 
 
 def _admitting(conditions: list[_Condition]) -> Callable[[_MemoryRow], bool]:
@@ -6619,7 +6623,8 @@ class MemoryStore:
         $lte $in $nin $contains (ordering compares numbers with numbers, strings with
         strings; $contains: a list at the path holds the value); a path is a metadata key
         or a dotted path into nested objects, or the memory's own $created_at,
-        $updated_at (ISO times with an offset, compared as instants), $key or $source;
+        $updated_at (ISO times with an offset, compared as instants), $key, $source or
+        $level ("user" or "task");
         every path must hold; $ne and $nin hold where the path is missing; $and and $or
         take lists of filters, $not a filter, at any level. With
         `offset`, the ranking from that place on (an int to 10,000): pages of one query
@@ -7945,7 +7950,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="only those with ids below ID (the last of the page before)")
     where = ("only the memories the JSON filter admits: {\"path\": value}, or"
              " {\"path\": {\"$op\": value}} with $eq $ne $gt $gte $lt $lte $in $nin"
-             " $contains; paths $created_at $updated_at $key $source; $and $or $not")
+             " $contains; paths $created_at $updated_at $key $source $level; $and $or $not")
     listing.add_argument("--where", type=_json_argument, metavar="JSON", help=where)
     listing.add_argument("--key-prefix", metavar="PREFIX", help="only keyed memories whose"
                          " keys begin with PREFIX, in key order (page with --after-key)")

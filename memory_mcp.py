@@ -84,7 +84,8 @@ _MCP_WHERE = {"type": "object", "description": "only memories this filter admits
               " {\"path\": value} for equality, or {\"path\": {\"$op\": value}} with"
               " $eq $ne $gt $gte $lt $lte $in $nin $contains; a dotted path reaches into"
               " the metadata's objects; $created_at and $updated_at (ISO times with an"
-              " offset), $key and $source test the memory itself; {\"$or\": [filters]},"
+              " offset), $key, $source and $level (user or task) test the memory itself;"
+              " {\"$or\": [filters]},"
               " {\"$and\": [filters]}, {\"$not\": filter}"}
 
 

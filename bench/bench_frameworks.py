@@ -28,6 +28,12 @@ In the same run, on files in one folder:
   PydanticAIMemoryStore on each engine against the harness's SqliteMemoryStore.
 
     python3 bench/bench_frameworks.py --only pydantic-ai     # that table alone
+
+- The Anthropic memory tool: a folder of 100 or 1,000 files (5 lines each); view of a
+  file, create of a new one, and an edit as a model makes it (view, then str_replace of
+  its first line), the median of 200; view of the folder, the median of 20:
+  AnthropicMemoryTool on each engine against the SDK's BetaLocalFilesystemMemoryTool
+  (a folder of files).
 """
 
 from __future__ import annotations
@@ -269,10 +275,57 @@ def pydantic_ai_table(locations: list[tuple[str, Callable[[], str]]],
     return table
 
 
+def anthropic_row(name: str, tool: Any, size: int) -> dict[str, Any]:
+    chooser = random.Random(size)
+
+    def text() -> str:
+        return "\n".join(" ".join(chooser.choices(WORDS, k=chooser.randint(8, 20)))
+                         for _ in range(5)) + "\n"
+
+    for n in range(size):
+        tool.call({"command": "create", "path": f"/memories/notes/f{n:05}.md",
+                   "file_text": text()})
+    picked = itertools.cycle(chooser.sample(range(size), min(size, 50)))
+    fresh = itertools.count(size)
+
+    def edit() -> object:
+        n = next(picked)
+        content = tool.call({"command": "view", "path": f"/memories/notes/f{n:05}.md"})
+        first = content.split("\n")[1].split("\t", 1)[1]
+        return tool.call({"command": "str_replace", "path": f"/memories/notes/f{n:05}.md",
+                          "old_str": first, "new_str": first + " again"})
+
+    return {"tool": name, "files": size,
+            "view a file p50 ms": p50_ms(lambda: tool.call({
+                "command": "view", "path": f"/memories/notes/f{next(picked):05}.md"})),
+            "create p50 ms": p50_ms(lambda: tool.call({
+                "command": "create", "path": f"/memories/new/f{next(fresh):05}.md",
+                "file_text": text()})),
+            "view, then str_replace p50 ms": p50_ms(edit),
+            "view the folder p50 ms": p50_ms(lambda: tool.call({
+                "command": "view", "path": "/memories/notes"}), 20)}
+
+
+def anthropic_table(locations: list[tuple[str, Callable[[], str]]],
+                    folder: Path) -> list[dict[str, Any]]:
+    from anthropic.lib.tools._beta_builtin_memory_tool import BetaLocalFilesystemMemoryTool
+
+    from memory_frameworks.anthropic import AnthropicMemoryTool
+    table = []
+    for size in (100, 1_000):
+        for engine, location in locations:
+            with AnthropicMemoryTool(location(), user="alice") as mine:
+                table.append(anthropic_row(f"AnthropicMemoryTool, {engine}", mine, size))
+        theirs = BetaLocalFilesystemMemoryTool(str(folder / f"anthropic-{size}"))
+        table.append(anthropic_row("the SDK's BetaLocalFilesystemMemoryTool", theirs, size))
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sqlite-only", action="store_true")
-    parser.add_argument("--only", choices=["langgraph", "agents", "adk", "pydantic-ai"])
+    parser.add_argument("--only", choices=["langgraph", "agents", "adk", "pydantic-ai",
+                                           "anthropic"])
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="memory-bench-frameworks-"))
     files = (str(folder / f"{n}.db") for n in itertools.count())
@@ -291,7 +344,8 @@ def main() -> None:
         tables = {"langgraph": ("LangGraph", langgraph_table),
                   "agents": ("The Agents SDK", agents_table),
                   "adk": ("Google ADK", adk_table),
-                  "pydantic-ai": ("Pydantic AI", pydantic_ai_table)}
+                  "pydantic-ai": ("Pydantic AI", pydantic_ai_table),
+                  "anthropic": ("The Anthropic memory tool", anthropic_table)}
         for name, (title, made) in tables.items():
             if args.only in (None, name):
                 print(f"\n{title}\n\n{format_table(made(engines, folder))}")

@@ -277,6 +277,8 @@ def test_or_and_not_contains_and_the_memory_s_own_fields(target: str, clock: Set
         assert found({"$created_at": {"$gte": later}, "kind": "pref"}) == {"d"}
         assert found({"$updated_at": {"$gt": later}}) == {"b", "c", "d"}
         assert found({"$created_at": first}) == {"a", "b"}
+        assert found({"$level": "task"}) == {"c", "d"}
+        assert found({"$level": {"$ne": "task"}, "kind": "pref"}) == {"a"}
         assert store.forget_where(ALICE, {"$or": [{"$key": "notes/c"}, {"kind": "fact"}]}) == 2
         assert found({}) == {"a", "d"}
 
