@@ -253,12 +253,16 @@ EMBED_BATCH = 64
 # and their conversations), up to this many bytes in all: reading a heavy user's 100,000
 # rows again costs far more than scoring them. The oldest read goes first.
 KEPT_BYTES = 256 * 2**20
-# Hybrid recall adds to a memory's cosine its word evidence (_evidence: its idf score
-# beyond its heaviest word) over the question's own weight (all its words' idf: how much
-# of the question the memory covers), times this. Measured against the scope's best
-# match instead, one accidental word would count as a full one. Chosen on LoCoMo's dev
-# half and bench/paraphrases.json (docs/quality.md): from 2 to 4, within 0.004 of R@5.
-_HYBRID_WORDS = 3.0
+# Hybrid recall adds to a memory's cosine its word evidence (_evidence: its idf score,
+# where it shares at least two informative words with the question) over the question's
+# own weight (all its words' idf: how much of the question the memory covers), times
+# this. Measured against the scope's best match instead, one accidental word would count
+# as a full one. docs/quality.md tells how it was chosen.
+_HYBRID_WORDS = 1.0
+# A word informs hybrid recall where its idf within the scope is at least this: a word
+# most of the scope's memories hold (the user's own name, a date word every memory of a
+# session carries) tells nothing of which of them the question means.
+_INFORMATIVE = 0.1
 
 # -- statements ------------------------------------------------------------------------
 # A statement the store runs on every engine is an _Sql: its SQLite text, carrying its
@@ -1488,8 +1492,9 @@ class Why(_Matched, total=False):
     a memory without one). Under "meaning" it is the score, and `matched` is what the
     words would add by the shared rank; under "hybrid", the score is `meaning` plus
     _HYBRID_WORDS times the words' evidence over `question`, the weight of all the
-    query's words: the evidence is the sum of `matched` less its largest, plus `lent`
-    (each neighbour's evidence times its weight)."""
+    query's words: the evidence is the sum of `matched` where at least two of its words
+    weigh _INFORMATIVE or more (else 0), plus `lent` (each neighbour's evidence times its
+    weight)."""
 
     lent: dict[int, float]
     meaning: float
@@ -4336,17 +4341,17 @@ def _top(ids: Any, scores: Any, limit: int) -> list[tuple[float, int]]:
 
 def _scored_at(postings: list[tuple[str, array.array[int]]], recall: _Recall,
                places: Callable[[Any], Any], size: int, evidence: bool = False) -> Any:
-    """Each of `size` memories' own score (with `evidence`, less its heaviest word's
-    weight, as _evidence), 0 for one that holds no word or has expired, the memories
-    where `places` puts their ids; weights noted as _own_scores notes them, and added in
-    its order, to the bit."""
+    """Each of `size` memories' own score (with `evidence`, 0 where it holds fewer than
+    two informative words, as _evidence), 0 for one that holds no word or has expired,
+    the memories where `places` puts their ids; weights noted as _own_scores notes them,
+    and added in its order, to the bit."""
     np = _numpy()
     by_word: dict[str, list[array.array[int]]] = collections.defaultdict(list)
     for word, ids in postings:
         by_word[word].append(ids)
     expired = np.fromiter(recall.expired, dtype=np.int64, count=len(recall.expired))
     own = np.zeros(size)
-    heaviest = np.zeros(size) if evidence else own
+    informing = np.zeros(size, dtype=np.int64) if evidence else None
     for word in sorted(by_word):
         held = np.concatenate([np.frombuffer(ids, dtype=np.int64) for ids in by_word[word]])
         if len(expired):
@@ -4356,9 +4361,9 @@ def _scored_at(postings: list[tuple[str, array.array[int]]], recall: _Recall,
             recall.weights[word] = weight
         at = places(held)
         own[at] += weight  # an id sits in one row per word: no place is added twice
-        if evidence:
-            heaviest[at] = np.maximum(heaviest[at], weight)
-    return own - heaviest if evidence else own
+        if informing is not None and weight >= _INFORMATIVE:
+            informing[at] += 1
+    return own if informing is None else np.where(informing >= 2, own, 0.0)
 
 
 def _evidence_at_once(postings: list[tuple[str, array.array[int]]],
@@ -4595,18 +4600,17 @@ def _lenders(placed: _Placed) -> list[tuple[int, float]]:
 
 def _evidence(postings: list[tuple[str, array.array[int]]],
               recall: _Recall) -> dict[int, float]:
-    """Each live id's idf score less the weight of its heaviest word, where more is left:
-    one word shared with the question, however rare, is as likely an accident as a sign
-    (a fact of the same person that happens to use it), so words count from the second."""
+    """Each live id's idf score, where it holds at least two informative words of the
+    question (_INFORMATIVE): one word shared, however rare, is as likely an accident as a
+    sign (a fact of the same person that happens to use it), and a word most memories
+    hold is no sign at all; where two inform, every word it holds counts."""
     scores = _own_scores(postings, recall)
-    heaviest: dict[int, float] = {}
+    informing: collections.Counter[int] = collections.Counter()
     for word, ids in postings:
-        weight = recall.weights[word]
-        for memory_id in ids:
-            if heaviest.get(memory_id, 0.0) < weight:
-                heaviest[memory_id] = weight
-    left = {memory_id: score - heaviest[memory_id] for memory_id, score in scores.items()}
-    return {memory_id: score for memory_id, score in left.items() if score > 0}
+        if recall.weights[word] >= _INFORMATIVE:
+            informing.update(ids)
+    return {memory_id: score for memory_id, score in scores.items()
+            if informing[memory_id] >= 2 and score > 0}
 
 
 def _question(recall: _Recall, words_asked: int) -> float:
@@ -6612,11 +6616,11 @@ class MemoryStore:
 
         rank="meaning" (which needs the store's embedder): a memory's score is the cosine
         of its vector with the query's, over every live memory the scope sees that has
-        one. rank="hybrid": with an embedder, the cosine (0 without a vector) plus 3
-        times the memory's idf score less its heaviest word's weight (one shared word
-        counts nothing; with context, the neighbours' likewise) over the weight of all
-        the query's words, the idf of each; over every memory the scope sees. Without
-        an embedder, as rank="idf".
+        one. rank="hybrid": with an embedder, the cosine (0 without a vector) plus the
+        memory's idf score, where it holds at least two of the query's words whose idf
+        is 0.1 or more (else nothing; with context, the neighbours' likewise), over the
+        weight of all the query's words, the idf of each; over every memory the scope
+        sees. Without an embedder, as rank="idf".
 
         With `where`, the best of the memories the filter admits, each scored as without
         it: {path: value} is equality, {path: {op: value}} a test by $eq $ne $gt $gte $lt

@@ -438,10 +438,30 @@ def test_hybrid_scores_add_up_as_explained(store: MemoryStore) -> None:
         for result in found:
             why = result["why"]
             held = why["matched"].values()
-            words = sum(held) - max(held, default=0.0) + sum(why.get("lent", {}).values())
+            informed = sum(weight >= memory._INFORMATIVE for weight in held) >= 2
+            words = sum(held) * informed + sum(why.get("lent", {}).values())
             assert result["score"] == pytest.approx(
                 why["meaning"] + memory._HYBRID_WORDS * words / why["question"])
         assert any("lent" in r["why"] for r in found) == context
+
+
+def test_hybrid_counts_words_only_where_two_inform(store: MemoryStore) -> None:
+    """A word most of the scope's memories hold (the user's own name) informs nothing:
+    a memory that shares it and one rare word has no word evidence; one that shares two
+    rare words counts every word it shares, the name's too."""
+    one = store.remember(ALICE, "user", "Alice heard jazz.", "c/1")
+    two = store.remember(ALICE, "user", "Alice heard jazz in Lisbon.", "c/2")
+    store.remember_many([(ALICE, "user", f"Alice note {n}.", f"c/{n + 3}") for n in range(10)])
+    found = {r["id"]: r["why"] for r in store.recall(ALICE, "alice jazz lisbon", 5,
+                                                     rank="hybrid", explain=True)}
+    assert found[one]["matched"]["alice"] < memory._INFORMATIVE <= found[one]["matched"]["jazz"]
+    assert store.recall(ALICE, "alice jazz lisbon", 5, rank="hybrid", explain=True)[0][
+        "id"] == two
+    scores = {r["id"]: r["score"] for r in store.recall(ALICE, "alice jazz lisbon", 5,
+                                                         rank="hybrid", explain=True)}
+    assert scores[one] == pytest.approx(found[one]["meaning"])  # its words count nothing
+    assert scores[two] == pytest.approx(found[two]["meaning"] + sum(
+        found[two]["matched"].values()) / found[two]["question"])
 
 
 @pytest.mark.stems
