@@ -445,10 +445,15 @@ def test_hybrid_scores_add_up_as_explained(store: MemoryStore) -> None:
         assert any("lent" in r["why"] for r in found) == context
 
 
-def test_hybrid_counts_words_only_where_two_inform(store: MemoryStore) -> None:
+@pytest.mark.parametrize("numpy", [True, False])
+def test_hybrid_counts_words_only_where_two_inform(store: MemoryStore, numpy: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A word most of the scope's memories hold (the user's own name) informs nothing:
     a memory that shares it and one rare word has no word evidence; one that shares two
-    rare words counts every word it shares, the name's too."""
+    rare words counts every word it shares, the name's too. With numpy (every memory
+    scored at once) and without."""
+    if not numpy:
+        monkeypatch.setattr(memory, "_numpy", lambda: None)
     one = store.remember(ALICE, "user", "Alice heard jazz.", "c/1")
     two = store.remember(ALICE, "user", "Alice heard jazz in Lisbon.", "c/2")
     store.remember_many([(ALICE, "user", f"Alice note {n}.", f"c/{n + 3}") for n in range(10)])
