@@ -34,6 +34,11 @@ In the same run, on files in one folder:
   its first line), the median of 200; view of the folder, the median of 20:
   AnthropicMemoryTool on each engine against the SDK's BetaLocalFilesystemMemoryTool
   (a folder of files).
+- LlamaIndex: its Memory (the SQLAlchemy chat store it opens, in memory) alone, and with
+  a MemoryBlock holding 100 or 10,000 messages on each engine: a put of a message, the
+  median of 200, and a get (the chat history with what the block recalls before the
+  model), the median of 50. LlamaIndex ships no block that keeps text without a vector
+  store or a model, so the row beside it is the Memory without a block.
 """
 
 from __future__ import annotations
@@ -321,11 +326,51 @@ def anthropic_table(locations: list[tuple[str, Callable[[], str]]],
     return table
 
 
+async def llama_index_row(name: str, block: Any, size: int) -> dict[str, Any]:
+    from llama_index.core.llms import ChatMessage
+    from llama_index.core.memory import Memory
+    chooser = random.Random(size)
+
+    def message(role: str = "user") -> Any:
+        return ChatMessage(role=role, content=" ".join(
+            chooser.choices(WORDS, k=chooser.randint(8, 20))))
+
+    if block is not None:
+        await block.aput([message() for _ in range(size)])
+    memory = Memory.from_defaults(session_id="chat", token_limit=2_000,
+                                  memory_blocks=[] if block is None else [block])
+
+    async def timed(call: Callable[[], Any], repeat: int) -> float:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            await call()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1000
+
+    return {"memory": name, "messages kept": size if block is not None else 0,
+            "put a message p50 ms": await timed(lambda: memory.aput(message()), CALLS),
+            "get (what goes before the model) p50 ms": await timed(memory.aget, 50)}
+
+
+def llama_index_table(locations: list[tuple[str, Callable[[], str]]],
+                      folder: Path) -> list[dict[str, Any]]:
+    from memory_frameworks.llama_index import MemoryBlock
+    table = [asyncio.run(llama_index_row("LlamaIndex's Memory alone (SQLAlchemy chat store)",
+                                         None, 0))]
+    for size in (100, 10_000):
+        for engine, location in locations:
+            with MemoryBlock(location(), user="alice") as block:
+                table.append(asyncio.run(llama_index_row(f"with MemoryBlock, {engine}",
+                                                         block, size)))
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sqlite-only", action="store_true")
     parser.add_argument("--only", choices=["langgraph", "agents", "adk", "pydantic-ai",
-                                           "anthropic"])
+                                           "anthropic", "llama-index"])
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="memory-bench-frameworks-"))
     files = (str(folder / f"{n}.db") for n in itertools.count())
@@ -345,7 +390,8 @@ def main() -> None:
                   "agents": ("The Agents SDK", agents_table),
                   "adk": ("Google ADK", adk_table),
                   "pydantic-ai": ("Pydantic AI", pydantic_ai_table),
-                  "anthropic": ("The Anthropic memory tool", anthropic_table)}
+                  "anthropic": ("The Anthropic memory tool", anthropic_table),
+                  "llama-index": ("LlamaIndex", llama_index_table)}
         for name, (title, made) in tables.items():
             if args.only in (None, name):
                 print(f"\n{title}\n\n{format_table(made(engines, folder))}")
