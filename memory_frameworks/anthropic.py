@@ -282,7 +282,20 @@ def _insert(path: str, line: int, text: str) -> Callable[[str], tuple[str, str]]
     return change
 
 
-class AnthropicMemoryTool(BetaAbstractMemoryTool):
+class _OnNotebook:
+    """What both tools stand on: the user's notebook, and the store under it."""
+
+    def _open(self, location: str | os.PathLike[str] | MemoryStore, user: str, task: str,
+              options: dict[str, Any]) -> None:
+        self._notebook = _Notebook(location, user, task, options)
+        self.store = self._notebook.store
+
+    def close(self) -> None:
+        """Close the store, if this tool opened it."""
+        self._notebook.close()
+
+
+class AnthropicMemoryTool(_OnNotebook, BetaAbstractMemoryTool):
     """The SDK's memory tool (`tools=[...]` of a tool runner) kept in a MemoryStore.
 
     `location`: a path or postgresql:// URL (opened with RECOMMENDED unless `options` say
@@ -291,12 +304,7 @@ class AnthropicMemoryTool(BetaAbstractMemoryTool):
     def __init__(self, location: str | os.PathLike[str] | MemoryStore, *, user: str,
                  task: str = "anthropic", **options: Any) -> None:
         super().__init__()
-        self._notebook = _Notebook(location, user, task, options)
-        self.store = self._notebook.store
-
-    def close(self) -> None:
-        """Close the store, if this tool opened it."""
-        self._notebook.close()
+        self._open(location, user, task, options)
 
     def __enter__(self) -> AnthropicMemoryTool:
         return self
@@ -329,19 +337,14 @@ class AnthropicMemoryTool(BetaAbstractMemoryTool):
         return self._notebook.clear()
 
 
-class AsyncAnthropicMemoryTool(BetaAsyncAbstractMemoryTool):
+class AsyncAnthropicMemoryTool(_OnNotebook, BetaAsyncAbstractMemoryTool):
     """AnthropicMemoryTool for the SDK's async tool runner: each command in a worker
     thread."""
 
     def __init__(self, location: str | os.PathLike[str] | MemoryStore, *, user: str,
                  task: str = "anthropic", **options: Any) -> None:
         super().__init__()
-        self._notebook = _Notebook(location, user, task, options)
-        self.store = self._notebook.store
-
-    def close(self) -> None:
-        """Close the store, if this tool opened it."""
-        self._notebook.close()
+        self._open(location, user, task, options)
 
     async def __aenter__(self) -> AsyncAnthropicMemoryTool:
         return self
