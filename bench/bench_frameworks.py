@@ -39,6 +39,10 @@ In the same run, on files in one folder:
   median of 200, and a get (the chat history with what the block recalls before the
   model), the median of 50. LlamaIndex ships no block that keeps text without a vector
   store or a model, so the row beside it is the Memory without a block.
+- Microsoft Agent Framework: a session history of 100 or 1,000 messages; a turn saved (two
+  messages), the median of 200, and the session's messages read, the median of 50:
+  MemoryHistoryProvider on each engine against the framework's FileHistoryProvider (a
+  JSON Lines file a session).
 """
 
 from __future__ import annotations
@@ -366,11 +370,54 @@ def llama_index_table(locations: list[tuple[str, Callable[[], str]]],
     return table
 
 
+async def agent_framework_row(name: str, history: Any, size: int) -> dict[str, Any]:
+    from agent_framework import Message
+    chooser = random.Random(size)
+
+    def message(n: int) -> Any:
+        return Message("user" if n % 2 else "assistant",
+                       [" ".join(chooser.choices(WORDS, k=chooser.randint(8, 20)))])
+
+    await history.save_messages("chat", [message(n) for n in range(size)])
+    fresh = itertools.count(size)
+
+    async def timed(call: Callable[[], Any], repeat: int) -> float:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            await call()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1000
+
+    return {"history": name, "messages": size,
+            "save a turn (two messages) p50 ms": await timed(lambda: history.save_messages(
+                "chat", [message(next(fresh)), message(next(fresh))]), CALLS),
+            "get_messages p50 ms": await timed(lambda: history.get_messages("chat"), 50)}
+
+
+def agent_framework_table(locations: list[tuple[str, Callable[[], str]]],
+                          folder: Path) -> list[dict[str, Any]]:
+    from agent_framework import FileHistoryProvider
+
+    from memory_frameworks.agent_framework import MemoryHistoryProvider
+    table = []
+    for size in (100, 1_000):
+        for engine, location in locations:
+            mine = MemoryHistoryProvider(location(), user="alice")
+            table.append(asyncio.run(agent_framework_row(f"MemoryHistoryProvider, {engine}",
+                                                         mine, size)))
+            mine.close()
+        theirs = FileHistoryProvider(folder / f"maf-{size}")
+        table.append(asyncio.run(agent_framework_row("the framework's FileHistoryProvider",
+                                                     theirs, size)))
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sqlite-only", action="store_true")
     parser.add_argument("--only", choices=["langgraph", "agents", "adk", "pydantic-ai",
-                                           "anthropic", "llama-index"])
+                                           "anthropic", "llama-index", "agent-framework"])
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="memory-bench-frameworks-"))
     files = (str(folder / f"{n}.db") for n in itertools.count())
@@ -391,7 +438,8 @@ def main() -> None:
                   "adk": ("Google ADK", adk_table),
                   "pydantic-ai": ("Pydantic AI", pydantic_ai_table),
                   "anthropic": ("The Anthropic memory tool", anthropic_table),
-                  "llama-index": ("LlamaIndex", llama_index_table)}
+                  "llama-index": ("LlamaIndex", llama_index_table),
+                  "agent-framework": ("Microsoft Agent Framework", agent_framework_table)}
         for name, (title, made) in tables.items():
             if args.only in (None, name):
                 print(f"\n{title}\n\n{format_table(made(engines, folder))}")
