@@ -85,6 +85,16 @@ def p50_ms(call: Callable[[], object], repeat: int = CALLS) -> float:
     return statistics.median(times) * 1000
 
 
+async def p50_ms_async(call: Callable[[], Any], repeat: int = CALLS) -> float:
+    """p50_ms of a coroutine's calls, each awaited in turn."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        await call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
 def langgraph_row(name: str, store: Any, size: int) -> dict[str, Any]:
     from langgraph.store.base import PutOp
     chooser = random.Random(size)
@@ -237,14 +247,6 @@ async def pydantic_ai_row(name: str, store: Any, size: int) -> dict[str, Any]:
         written = await store.write(f"alice/main/f{n:05}.md", text(), expected_version=None)
         versions[n] = written.version
 
-    async def timed(call: Callable[[], Any], repeat: int) -> float:
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            await call()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) * 1000
-
     picked = itertools.cycle(chooser.sample(range(size), min(size, 50)))
 
     async def replace() -> None:
@@ -255,14 +257,14 @@ async def pydantic_ai_row(name: str, store: Any, size: int) -> dict[str, Any]:
     fresh = itertools.count(size)
     queries = itertools.cycle([" ".join(chooser.choices(WORDS, k=3)) for _ in range(20)])
     return {"store": name, "files": size,
-            "read p50 ms": await timed(lambda: store.read(
+            "read p50 ms": await p50_ms_async(lambda: store.read(
                 f"alice/main/f{next(picked):05}.md", max_chars=10_000), CALLS),
-            "write new p50 ms": await timed(lambda: store.write(
+            "write new p50 ms": await p50_ms_async(lambda: store.write(
                 f"alice/main/g{next(fresh):05}.md", text(), expected_version=None), CALLS),
-            "write over a version p50 ms": await timed(replace, CALLS),
-            "list_paths (100) p50 ms": await timed(lambda: store.list_paths(
+            "write over a version p50 ms": await p50_ms_async(replace, CALLS),
+            "list_paths (100) p50 ms": await p50_ms_async(lambda: store.list_paths(
                 "alice/main/", limit=100), 50),
-            "search p50 ms": await timed(lambda: store.search(
+            "search p50 ms": await p50_ms_async(lambda: store.search(
                 "alice/main/", next(queries), limit=5, max_files=size + CALLS,
                 max_chars=4_000, max_file_chars=500), 50)}
 
@@ -344,17 +346,9 @@ async def llama_index_row(name: str, block: Any, size: int) -> dict[str, Any]:
     memory = Memory.from_defaults(session_id="chat", token_limit=2_000,
                                   memory_blocks=[] if block is None else [block])
 
-    async def timed(call: Callable[[], Any], repeat: int) -> float:
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            await call()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) * 1000
-
     return {"memory": name, "messages kept": size if block is not None else 0,
-            "put a message p50 ms": await timed(lambda: memory.aput(message()), CALLS),
-            "get (what goes before the model) p50 ms": await timed(memory.aget, 50)}
+            "put a message p50 ms": await p50_ms_async(lambda: memory.aput(message()), CALLS),
+            "get (what goes before the model) p50 ms": await p50_ms_async(memory.aget, 50)}
 
 
 def llama_index_table(locations: list[tuple[str, Callable[[], str]]],
@@ -381,18 +375,10 @@ async def agent_framework_row(name: str, history: Any, size: int) -> dict[str, A
     await history.save_messages("chat", [message(n) for n in range(size)])
     fresh = itertools.count(size)
 
-    async def timed(call: Callable[[], Any], repeat: int) -> float:
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            await call()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) * 1000
-
     return {"history": name, "messages": size,
-            "save a turn (two messages) p50 ms": await timed(lambda: history.save_messages(
+            "save a turn (two messages) p50 ms": await p50_ms_async(lambda: history.save_messages(
                 "chat", [message(next(fresh)), message(next(fresh))]), CALLS),
-            "get_messages p50 ms": await timed(lambda: history.get_messages("chat"), 50)}
+            "get_messages p50 ms": await p50_ms_async(lambda: history.get_messages("chat"), 50)}
 
 
 def agent_framework_table(locations: list[tuple[str, Callable[[], str]]],
