@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 import pathlib
 import re
+import threading
 from datetime import timedelta, timezone
 from typing import Any
 
@@ -20,7 +21,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, SetClock, file_bytes
+from helpers import (
+    ALICE,
+    ALICE_WORK,
+    BOB,
+    TOUCHES_MEMORY_DATA,
+    SetClock,
+    all_finish,
+    file_bytes,
+)
 from memory import MemoryInputError, MemoryStore, Scope
 from model import rows_of_user
 
@@ -153,6 +162,24 @@ def test_as_of_reads_the_memories_as_they_read_then(store: MemoryStore,
     # Expired now, a memory has no past either, before any purge.
     clock.advance(600)
     assert texts(store.memories(ALICE, as_of=at(0.5))) == ["Hotel by the river."]
+
+
+def test_writers_racing_on_one_key_leave_one_chain(target: str) -> None:
+    """Eight threads replacing one key, history kept: every write is a version of the one
+    chain, in the order the store took them, none lost, none twice."""
+    with MemoryStore(target, history=True) as store:
+        store.remember(ALICE, "user", "Seat: none yet.", "s", key="seat")
+
+        def writer(n: int) -> None:
+            store.remember(ALICE, "user", f"Seat: row {n}.", "s", key="seat")
+
+        assert all_finish([threading.Thread(target=writer, args=(n,)) for n in range(8)])
+        versions = store.history(ALICE, key="seat")
+        assert [v["version"] for v in versions] == list(range(1, 10))
+        assert sorted(v["text"] for v in versions[1:]) == sorted(
+            f"Seat: row {n}." for n in range(8))
+        assert [v["superseded_at"] is None for v in versions] == [False] * 8 + [True]
+        assert rows_of_user(target, "memory_history", "alice") == 8
 
 
 @pytest.mark.parametrize("as_of", ["yesterday", "2026-10-20T09:00:00", 5, ""])
