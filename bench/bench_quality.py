@@ -16,8 +16,9 @@ assistant would write it: at its session's time (the store's clock, a second apa
 within a session) and with the source conv-<id>/session-<n>/<dia id>, so that a rule
 may read the turn's date and its conversation. For each question, recall returns the top
 k memories; its evidence recall is the share of the question's evidence turns (dialog
-ids) among their sources' last parts, and
-the table gives the mean over all questions. The store's rule (each version) and rank pairs run
+ids) among their sources' last parts, and the table gives the mean over all questions,
+with the mean reciprocal rank of each question's first evidence turn among the first 20
+(0 where none is). The store's rule (each version) and rank pairs run
 beside SQLite FTS5 with bm25() (tokenizers unicode61 and porter), matching any word of
 the question, over the same turns, one FTS table per conversation.
 
@@ -206,7 +207,7 @@ def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]
     """The table's row for `ranker`, and each question's evidence recall at 5."""
     shares: dict[int, list[float]] = {k: [] for k in CUTOFFS}
     by_category: dict[Any, list[float]] = {}
-    latencies, firsts = [], []
+    latencies, firsts, reciprocal = [], [], []
     for n, conversation in enumerate(conversations):
         for question in conversation["questions"]:
             evidence = set(question["evidence"])
@@ -216,11 +217,14 @@ def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]
             for k in CUTOFFS:
                 shares[k].append(len(evidence & set(found[:k])) / len(evidence))
             firsts.append(len(evidence & set(found[:1])) / len(evidence))
+            place = next((at for at, source in enumerate(found, 1) if source in evidence), None)
+            reciprocal.append(0.0 if place is None else 1 / place)
             by_category.setdefault(question.get("category"), []).append(shares[5][-1])
     row = {f"recall@{k}": statistics.mean(shares[k]) for k in CUTOFFS}
     row.update({f"@5 {CATEGORIES.get(c, c)}": statistics.mean(v)
                 for c, v in sorted(by_category.items())})
     row["recall@1"] = statistics.mean(firsts)
+    row[f"MRR@{max(CUTOFFS)}"] = statistics.mean(reciprocal)
     row["query ms"] = 1000 * statistics.mean(latencies)
     return row, shares[5]
 
