@@ -527,8 +527,9 @@ _SQLITE_VERSION_12 = (*_SQLITE_VERSION_11, f"{_RECEIPTS_TABLE} WITHOUT ROWID")
 # Version 13 keeps, in a store that keeps history, each superseded version of a memory
 # (replaced under its key, revised or renamed) as it read, with its vector, until its
 # memory is forgotten: under the owner and the id of the live memory it leads to
-# (`head_id`, moved to each successor), and when it stopped being the live one (`superseded_at`, the
-# successor's reading). PostgreSQL's version 12 makes the same table in its own types.
+# (`head_id`, moved to each successor), with when it stopped being the live one
+# (`superseded_at`, the successor's reading). PostgreSQL's version 12 makes the same
+# table in its own types.
 def _history_table(number: str, blob: str, document: str) -> str:
     return f"""CREATE TABLE memory_history (
     user_id TEXT NOT NULL,
