@@ -824,8 +824,7 @@ _SQL_KEEP_SUPERSEDED = _sql(
     " created_at, updated_at, expires_at, metadata, embed, vector, superseded_at)"
     " SELECT user_id, id, coalesce(version, 1), id, task_id, key, text, source, created_at,"
     " updated_at, expires_at, metadata, embed, (SELECT vector FROM memory_vectors WHERE"
-    " user_id ="
-    " memories.user_id AND id = memories.id), CAST(? AS TEXT)"
+    " user_id = memories.user_id AND id = memories.id), CAST(? AS TEXT)"
     f" FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))")
 # A memory's versions move to its successor, superseded when the successor was written.
 _SQL_LINK_SUCCESSOR = _sql(
@@ -2181,7 +2180,8 @@ _LONGEST_OPERATION = 128
 
 class _Receipt(NamedTuple):
     """An operation done under an id: its owner (the scope's user and task), the id, and
-    a digest of the call and its arguments. A call that names one reads it first, in its
+    the call's fingerprint (its caller's, or a digest of the call and its arguments). A
+    call that names one reads it first, in its
     transaction: done before with the same arguments, its result, nothing written; with
     others, OperationConflict; not done (or its receipt expired), the call's writes then
     its receipt, committed together."""
@@ -4985,6 +4985,11 @@ def _reading_instant(reading: str) -> str | None:
     return _utc_form("a memory's time", reading)
 
 
+def _as_of_instant(as_of: object) -> str:
+    """An as_of (an ISO time with a UTC offset) as the instant reads compare."""
+    return _filter_instant("as_of", _check_timestamp("as_of", as_of))
+
+
 def _live_at(row: _MemoryRow, superseded_at: str | None, instant: str) -> bool:
     """Whether the version was the live one at `instant`: written (or last replaced) by
     then, not yet superseded, not yet expired."""
@@ -5027,9 +5032,15 @@ def _keyed_among(rows: list[_MemoryRow], prefix: str, after: str | None, most: i
     """The keyed memories of `rows` in the key range, as _Planner.keyed lists a scope's:
     in key order, each key as get finds it (the task's own over the user level's)."""
     low, strict, high = _key_range(prefix, after)
-    found = {row.key: row for row in sorted(rows, key=lambda row: row.task_id is not None)
-             if row.key is not None and (row.key > low if strict else row.key >= low)
-             and (high is None or row.key < high)}
+    return _by_key({row.key: row for row in sorted(rows, key=lambda row: row.task_id is not None)
+                    if row.key is not None and (row.key > low if strict else row.key >= low)
+                    and (high is None or row.key < high)}, most, conditions)
+
+
+def _by_key(found: dict[str, _MemoryRow], most: int | None,
+            conditions: list[_Condition] | None) -> list[_MemoryRow]:
+    """The memories `found` under their keys, in key order, those the filter admits, at
+    most `most`."""
     listed = [found[name] for name in sorted(found)]
     if conditions is not None:
         admits = _admitting(conditions)
@@ -5838,11 +5849,7 @@ class _Planner(_Part):
             rows = db.execute(in_range, (*key, owner, *bounds, each))
             found.update((cast(str, row.key), row) for row in map(_MemoryRow._make, rows)
                          if row.id not in expired)
-        listed = [found[name] for name in sorted(found)]
-        if conditions is not None:
-            admits = _admitting(conditions)
-            listed = [row for row in listed if admits(row)]
-        return listed if most is None else listed[:most]
+        return _by_key(found, most, conditions)
 
     def _walked(self, db: _Session, key: _ScopeKey, page: _Page,
                 expired: set[int]) -> list[Memory] | None:
@@ -6761,7 +6768,7 @@ class MemoryStore:
         scope = _check_scope(scope)
         select, arguments = _by_id_or_key(scope, memory_id, key)
         if as_of is not None:  # the task's own over the user level's, as below
-            then = sorted((row for row, _ in self._then(scope, as_of)),
+            then = sorted((row for row, _ in self._then(scope, _as_of_instant(as_of))),
                           key=lambda row: row.task_id is None)
             return next((row.memory() for row in then if (
                 row.key == key if memory_id is None else row.id == arguments[-1])), None)
@@ -6801,23 +6808,24 @@ class MemoryStore:
         return [*(_superseded(version.row, version.superseded_at)
                   for version in map(_Version.read, past)), _superseded(live, None)]
 
-    def _then(self, scope: Scope, as_of: object, meant: bytes | None = None
+    def _then(self, scope: Scope, instant: str, meant: bytes | None = None
               ) -> list[tuple[_MemoryRow, bytes | None]]:
-        """The versions the scope saw live at `as_of` (an ISO time with a UTC offset) of
-        its memories live now, in id order (a forgotten or expired memory has no past),
-        each with its vector where the query has one (`meant`)."""
-        instant = _filter_instant("as_of", _check_timestamp("as_of", as_of))
+        """The versions the scope saw live at `instant` (_as_of_instant) of its memories
+        live now, in id order (a forgotten or expired memory has no past), each with its
+        vector where the query has one (`meant`)."""
         key = _ScopeKey(scope.user, scope.task)
         with self._snapshot({scope.user}) as db:
             now = self._expiry_instant(db, key)
-            current = db.execute(_SQL_VISIBLE_WITH_VECTORS if meant and db.has_vectors
-                                 else _SQL_VISIBLE, key).fetchall()
+            found = db.execute(_SQL_VISIBLE_WITH_VECTORS if meant and db.has_vectors
+                               else _SQL_VISIBLE, key).fetchall()
             past = db.execute(_SQL_SCOPE_HISTORY, key).fetchall() if db.has_history else []
         width = len(_MemoryRow._fields)
-        live = {row[0] for row in current if now is None or row[5] is None or row[5] > now}
-        then = [(_MemoryRow(*row[:width]), row[width] if len(row) > width else None)
-                for row in current
-                if row[0] in live and _live_at(_MemoryRow(*row[:width]), None, instant)]
+        current = [(_MemoryRow(*row[:width]), row[width] if len(row) > width else None)
+                   for row in found]
+        live = {row.id for row, _ in current
+                if now is None or row.expires_at is None or row.expires_at > now}
+        then = [(row, vector) for row, vector in current
+                if row.id in live and _live_at(row, None, instant)]
         then += [(version.row, version.vector if meant else None)
                  for version in map(_Version.read, past) if version.head_id in live
                  and _live_at(version.row, version.superseded_at, instant)]
@@ -6831,8 +6839,8 @@ class MemoryStore:
         (_then), with their vectors where the query has one (`meant`), and their ids here
         in order (the private store's ids are 1 on, in the same order): a recall there
         scores and ranks exactly as one here would have then."""
-        then = self._then(scope, as_of, meant)
-        instant = _filter_instant("as_of", cast(str, as_of))
+        instant = _as_of_instant(as_of)
+        then = self._then(scope, instant, meant)
         dimensions = None if meant is None or self.embedder is None else self.embedder.dimensions
         store = MemoryStore(":memory:", clock=lambda: instant, matching=self.matching,
                             max_text=self.max_text, embedder=None if dimensions is None
@@ -6904,8 +6912,8 @@ class MemoryStore:
             since = None if after_key is None else _check_key(after_key)
             if as_of is not None:
                 return [row.memory() for row in _keyed_among(
-                    [row for row, _ in self._then(scope, as_of)], prefix, since, most,
-                    conditions)]
+                    [row for row, _ in self._then(scope, _as_of_instant(as_of))], prefix,
+                    since, most, conditions)]
             with self._snapshot({scope.user}) as db:
                 return [row.memory() for row in self._planner.keyed(
                     db, owners, prefix, since, most, conditions)]
@@ -6918,7 +6926,7 @@ class MemoryStore:
                      before is not None)
         if as_of is not None:
             return [row.memory() for row in _paged_among(
-                [row for row, _ in self._then(scope, as_of)], page)]
+                [row for row, _ in self._then(scope, _as_of_instant(as_of))], page)]
         with self._snapshot({scope.user}) as db:
             return self._planner.page(db, owners, page)
 

@@ -85,8 +85,7 @@ _MCP_WHERE = {"type": "object", "description": "only memories this filter admits
               " $eq $ne $gt $gte $lt $lte $in $nin $contains; a dotted path reaches into"
               " the metadata's objects; $created_at and $updated_at (ISO times with an"
               " offset), $key, $source and $level (user or task) test the memory itself;"
-              " {\"$or\": [filters]},"
-              " {\"$and\": [filters]}, {\"$not\": filter}"}
+              " {\"$or\": [filters]}, {\"$and\": [filters]}, {\"$not\": filter}"}
 
 
 _MCP_VERSION = {"type": "integer", "minimum": 0}

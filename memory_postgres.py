@@ -120,19 +120,13 @@ _PG_ENCODING = (
     " WHERE datname = current_database()")  # as bytes: a SQL_ASCII database sends no text
 # What the store trusts, as SQLite's layout check does for a file: its objects, each owned
 # by the connecting role or a role whose privileges it has (a schema owned by a migration
-# role, the application's role a member of it), the three tables of memory data with
-# row-level security enabled and forced, and exactly the store's policies on them.
-_PG_GUARDED = ("memories", "memory_words", "memory_counts")
-# Version 4's table of vectors is memory data too, and version 5's of metadata terms.
-_PG_GUARDED_FROM_4 = (*_PG_GUARDED, "memory_vectors")
-_PG_GUARDED_FROM_5 = (*_PG_GUARDED_FROM_4, "memory_fields")
-# Version 7's sealed blocks of vectors as well.
-_PG_GUARDED_FROM_7 = (*_PG_GUARDED_FROM_5, "memory_vector_blocks")
-# Version 11's receipts of operations.
-_PG_GUARDED_FROM_11 = (*_PG_GUARDED_FROM_7, "memory_receipts")
-# Version 12's superseded versions.
-_PG_GUARDED_FROM_12 = (*_PG_GUARDED_FROM_11, "memory_history")
-_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *_PG_GUARDED_FROM_12)
+# role, the application's role a member of it), its tables of memory data (each with the
+# version that made it) with row-level security enabled and forced, and exactly the
+# store's policies on them.
+_PG_GUARDED = (("memories", 1), ("memory_words", 1), ("memory_counts", 1),
+               ("memory_vectors", 4), ("memory_fields", 5), ("memory_vector_blocks", 7),
+               ("memory_receipts", 11), ("memory_history", 12))
+_PG_STORE_OBJECTS = ("store_settings", "memories_id_seq", *(table for table, _ in _PG_GUARDED))
 _PG_OBJECTS = (
     "SELECT relname, relkind, relrowsecurity, relforcerowsecurity,"
     " pg_has_role(relowner, 'USAGE') FROM pg_class"
@@ -562,10 +556,7 @@ class _PostgresSession(_Session):
     def _check_layout(self, version: int) -> None:
         """SchemaError unless the store's objects are the store's own (_PG_OBJECTS) at
         `version`."""
-        guarded = set(_PG_GUARDED_FROM_12 if version >= 12 else _PG_GUARDED_FROM_11
-                      if version >= 11 else _PG_GUARDED_FROM_7
-                      if version >= 7 else _PG_GUARDED_FROM_5
-                      if version >= 5 else _PG_GUARDED_FROM_4 if version >= 4 else _PG_GUARDED)
+        guarded = {table for table, since in _PG_GUARDED if version >= since}
         # Every object the store may have is asked for: one of a later version is foreign.
         objects = self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),)).fetchall()
         trusted = len(objects) == len(guarded) + 2 and all(

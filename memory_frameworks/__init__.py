@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from memory import IDENTIFIER, RECOMMENDED, MemoryStore
+from memory import IDENTIFIER, RECOMMENDED, Memory, MemoryStore, Recalled
 
 # The prefix of a name given as its digest: a name that is an identifier but begins so is
 # hashed too, so no one chooses a name that equals the digest of another's.
@@ -44,6 +44,14 @@ def identifier(name: str, what: str) -> str:
     if IDENTIFIER.fullmatch(name) and not name.startswith(_DIGESTED):
         return name
     return _DIGESTED + hashlib.sha256(name.encode()).hexdigest()[:62]
+
+
+def marked(found: Memory | Recalled | None, mark: str, value: str) -> bool:
+    """Whether a memory is an adapter's own: of its task (never the user level, which
+    `memory mcp` and other tools write), its metadata's `mark` holding the adapter's
+    `value`; another tool's memory never is, whatever its key."""
+    return found is not None and found["level"] == "task" and (
+        found.get("metadata") or {}).get(mark) == value
 
 
 # A record's key, as the store keys the memory that holds it: at most this long.

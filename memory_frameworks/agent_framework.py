@@ -23,8 +23,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from memory import MAX_QUERY, Memory, MemoryStore, Recalled, Scope
-from memory_frameworks import conversation, needs, store_of
+from memory import MAX_QUERY, MemoryStore, Scope
+from memory_frameworks import conversation, marked, needs, store_of
 
 with needs("agent-framework"):
     import anyio.to_thread
@@ -51,17 +51,25 @@ _HISTORY_OPTIONS = ("load_messages", "store_inputs", "store_context_messages",
                     "store_context_from", "store_outputs")
 
 
-def _mine(found: Memory | Recalled, kind: str) -> bool:
-    """A memory the provider wrote: its task's own, with its mark; the user level's (which
-    `memory mcp` writes) or another tool's never is."""
-    return found["level"] == "task" and (found.get("metadata") or {}).get(_MARK) == kind
-
-
 def _talk(session_id: str | None) -> str:
     return _NO_SESSION if session_id is None else conversation(session_id)
 
 
-class MemoryHistoryProvider(HistoryProvider):
+class _OnStore:
+    """What both providers stand on: the user's task, and the store it is kept in."""
+
+    def _open(self, location: str | os.PathLike[str] | MemoryStore, user: str, task: str,
+              options: dict[str, Any]) -> None:
+        self.scope = Scope(user, task)
+        self.store, self._owned = store_of(location, options, LONGEST_MESSAGE)
+
+    def close(self) -> None:
+        """Close the store, if this provider opened it."""
+        if self._owned:
+            self.store.close()
+
+
+class MemoryHistoryProvider(_OnStore, HistoryProvider):
     """A session's messages kept in a MemoryStore (the framework's HistoryProvider).
 
     `location`: a path or postgresql:// URL (opened with RECOMMENDED unless `options` say
@@ -73,13 +81,7 @@ class MemoryHistoryProvider(HistoryProvider):
                  **options: Any) -> None:
         flags = {name: options.pop(name) for name in _HISTORY_OPTIONS if name in options}
         super().__init__(source_id, **flags)
-        self.scope = Scope(user, task)
-        self.store, self._owned = store_of(location, options, LONGEST_MESSAGE)
-
-    def close(self) -> None:
-        """Close the store, if this provider opened it."""
-        if self._owned:
-            self.store.close()
+        self._open(location, user, task, options)
 
     async def get_messages(self, session_id: str | None, *,
                            state: dict[str, Any] | None = None, **kwargs: Any) -> list[Message]:
@@ -88,7 +90,7 @@ class MemoryHistoryProvider(HistoryProvider):
             source = f"{_talk(session_id)}/message"
             return [Message.from_dict(json.loads(memory["text"]))
                     for memory in self.store.memories(self.scope, conversation=_talk(session_id))
-                    if memory["source"] == source and _mine(memory, _HISTORY)]
+                    if memory["source"] == source and marked(memory, _MARK, _HISTORY)]
         return await anyio.to_thread.run_sync(read)
 
     async def save_messages(self, session_id: str | None, messages: Sequence[Message], *,
@@ -103,7 +105,7 @@ class MemoryHistoryProvider(HistoryProvider):
             _log.debug("kept %d messages of user %s", len(items), self.scope.user)
 
 
-class MemoryContextProvider(ContextProvider):
+class MemoryContextProvider(_OnStore, ContextProvider):
     """What the user said, kept in a MemoryStore and given back before each run: the
     `top_k` (1 to 10) memories that best match the run's input, as instructions.
 
@@ -116,13 +118,7 @@ class MemoryContextProvider(ContextProvider):
         if not isinstance(top_k, int) or not 1 <= top_k <= 10:
             raise ValueError("top_k is an int from 1 to 10")
         self.top_k = top_k
-        self.scope = Scope(user, task)
-        self.store, self._owned = store_of(location, options, LONGEST_MESSAGE)
-
-    def close(self) -> None:
-        """Close the store, if this provider opened it."""
-        if self._owned:
-            self.store.close()
+        self._open(location, user, task, options)
 
     async def before_run(self, *, agent: Any, session: AgentSession,
                          context: SessionContext, state: dict[str, Any]) -> None:
@@ -132,7 +128,8 @@ class MemoryContextProvider(ContextProvider):
         # By the mark, a term of the metadata index; the level told apart here.
         found = await anyio.to_thread.run_sync(lambda: self.store.recall(
             self.scope, query, 2 * self.top_k, where={_MARK: _SAID}))
-        kept = [memory["text"] for memory in found if _mine(memory, _SAID)][:self.top_k]
+        kept = [memory["text"] for memory in found
+                if marked(memory, _MARK, _SAID)][:self.top_k]
         if kept:
             context.extend_instructions(self.source_id, "What this user said before, which"
                                         " may bear on the request:\n"

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from memory import Memory, MemoryStore, Scope, VersionConflict
-from memory_frameworks import needs, store_of
+from memory_frameworks import marked, needs, store_of
 
 with needs("anthropic"):
     import anyio.to_thread
@@ -98,16 +98,9 @@ class _Notebook:
             raise ToolError(f"Path {path} would escape {ROOT} directory")
         return trimmed
 
-    @staticmethod
-    def _is_file(found: Memory | None) -> bool:
-        """A memory the tool wrote: its task's own, with its mark; the user level's (which
-        `memory mcp` writes) or another tool's never is."""
-        return found is not None and found["level"] == "task" and (
-            found.get("metadata") or {}).get(_MARK) == _FILE
-
     def file(self, path: str) -> Memory | None:
         found = self.store.get(self.scope, key=path)
-        return found if self._is_file(found) else None
+        return found if marked(found, _MARK, _FILE) else None
 
     def files_under(self, folder: str) -> list[Memory]:
         """The files below `folder` (/memories: all), in path order."""
@@ -117,7 +110,7 @@ class _Notebook:
         while True:
             page = self.store.memories(self.scope, key_prefix=prefix, after_key=after,
                                        limit=500)
-            found += [memory for memory in page if self._is_file(memory)]
+            found += [memory for memory in page if marked(memory, _MARK, _FILE)]
             if len(page) < 500:
                 return found
             after = page[-1].get("key")

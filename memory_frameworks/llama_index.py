@@ -22,7 +22,7 @@ import os
 from typing import Any
 
 from memory import MAX_LIMIT, MAX_QUERY, MemoryStore, Scope
-from memory_frameworks import conversation, needs, store_of
+from memory_frameworks import conversation, marked, needs, store_of
 
 with needs("llama-index"):
     import anyio.to_thread
@@ -122,7 +122,7 @@ class MemoryBlock(BaseMemoryBlock[str]):
         found = await anyio.to_thread.run_sync(lambda: self._store.recall(
             self._scope, query, min(MAX_LIMIT, 2 * self.top_k), where=where))
         return "\n".join([memory["text"] for memory in found
-                          if memory["level"] == "task"][:self.top_k])
+                          if marked(memory, _MARK, self.name)][:self.top_k])
 
     async def atruncate(self, content: str, tokens_to_truncate: int) -> str | None:
         """The content less its last (least relevant) lines, about `tokens_to_truncate`

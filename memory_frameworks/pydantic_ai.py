@@ -30,10 +30,11 @@ from memory import (
     Memory,
     MemoryStore,
     OperationConflict,
+    Recalled,
     Scope,
     VersionConflict,
 )
-from memory_frameworks import identifier, needs, store_of
+from memory_frameworks import identifier, marked, needs, store_of
 
 with needs("pydantic-ai"):
     import anyio.to_thread
@@ -99,12 +100,16 @@ def _check_metadata(metadata: object) -> dict[str, str] | None:
     return dict(metadata)
 
 
+def _digest(operation: MemoryOperation) -> str:
+    """The harness's fingerprint of an operation, digested: any length of it fits."""
+    return hashlib.sha256(operation.fingerprint.encode()).hexdigest()
+
+
 def _receipt_of(operation: MemoryOperation, kind: str, existed: bool) -> tuple[str, str]:
     """The store's operation for the harness's: its id, and a fingerprint that names what
     the call was (a write or a delete), whether it found the file, and the harness's own
-    fingerprint of it (digested: any length of it fits)."""
-    digest = hashlib.sha256(operation.fingerprint.encode()).hexdigest()
-    return operation.id, f"{kind}:{existed:d}:{digest}"
+    fingerprint of it (_digest)."""
+    return operation.id, f"{kind}:{existed:d}:{_digest(operation)}"
 
 
 def _mutation_of(operation: MemoryOperation, receipt: dict[str, Any]) -> MemoryMutation:
@@ -112,7 +117,7 @@ def _mutation_of(operation: MemoryOperation, receipt: dict[str, Any]) -> MemoryM
     MemoryOperationConflictError where the harness's fingerprint is another."""
     kind, _, rest = str(receipt["fingerprint"]).partition(":")
     existed, _, digest = rest.partition(":")
-    if digest != hashlib.sha256(operation.fingerprint.encode()).hexdigest():
+    if digest != _digest(operation):
         raise MemoryOperationConflictError(
             "the operation id was used for another call (other arguments) before")
     result = receipt["result"]
@@ -176,12 +181,10 @@ class PydanticAIMemoryStore:
         return self._scope(prefix)
 
     @staticmethod
-    def _is_file(memory: Memory | None, path: str | None = None) -> bool:
-        """Whether a memory is a file the adapter wrote (at `path`): its task's own, with
-        its mark; a memory another tool wrote never is."""
-        return memory is not None and memory["level"] == "task" and (
-            memory.get("metadata") or {}).get(_MARK) == _FILE and (
-            path is None or memory.get("key") == path)
+    def _is_file(memory: Memory | Recalled | None, path: str | None = None) -> bool:
+        """Whether a memory is a file the adapter wrote (at `path`)."""
+        return marked(memory, _MARK, _FILE) and (
+            path is None or memory is not None and memory.get("key") == path)
 
     def _file(self, scope: Scope, path: str) -> Memory | None:
         found = self.store.get(scope, key=path)
@@ -366,7 +369,7 @@ class PydanticAIMemoryStore:
                                      where={"$key": {"$gte": prefix}},
                                      **_SEARCHED)  # type: ignore[arg-type]
             found += [(hit["score"], hit) for hit in page  # type: ignore[misc]
-                      if hit.get("key") in scanned and self._is_file(hit)]  # type: ignore[arg-type]
+                      if hit.get("key") in scanned and self._is_file(hit)]
             if len(page) < MAX_LIMIT:
                 break
             offset += MAX_LIMIT
