@@ -1115,6 +1115,10 @@ _SQL_VISIBLE = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER B
 _SQL_VISIBLE_PAGE = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id > ? ORDER BY id LIMIT ?")
 _SQL_VISIBLE_ID = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?")
+# What a memory was embedded from, and its vectors: what a revise keeping its text keeps.
+_SQL_EMBEDDED_AS = _sql(
+    "SELECT embed, (SELECT vector FROM memory_vectors WHERE user_id = memories.user_id AND"
+    f" id = memories.id) FROM memories {_IN_SCOPE} AND id = ?")
 # By their ids: SQLite's planner would walk every row of the user in another index.
 _SQL_VISIBLE_IDS = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"
                         " AND id IN (SELECT value FROM json_each(?)) ORDER BY id")
@@ -7017,7 +7021,9 @@ class MemoryStore:
         `ttl` is given (then `ttl` seconds from now); the new id (the newest), or None,
         with nothing changed, for an id the scope cannot see. The new memory keeps the
         old one's key (and so its created_at) and metadata (unless `metadata` is given,
-        which replaces it), is embedded from its text, and is the next version of it.
+        which replaces it), is embedded from its text (where the text is the old one's,
+        it keeps the old one's vectors, or none, as they were: its caller's too), and is
+        the next version of it.
         With `if_version`, only where the memory is at that version: else
         VersionConflict, and nothing changed. With `operation`, at most once (see
         remember)."""
@@ -7046,6 +7052,10 @@ class MemoryStore:
                 return None
             old = _MemoryRow(*rows[0])
             old.expect_version(expected)
+            if old.text == new.text:
+                # Its vectors may be its caller's, which no embedder makes again.
+                embed, vector = db.execute(_SQL_EMBEDDED_AS, (*key, old.id)).fetchone()
+                new = new._replace(embed=embed, vector=vector)
             revised = self._writes.replace(db, key, old, new)
             if receipt is not None:
                 receipt.record(db, revised)

@@ -146,6 +146,32 @@ def test_given_vectors_are_memory_data_forgotten_erased_and_compacted(
         assert rows_of_user(str(path), "memory_vectors", "alice") == 0
 
 
+def test_a_revise_keeping_the_text_keeps_the_callers_vectors(target: str) -> None:
+    with MemoryStore(target) as store:  # a store of its callers' vectors
+        first = store.remember(ALICE, "user", "east or up", "s", vectors=[EAST, UP], key="k")
+        second = store.revise(ALICE, first, "east or up", "s", metadata={"seen": 2})
+        assert second is not None
+        assert ranked(store.recall(ALICE, "", 3, rank="meaning", vector=UP)) == [
+            ("east or up", 1.0)]
+        assert store.export_user("alice")[0]["vectors"] == [EAST, UP]
+        store.revise(ALICE, second, "north now", "s")  # no embedder makes one of this
+        assert store.recall(ALICE, "", 3, rank="meaning", vector=UP) == []
+
+
+def test_a_revise_keeping_the_text_keeps_what_it_was_embedded_from(target: str) -> None:
+    embedder = ConceptEmbedder()
+    wide = [0.0] * embedder.dimensions
+    wide[3] = 1.0
+    with MemoryStore(target, embedder=embedder) as store:
+        given = store.remember(ALICE, "user", "unrelated words", "s", vectors=[wide])
+        unembedded = store.remember(ALICE, "user", "jazz concert", "s", embed=False)
+        store.revise(ALICE, given, "unrelated words", "s2")
+        store.revise(ALICE, unembedded, "jazz concert", "s2")
+        assert [r["text"] for r in store.recall(ALICE, "jazz", 3, rank="meaning")] == [
+            "unrelated words"]  # the given vector's cosine alone: none of the other
+        assert store.recall(ALICE, "", 1, rank="meaning", vector=wide)[0]["score"] == 1.0
+
+
 def test_export_and_import_carry_the_vectors(target: str) -> None:
     with MemoryStore(target) as store:
         store.remember(ALICE, "user", "east or up", "s", vectors=[EAST, UP], key="k")
