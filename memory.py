@@ -1935,6 +1935,9 @@ class _Condition(NamedTuple):
     path: tuple[str, ...]
     op: str
     value: Any
+    # The terms of an equality ($eq $in $ne $nin), made once: a test of every memory of a
+    # scope would make them again for each.
+    known: frozenset[str] = frozenset()
 
     @property
     def indexed(self) -> bool:
@@ -1952,13 +1955,28 @@ class _Condition(NamedTuple):
         if self.op == "$contains":
             return found and isinstance(value, list) and _term(self.path, self.value) in {
                 _term(self.path, item) for item in value}
-        held = found and _term(self.path, value) in self.terms()
+        if self.path[0] in _FIELDS:  # a str, compared as it is (a time as its instant)
+            held = found and value in (self.value if self.op in ("$in", "$nin") else
+                                       (self.value,))
+        else:
+            held = found and _term(self.path, value) in self.known
         return held == (self.op in ("$eq", "$in"))
+
+    @property
+    def reads_metadata(self) -> bool:
+        """Whether the test reads a memory's metadata (not its own fields alone)."""
+        if self.op in _COMBINING:
+            return any(condition.reads_metadata for part in self.value for condition in part)
+        return self.path[0] not in _FIELDS
 
     def terms(self) -> list[str]:
         """The terms whose memories an equality holds for ($eq, $in) or fails ($ne, $nin)."""
         return [_term(self.path, item) for item in
                 (self.value if self.op in ("$in", "$nin") else [self.value])]
+
+
+def _unread(metadata: str | None) -> None:
+    return None
 
 
 def _facts_of(row: _MemoryRow) -> _Facts:
@@ -2088,7 +2106,10 @@ def _tested(keys: tuple[str, ...], op: object, value: Any) -> _Condition:
             raise MemoryInputError(f"{keys[0]} compares a str, got {_described(value)}")
         if keys[0] in _TIMES:
             operands = [_filter_instant(keys[0], operand) for operand in operands]
-    return _Condition(keys, op, operands if op in ("$in", "$nin") else operands[0])
+    condition = _Condition(keys, op, operands if op in ("$in", "$nin") else operands[0])
+    if op in ("$eq", "$in", "$ne", "$nin"):
+        return condition._replace(known=frozenset(condition.terms()))
+    return condition
 
 
 def _filter_instant(name: str, reading: str) -> str:
@@ -6174,8 +6195,11 @@ class _Planner(_Part):
         if tested:
             found = (db.execute(_SQL_SCOPE_FACTS, key) if allowed is None else
                      db.execute(_SQL_SOME_FACTS, (*key, json.dumps(sorted(allowed)))))
+            # A test of the memory's own fields ($level, $key, ...) parses no metadata.
+            read = _metadata_of if any(condition.reads_metadata for condition in tested) \
+                else _unread
             allowed = {memory_id for memory_id, metadata, *fields in found
-                       if all(condition.holds(_Facts(_metadata_of(metadata), *fields))
+                       if all(condition.holds(_Facts(read(metadata), *fields))
                               for condition in tested)}
         return _Admitted(allowed, excluded)
 
