@@ -676,6 +676,9 @@ _SQL_ERASE_FIELDS = _sql("DELETE FROM memory_fields WHERE user_id = ?")
 _FACT_COLUMNS = ("id, metadata, created_at, updated_at, key, source,"
                  " CASE WHEN task_id IS NULL THEN 'user' ELSE 'task' END")
 _SQL_SCOPE_FACTS = _sql(f"SELECT {_FACT_COLUMNS} FROM memories {_IN_SCOPE}")
+# The scope's memories at the user level, from the index by owner: what a filter's $level
+# tells apart, without reading every memory of the scope.
+_SQL_USER_LEVEL_IDS = _sql(f"SELECT id FROM memories {_IN_SCOPE} AND task_id IS NULL")
 _SQL_SOME_FACTS = _sql(
     f"SELECT {_FACT_COLUMNS} FROM memories NOT INDEXED"
     f" {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))")
@@ -1973,6 +1976,10 @@ class _Condition(NamedTuple):
         """The terms whose memories an equality holds for ($eq, $in) or fails ($ne, $nin)."""
         return [_term(self.path, item) for item in
                 (self.value if self.op in ("$in", "$nin") else [self.value])]
+
+
+# What a test of $level alone reads of a memory at each level.
+_LEVEL_FACTS = {level: _Facts(None, "", None, None, "", level) for level in LEVELS}
 
 
 def _unread(metadata: str | None) -> None:
@@ -6192,6 +6199,16 @@ class _Planner(_Part):
             else:
                 excluded |= held
         tested = [condition for condition in conditions if not condition.indexed]
+        levels = [condition for condition in tested
+                  if condition.path == ("$level",) and condition.op != "$contains"]
+        if levels:
+            tested = [condition for condition in tested if condition not in levels]
+            at_user = {memory_id for (memory_id,) in db.execute(_SQL_USER_LEVEL_IDS, key)}
+            for condition in levels:
+                if not condition.holds(_LEVEL_FACTS["task"]):
+                    allowed = at_user if allowed is None else allowed & at_user
+                if not condition.holds(_LEVEL_FACTS["user"]):
+                    excluded |= at_user
         if tested:
             found = (db.execute(_SQL_SCOPE_FACTS, key) if allowed is None else
                      db.execute(_SQL_SOME_FACTS, (*key, json.dumps(sorted(allowed)))))
