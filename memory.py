@@ -6199,16 +6199,10 @@ class _Planner(_Part):
             else:
                 excluded |= held
         tested = [condition for condition in conditions if not condition.indexed]
-        levels = [condition for condition in tested
-                  if condition.path == ("$level",) and condition.op != "$contains"]
+        levels = [condition for condition in tested if condition.path == ("$level",)]
         if levels:
             tested = [condition for condition in tested if condition not in levels]
-            at_user = {memory_id for (memory_id,) in db.execute(_SQL_USER_LEVEL_IDS, key)}
-            for condition in levels:
-                if not condition.holds(_LEVEL_FACTS["task"]):
-                    allowed = at_user if allowed is None else allowed & at_user
-                if not condition.holds(_LEVEL_FACTS["user"]):
-                    excluded |= at_user
+            allowed = self.by_level(db, key, levels, allowed, excluded)
         if tested:
             found = (db.execute(_SQL_SCOPE_FACTS, key) if allowed is None else
                      db.execute(_SQL_SOME_FACTS, (*key, json.dumps(sorted(allowed)))))
@@ -6219,6 +6213,19 @@ class _Planner(_Part):
                        if all(condition.holds(_Facts(read(metadata), *fields))
                               for condition in tested)}
         return _Admitted(allowed, excluded)
+
+    @staticmethod
+    def by_level(db: _Session, key: _ScopeKey, levels: list[_Condition],
+                 allowed: set[int] | None, excluded: set[int]) -> set[int] | None:
+        """What tests of $level leave admitted, told from the index by owner (the scope's
+        user-level ids) rather than from each memory's facts; `excluded` grows."""
+        at_user = {memory_id for (memory_id,) in db.execute(_SQL_USER_LEVEL_IDS, key)}
+        for condition in levels:
+            if not condition.holds(_LEVEL_FACTS["task"]):
+                allowed = at_user if allowed is None else allowed & at_user
+            if not condition.holds(_LEVEL_FACTS["user"]):
+                excluded |= at_user
+        return allowed
 
     @staticmethod
     def rarest(db: _Session, key: _ScopeKey, conditions: list[_Condition]
