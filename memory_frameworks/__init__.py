@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from memory import IDENTIFIER, RECOMMENDED, Memory, MemoryStore, Recalled
+from memory import IDENTIFIER, MAX_LIMIT, RECOMMENDED, Memory, MemoryStore, Recalled, Scope
 
 # The prefix of a name given as its digest: a name that is an identifier but begins so is
 # hashed too, so no one chooses a name that equals the digest of another's.
@@ -52,6 +52,24 @@ def marked(found: Memory | Recalled | None, mark: str, value: str) -> bool:
     `value`; another tool's memory never is, whatever its key."""
     return found is not None and found["level"] == "task" and (
         found.get("metadata") or {}).get(mark) == value
+
+
+# recall pages no deeper than this.
+_DEEPEST_OFFSET = 10_000
+
+
+def recalled(store: MemoryStore, scope: Scope, query: str, limit: int,
+             **options: Any) -> list[Recalled]:
+    """recall's best `limit` (more than one call gives, up to 10,000 and a page): its
+    pages, one after another, which concatenate to the ranking."""
+    found: list[Recalled] = []
+    while len(found) < limit and len(found) <= _DEEPEST_OFFSET:
+        size = min(MAX_LIMIT, limit - len(found))
+        page = store.recall(scope, query, size, offset=len(found), **options)
+        found += page
+        if len(page) < size:
+            break
+    return found
 
 
 # A record's key, as the store keys the memory that holds it: at most this long.
