@@ -114,7 +114,15 @@ def run_pycon(block: Block) -> None:
 
 # An example naming an extra's feature needs that extra; without it, it skips, saying so.
 EXTRAS = {"stems": "snowballstemmer", "mcp": "mcp", "memory_frameworks.langgraph": "langgraph",
-          "memory_frameworks.agents": "agents", "memory_frameworks.adk": "google.adk"}
+          "memory_frameworks.agents": "agents", "memory_frameworks.adk": "google.adk",
+          "memory_frameworks.pydantic_ai": "pydantic_ai_harness",
+          "memory_frameworks.anthropic": "anthropic",
+          "memory_frameworks.llama_index": "llama_index",
+          "memory_frameworks.agent_framework": "agent_framework",
+          "memory_frameworks.crewai": "crewai", "memory_frameworks.strands": "strands"}
+# The extras whose examples run in an environment of their own (.ci/run makes it).
+APART = {"memory_frameworks.crewai": "test-crewai-strands",
+         "memory_frameworks.strands": "test-crewai-strands"}
 # README's model, from the minilm extra and a package installed apart (README says how);
 # with MEMORY_REQUIRE_MODEL=1 (.ci/run, which installs them) its absence fails instead.
 MODEL = ("memory_minilm", ["tokenizers", "all_minilm_l6_v2"])
@@ -132,7 +140,8 @@ def test_the_example_runs_and_prints_what_the_page_shows(block: Block,
                                                          folder: pathlib.Path) -> None:
     for word, module in EXTRAS.items():
         if word in block.text and not installed(module):
-            pytest.skip(f"the example needs the `{word}` extra (pip install -e '.[test]')")
+            pytest.skip(f"the example needs the `{word}` extra"
+                        f" (pip install -e '.[{APART.get(word, 'test')}]')")
     named, needed = MODEL
     absent = [module for module in needed if importlib.util.find_spec(module) is None]
     if named in block.text and absent:
