@@ -43,12 +43,23 @@ In the same run, on files in one folder:
   messages), the median of 200, and the session's messages read, the median of 50:
   MemoryHistoryProvider on each engine against the framework's FileHistoryProvider (a
   JSON Lines file a session).
+- CrewAI (in the test-crewai-strands extra's environment): a user's 100 or 10,000 records
+  (8 to 20 words, a 384-number embedding, one of three scopes under /user/alice), saved in
+  batches of 500; a record saved and get_record, the median of 200, and a search of the
+  user's scope (top 10), the median of 50: CrewAIStorage on each engine against CrewAI's
+  LanceDBStorage.
+- Strands (in the same environment): 100 or 1,000 entries added; an entry added, the
+  median of 200, and a search of 3 words (top 5), the median of 50: StrandsMemoryStore on
+  each engine against Strands' FileMemoryStore (a markdown file an entry).
+
+    python3 bench/bench_frameworks.py --only crewai       # with .[test-crewai-strands]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import itertools
 import platform
 import random
@@ -70,6 +81,11 @@ NAMESPACE = ("alice", "memories")
 SIZES = (100, 10_000)
 CALLS = 200
 WORDS = [f"w{n}" for n in range(5_000)]
+# CrewAI's records carry its embedder's vectors: MiniLM's size.
+DIMENSIONS = 384
+# The frameworks whose tables run in an environment of their own (they pin an older MCP
+# SDK than the test extra's): the package each needs.
+APART = {"crewai": "crewai", "strands": "strands"}
 
 
 def value(chooser: random.Random, n: int) -> dict[str, Any]:
@@ -399,11 +415,81 @@ def agent_framework_table(locations: list[tuple[str, Callable[[], str]]],
     return table
 
 
+def crewai_row(name: str, storage: Any, size: int) -> dict[str, Any]:
+    from crewai.memory.types import MemoryRecord
+    chooser = random.Random(size)
+
+    def record() -> Any:
+        vector = [chooser.gauss(0, 1) for _ in range(DIMENSIONS)]
+        return MemoryRecord(content=" ".join(chooser.choices(WORDS, k=chooser.randint(8, 20))),
+                            scope=f"/user/alice/{chooser.choice(['food', 'travel', 'work'])}",
+                            categories=[chooser.choice(WORDS)], embedding=vector)
+
+    for start in range(0, size, 500):
+        storage.save([record() for _ in range(min(500, size - start))])
+    kept = storage.list_records("/user/alice", limit=1)[0].id
+    queries = itertools.cycle([record().embedding for _ in range(50)])
+    return {"storage": name, "records": size,
+            "save a record p50 ms": p50_ms(lambda: storage.save([record()])),
+            "get_record p50 ms": p50_ms(lambda: storage.get_record(kept)),
+            "search (top 10, a scope) p50 ms": p50_ms(lambda: storage.search(
+                next(queries), scope_prefix="/user/alice", limit=10), 50)}
+
+
+def crewai_table(locations: list[tuple[str, Callable[[], str]]],
+                 folder: Path) -> list[dict[str, Any]]:
+    from crewai.memory.storage.lancedb_storage import LanceDBStorage
+
+    from memory_frameworks.crewai import CrewAIStorage
+    table = []
+    for size in (100, 10_000):
+        for engine, location in locations:
+            with CrewAIStorage(location(), user="alice") as mine:
+                table.append(crewai_row(f"CrewAIStorage, {engine}", mine, size))
+        theirs = LanceDBStorage(folder / f"lancedb-{size}")
+        table.append(crewai_row("CrewAI's LanceDBStorage", theirs, size))
+    return table
+
+
+async def strands_row(name: str, store: Any, size: int) -> dict[str, Any]:
+    chooser = random.Random(size)
+
+    def entry() -> str:
+        return " ".join(chooser.choices(WORDS, k=chooser.randint(8, 20)))
+
+    for _ in range(size):
+        await store.add(entry())
+    queries = itertools.cycle([" ".join(chooser.choices(WORDS, k=3)) for _ in range(50)])
+    return {"store": name, "entries": size,
+            "add an entry p50 ms": await p50_ms_async(lambda: store.add(entry()), CALLS),
+            "search (top 5) p50 ms": await p50_ms_async(lambda: store.search(
+                next(queries), {"max_search_results": 5}), 50)}
+
+
+def strands_table(locations: list[tuple[str, Callable[[], str]]],
+                  folder: Path) -> list[dict[str, Any]]:
+    from strands.storage import LocalFileStorage
+    from strands.vended_memory_stores.file_memory_store import FileMemoryStore
+
+    from memory_frameworks.strands import StrandsMemoryStore
+    table = []
+    for size in (100, 1_000):
+        for engine, location in locations:
+            with StrandsMemoryStore(location(), user="alice") as mine:
+                table.append(asyncio.run(strands_row(f"StrandsMemoryStore, {engine}",
+                                                     mine, size)))
+        theirs = FileMemoryStore(name="bench", storage=LocalFileStorage(
+            str(folder / f"strands-{size}")))
+        table.append(asyncio.run(strands_row("Strands' FileMemoryStore", theirs, size)))
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sqlite-only", action="store_true")
     parser.add_argument("--only", choices=["langgraph", "agents", "adk", "pydantic-ai",
-                                           "anthropic", "llama-index", "agent-framework"])
+                                           "anthropic", "llama-index", "agent-framework",
+                                           "crewai", "strands"])
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="memory-bench-frameworks-"))
     files = (str(folder / f"{n}.db") for n in itertools.count())
@@ -425,10 +511,16 @@ def main() -> None:
                   "pydantic-ai": ("Pydantic AI", pydantic_ai_table),
                   "anthropic": ("The Anthropic memory tool", anthropic_table),
                   "llama-index": ("LlamaIndex", llama_index_table),
-                  "agent-framework": ("Microsoft Agent Framework", agent_framework_table)}
+                  "agent-framework": ("Microsoft Agent Framework", agent_framework_table),
+                  "crewai": ("CrewAI", crewai_table), "strands": ("Strands", strands_table)}
         for name, (title, made) in tables.items():
-            if args.only in (None, name):
-                print(f"\n{title}\n\n{format_table(made(engines, folder))}")
+            if args.only not in (None, name):
+                continue
+            if name in APART and importlib.util.find_spec(APART[name]) is None:
+                print(f"\n{title}: not installed here (the test-crewai-strands extra's"
+                      " environment has it)")
+                continue
+            print(f"\n{title}\n\n{format_table(made(engines, folder))}")
     finally:
         if server is not None:
             server.stop()
