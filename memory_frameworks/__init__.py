@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 from memory import IDENTIFIER, MAX_LIMIT, RECOMMENDED, Memory, MemoryStore, Recalled, Scope
 
@@ -33,6 +33,25 @@ def store_of(location: str | os.PathLike[str] | MemoryStore, options: dict[str, 
             raise ValueError("options open a store: give a path, not an open store")
         return location, False
     return MemoryStore(location, **{**RECOMMENDED, "max_text": longest, **options}), True
+
+
+class OnStore:
+    """An adapter over a store (store_of's): it closes the store where it opened it, at
+    close() or at the end of the with block it is entered in."""
+
+    store: MemoryStore
+    _owned: bool
+
+    def close(self) -> None:
+        """Close the store, if this adapter opened it."""
+        if self._owned:
+            self.store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def identifier(name: str, what: str) -> str:
@@ -58,18 +77,25 @@ def marked(found: Memory | Recalled | None, mark: str, value: str) -> bool:
 _DEEPEST_OFFSET = 10_000
 
 
+def recall_pages(store: MemoryStore, scope: Scope, query: str,
+                 **options: Any) -> Iterator[list[Recalled]]:
+    """recall's ranking a page (MAX_LIMIT) at a time, each asked for as it is taken, as deep
+    as recall pages: the pages concatenate to the ranking; a short one is the last."""
+    for offset in range(0, _DEEPEST_OFFSET + 1, MAX_LIMIT):
+        page = store.recall(scope, query, MAX_LIMIT, offset=offset, **options)
+        yield page
+        if len(page) < MAX_LIMIT:
+            return
+
+
 def recalled(store: MemoryStore, scope: Scope, query: str, limit: int,
              **options: Any) -> list[Recalled]:
-    """recall's best `limit` (more than one call gives, up to 10,000 and a page): its
-    pages, one after another, which concatenate to the ranking."""
+    """recall's best `limit`, more than one call gives (recall_pages)."""
     found: list[Recalled] = []
-    while len(found) < limit and len(found) <= _DEEPEST_OFFSET:
-        size = min(MAX_LIMIT, limit - len(found))
-        page = store.recall(scope, query, size, offset=len(found), **options)
+    pages = recall_pages(store, scope, query, **options)
+    while len(found) < limit and (page := next(pages, None)) is not None:
         found += page
-        if len(page) < size:
-            break
-    return found
+    return found[:limit]
 
 
 # A record's key, as the store keys the memory that holds it: at most this long.

@@ -25,7 +25,14 @@ from datetime import datetime
 from typing import Any, cast
 
 from memory import MAX_LIMIT, MAX_QUERY, Memory, MemoryStore, Recalled, Scope
-from memory_frameworks import conversation, identifier, needs, record_key, store_of
+from memory_frameworks import (
+    conversation,
+    identifier,
+    needs,
+    recall_pages,
+    record_key,
+    store_of,
+)
 
 with needs("adk"):
     from google.adk.events.event import Event
@@ -50,8 +57,6 @@ _MARK = {"adk.v": 1}
 _NEWEST = 32
 # Events looked for by id in one filter ($in takes at most 100 values).
 _MOST_ASKED = 100
-# recall gives at most MAX_LIMIT a call and pages as deep as this.
-_DEEPEST_OFFSET = 10_000
 
 
 def _text(event: Event) -> str | None:
@@ -182,16 +187,11 @@ class ADKMemoryService(BaseMemoryService):
         it, but are not returned for it alone, as ADK's own services return what
         matches)."""
         found: list[tuple[Recalled, dict[str, Any]]] = []
-        start = 0
-        while len(found) < self.limit:
-            page = self.store.recall(scope, query, MAX_LIMIT, where=_MARK, offset=start,
-                                     explain=True)
+        pages = recall_pages(self.store, scope, query, where=_MARK, explain=True)
+        while len(found) < self.limit and (page := next(pages, None)) is not None:
             found += [(_unexplained(memory), adk) for memory in page
                       if _matches(memory) and (adk := _own(memory)) is not None
                       ][:self.limit - len(found)]
-            start += MAX_LIMIT
-            if len(page) < MAX_LIMIT or start > _DEEPEST_OFFSET:
-                break
         return found
 
     async def delete_memory(self, *, app_name: str, user_id: str,

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory import MAX_QUERY, MemoryStore, Scope
-from memory_frameworks import conversation, marked, needs, store_of
+from memory_frameworks import OnStore, conversation, marked, needs, store_of
 
 with needs("agent-framework"):
     import anyio.to_thread
@@ -55,18 +55,13 @@ def _talk(session_id: str | None) -> str:
     return _NO_SESSION if session_id is None else conversation(session_id)
 
 
-class _OnStore:
+class _OnStore(OnStore):
     """What both providers stand on: the user's task, and the store it is kept in."""
 
     def _open(self, location: str | os.PathLike[str] | MemoryStore, user: str, task: str,
               options: dict[str, Any]) -> None:
         self.scope = Scope(user, task)
         self.store, self._owned = store_of(location, options, LONGEST_MESSAGE)
-
-    def close(self) -> None:
-        """Close the store, if this provider opened it."""
-        if self._owned:
-            self.store.close()
 
 
 class MemoryHistoryProvider(_OnStore, HistoryProvider):

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from memory import Memory, MemoryStore, Scope, VersionConflict
-from memory_frameworks import marked, needs, store_of
+from memory_frameworks import OnStore, marked, needs, store_of
 
 with needs("anthropic"):
     import anyio.to_thread
@@ -70,7 +70,7 @@ def _numbered(lines: list[str], first: int) -> str:
                      for number, line in enumerate(lines, first))
 
 
-class _Notebook:
+class _Notebook(OnStore):
     """The files of one user's task in a MemoryStore, as the memory tool's commands see
     them; every answer a string for the model, every refusal a ToolError."""
 
@@ -78,10 +78,6 @@ class _Notebook:
                  options: dict[str, Any]) -> None:
         self.scope = Scope(user, task)
         self.store, self._owned = store_of(location, options, LONGEST_FILE)
-
-    def close(self) -> None:
-        if self._owned:
-            self.store.close()
 
     # -- paths and files -----------------------------------------------------------
 

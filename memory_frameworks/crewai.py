@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memory import Memory, MemoryStore, Recalled, Scope
-from memory_frameworks import marked, needs, recalled, record_key, store_of
+from memory_frameworks import OnStore, marked, needs, recalled, record_key, store_of
 
 with needs("crewai"):
     from crewai.memory.storage.backend import EmbeddingDimensionMismatchError
@@ -50,8 +50,7 @@ _MOST_IN = 100
 def _path(scope: str | None) -> str:
     """A CrewAI scope as CrewAI's stores read it: a leading "/", none trailing, "/" the
     root."""
-    path = "/" + (scope or "/").strip().strip("/")
-    return path
+    return "/" + (scope or "/").strip().strip("/")
 
 
 def _prefixes(path: str) -> dict[str, str]:
@@ -72,6 +71,15 @@ def _moment(instant: str) -> datetime:
     return datetime.fromisoformat(instant).astimezone(UTC).replace(tzinfo=None)
 
 
+def _combined(op: str, conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Filters to combine by `op` ($and, $or), nested by it as far as a combination takes
+    no more than _WIDEST."""
+    while len(conditions) > _WIDEST:
+        conditions = [{op: conditions[start:start + _WIDEST]}
+                      for start in range(0, len(conditions), _WIDEST)]
+    return conditions
+
+
 def _all_of(conditions: list[dict[str, Any]]) -> dict[str, Any]:
     """Filters that must all hold, as one filter the store takes: their paths in one dict
     where they fit (an equality there is the index of terms' to answer; under $and, each
@@ -84,17 +92,7 @@ def _all_of(conditions: list[dict[str, Any]]) -> dict[str, Any]:
                 rest.append({path: test})
             else:
                 merged[path] = test
-    while len(rest) > _WIDEST:
-        rest = [{"$and": rest[start:start + _WIDEST]} for start in range(0, len(rest), _WIDEST)]
-    return {**merged, "$and": rest} if rest else merged
-
-
-def _any_of(conditions: list[dict[str, Any]]) -> dict[str, Any]:
-    """Filters of which one must hold, as one filter of combinations the store takes."""
-    while len(conditions) > _WIDEST:
-        conditions = [{"$or": conditions[start:start + _WIDEST]}
-                      for start in range(0, len(conditions), _WIDEST)]
-    return {"$or": conditions}
+    return {**merged, "$and": _combined("$and", rest)} if rest else merged
 
 
 def _where(scope_prefix: str | None = None, categories: list[str] | None = None,
@@ -107,8 +105,8 @@ def _where(scope_prefix: str | None = None, categories: list[str] | None = None,
         depth = path.count("/")
         conditions.append({f"in.{depth}": path})
     if categories:
-        conditions.append(_any_of([{"categories": {"$contains": category}}
-                                   for category in categories]))
+        conditions.append({"$or": _combined("$or", [{"categories": {"$contains": category}}
+                                                      for category in categories])})
     for name, value in (metadata_filter or {}).items():
         if not isinstance(name, str) or not name or "." in name:
             raise ValueError("a metadata_filter key is a non-empty str without '.'")
@@ -136,18 +134,17 @@ def _record_of(found: Memory | Recalled) -> MemoryRecord:
         private=kept["private"])
 
 
-def _metadata_of(record: MemoryRecord, last_accessed: datetime | None = None
-                 ) -> dict[str, Any]:
+def _metadata_of(record: MemoryRecord) -> dict[str, Any]:
     """What a memory keeps of a record beside its text, time and vector."""
     path = _path(record.scope)
     return {_MARK: _RECORD, "id": record.id, "scope": path, "in": _prefixes(path),
             "categories": list(record.categories), "importance": record.importance,
-            "last_accessed": _instant(last_accessed or record.last_accessed),
+            "last_accessed": _instant(record.last_accessed),
             "source": record.source, "private": record.private,
             "metadata": dict(record.metadata)}
 
 
-class CrewAIStorage:
+class CrewAIStorage(OnStore):
     """CrewAI's StorageBackend (Memory(storage=...)) kept in a MemoryStore.
 
     `location`: a path or postgresql:// URL (opened with RECOMMENDED unless `options`
@@ -157,17 +154,6 @@ class CrewAIStorage:
                  task: str = "crewai", **options: Any) -> None:
         self._scope = Scope(user, task)
         self.store, self._owned = store_of(location, options, LONGEST_RECORD)
-
-    def close(self) -> None:
-        """Close the store, if this adapter opened it."""
-        if self._owned:
-            self.store.close()
-
-    def __enter__(self) -> CrewAIStorage:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # -- records ---------------------------------------------------------------------
 
@@ -187,28 +173,38 @@ class CrewAIStorage:
         held already replaces it (as update)."""
         latest = {record.id: record for record in records}  # a repeated id: its last
         self._check_dimensions(record.embedding for record in latest.values())
-        new = [record for record in latest.values() if self._held(record.id) is None]
-        held = latest.keys() - {record.id for record in new}
-        if new:
+        holding = {record_id: self._held(record_id) for record_id in latest}
+        self._keep([latest[record_id] for record_id, held in holding.items() if held is None])
+        for record_id, held in holding.items():
+            if held is not None:
+                self._replace(held, latest[record_id])
+        _log.info("saved %d records of user %s", len(latest), self._scope.user)
+
+    def update(self, record: MemoryRecord) -> None:
+        """Replace the record of its id (its created_at kept), or keep it where none is
+        held."""
+        self._check_dimensions([record.embedding])
+        held = self._held(record.id)
+        if held is None:
+            self._keep([record])
+        else:
+            self._replace(held, record)
+
+    def _keep(self, records: list[MemoryRecord]) -> None:
+        """Write records no memory holds, with their times, in one transaction."""
+        if records:
             self.store.import_memories([{
                 "user": self._scope.user, "task": self._scope.task, "level": "task",
                 "text": record.content, "source": _SOURCE,
                 "created_at": _instant(record.created_at), "key": record_key(record.id),
                 "metadata": _metadata_of(record),
                 **({"vectors": [record.embedding]} if record.embedding else {"embed": False}),
-            } for record in new])
-        for record_id in held:
-            self.update(latest[record_id])
-        _log.info("saved %d records of user %s", len(latest), self._scope.user)
+            } for record in records])
 
-    def update(self, record: MemoryRecord) -> None:
-        """Replace the record of its id (its created_at kept), or keep it where none is
-        held. Without an embedding, the held vector stays where the content does."""
-        self._check_dimensions([record.embedding])
-        held = self._held(record.id)
-        if held is None:
-            self.save([record])
-        elif record.embedding:
+    def _replace(self, held: Memory, record: MemoryRecord) -> None:
+        """Write a record over the memory that holds it. Without an embedding, the held
+        vector stays where the content does."""
+        if record.embedding:
             self.store.remember(self._scope, "task", record.content, _SOURCE,
                                 key=record_key(record.id), metadata=_metadata_of(record),
                                 vectors=[record.embedding])
@@ -223,13 +219,12 @@ class CrewAIStorage:
     def touch_records(self, record_ids: list[str]) -> None:
         """Note each record read now (a revise of its metadata: a version where the store
         keeps history)."""
-        now = datetime.now(UTC)
+        now = _instant(datetime.now(UTC))
         for record_id in record_ids:
             held = self._held(record_id)
             if held is not None:
-                record = _record_of(held)
                 self.store.revise(self._scope, held["id"], held["text"], _SOURCE,
-                                  metadata=_metadata_of(record, now))
+                                  metadata={**_kept(held), "last_accessed": now})
 
     # -- search ----------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
 from memory import RECOMMENDED, Memory, MemoryStore, Rank, Scope
-from memory_frameworks import identifier, needs, record_key
+from memory_frameworks import identifier, needs, recall_pages, record_key
 
 with needs("langgraph"):
     from langgraph.store.base import (
@@ -61,10 +61,6 @@ _log = logging.getLogger("memory.langgraph")
 
 #: The longest text (a value's indexed text) a store this module opens takes.
 LONGEST_TEXT = 1_000_000
-# recall returns at most 20 a call: a longer search reads pages of it, as deep as recall's
-# offset goes.
-_RECALL_PAGE = 20
-_DEEPEST_OFFSET = 10_000
 # A memory takes at most 16 texts to embed (one vector each).
 _MOST_TEXTS = 16
 _SOURCE = "langgraph"
@@ -424,10 +420,10 @@ class LangGraphStore(BaseStore):
         """The items recall ranks best for `query`, from `offset`: pages of the ranking
         until `limit` of them are found (a memory that is no item takes no place)."""
         found: list[tuple[Memory, _Record, float | None]] = []
-        skipped, start = 0, 0
-        while len(found) < limit:
-            page = self.store.recall(scope, query, _RECALL_PAGE, rank=self._rank,
-                                     context=False, where=where, offset=start)
+        skipped = 0
+        pages = recall_pages(self.store, scope, query, rank=self._rank, context=False,
+                             where=where)
+        while len(found) < limit and (page := next(pages, None)) is not None:
             for memory in page:
                 record = self._record_of(scope, cast(Memory, memory))
                 if record is None:
@@ -436,9 +432,6 @@ class LangGraphStore(BaseStore):
                     skipped += 1
                 elif len(found) < limit:
                     found.append((cast(Memory, memory), record, memory["score"]))
-            start += _RECALL_PAGE
-            if len(page) < _RECALL_PAGE or start > _DEEPEST_OFFSET:
-                break
         return found
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:

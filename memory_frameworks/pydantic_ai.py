@@ -34,7 +34,7 @@ from memory import (
     Scope,
     VersionConflict,
 )
-from memory_frameworks import identifier, marked, needs, store_of
+from memory_frameworks import OnStore, identifier, marked, needs, store_of
 
 with needs("pydantic-ai"):
     import anyio.to_thread
@@ -125,7 +125,7 @@ def _mutation_of(operation: MemoryOperation, receipt: dict[str, Any]) -> MemoryM
                           existed=existed == "1")
 
 
-class PydanticAIMemoryStore:
+class PydanticAIMemoryStore(OnStore):
     """The harness's MemoryStore, SearchableMemoryStore and MetadataMemoryStore, kept in a
     MemoryStore.
 
@@ -149,17 +149,6 @@ class PydanticAIMemoryStore:
         if user is not None:
             Scope(user, task)  # checked now, not at the first call
         self.store, self._owned = store_of(location, options, LONGEST_FILE)
-
-    def close(self) -> None:
-        """Close the store, if this adapter opened it."""
-        if self._owned:
-            self.store.close()
-
-    def __enter__(self) -> PydanticAIMemoryStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # -- whose, and which memories are files ----------------------------------------
 

@@ -26,7 +26,7 @@ import uuid
 from typing import Any
 
 from memory import MAX_QUERY, Memory, MemoryStore, Scope
-from memory_frameworks import marked, needs, recalled, record_key, store_of
+from memory_frameworks import OnStore, marked, needs, recalled, record_key, store_of
 
 with needs("strands"):
     import anyio.to_thread
@@ -57,7 +57,7 @@ def _text_of(message: Message) -> str:
     return f"{message['role']}: {said}" if said.strip() else ""
 
 
-class StrandsMemoryStore:
+class StrandsMemoryStore(OnStore):
     """A Strands MemoryStore (MemoryManager's `stores`) kept in a MemoryStore.
 
     `location`: a path or postgresql:// URL (opened with RECOMMENDED unless `options`
@@ -81,17 +81,6 @@ class StrandsMemoryStore:
         self._scope = Scope(user, task)
         self.store, self._owned = store_of(location, options, LONGEST_ENTRY)
         self._run = uuid.uuid4().hex
-
-    def close(self) -> None:
-        """Close the store, if this adapter opened it."""
-        if self._owned:
-            self.store.close()
-
-    def __enter__(self) -> StrandsMemoryStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     async def initialize(self) -> None:
         """A new run: the MemoryManager's sequence numbers start again from 0."""
@@ -180,4 +169,4 @@ class StrandsMemoryStore:
 
     def _own(self, key: str, kind: str) -> Memory | None:
         found = self.store.get(self._scope, key=key)
-        return found if found is not None and marked(found, _MARK, kind) else None
+        return found if marked(found, _MARK, kind) else None

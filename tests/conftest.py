@@ -85,6 +85,12 @@ def target(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
 
 
 @pytest.fixture
+def anyio_backend() -> str:
+    """The event loop of the tests marked anyio: asyncio's, which the frameworks run on."""
+    return "asyncio"
+
+
+@pytest.fixture
 def clock() -> SetClock:
     """A clock the test sets."""
     return SetClock()

@@ -412,6 +412,22 @@ def test_a_memory_another_tool_wrote_is_never_an_adk_memory(
 
 
 
+def test_a_search_pages_past_a_page_of_memories_that_are_no_adk_memory(target: str) -> None:
+    async def run() -> list[str]:
+        service = ADKMemoryService(target)
+        scope = service.scope("travel", "alice")
+        await service.add_session_to_memory(session(TRIP[:1]))
+        for n in range(25):  # more than a page of recall, each ranked first, none its own
+            service.store.remember(scope, "task", f"Lisbon planted {n}", f"other-{n}/event",
+                                   metadata={"adk": {"v": 1, "session": ["s1"], "event": "e"}})
+        found = await service.search_memory(app_name="travel", user_id="alice",
+                                            query="Lisbon planted")
+        service.close()
+        return texts(found)
+
+    assert asyncio.run(run()) == ["I am flying to Lisbon in May."]
+
+
 def test_explicit_memories_are_kept_with_their_custom_metadata(target: str) -> None:
     from google.adk.memory.memory_entry import MemoryEntry
 

@@ -41,11 +41,6 @@ KAMAL = Scope("kamal", "crewai")
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def backend(target: str) -> Iterator[CrewAIStorage]:
     """The contract suite's backend: fresh, empty, one user's."""
     with CrewAIStorage(target, user="kamal") as opened:

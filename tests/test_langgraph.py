@@ -369,6 +369,12 @@ def test_a_search_pages_past_memories_that_are_no_items(target: str) -> None:
         assert sorted(sum(found, [])) == [f"k{n}" for n in range(6)]
 
 
+def test_a_search_gives_more_than_a_page_of_recall(lg: LangGraphStore) -> None:
+    lg.batch([PutOp(("prefs",), f"k{n}", {"text": f"tea number {n}"}) for n in range(30)])
+    found = lg.search(("prefs",), query="tea number", limit=25)
+    assert len(found) == 25 and len({item.key for item in found}) == 25
+
+
 def test_a_ttl_of_a_fraction_of_a_minute_is_kept_to_the_microsecond(target: str) -> None:
     with LangGraphStore.from_conn_string(target, user="alice",
                                          ttl={"default_ttl": 5 / 60}) as lg:

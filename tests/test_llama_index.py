@@ -103,8 +103,3 @@ def test_bad_settings_are_refused(target: str) -> None:
 
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"

@@ -28,11 +28,6 @@ KAMAL = Scope("kamal", "pydantic-ai")
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def store(target: str) -> Iterator[PydanticAIMemoryStore]:
     """The contract suite's store: fresh, empty, one user's."""
     with PydanticAIMemoryStore(target, user="kamal") as opened:

@@ -33,11 +33,6 @@ pytestmark = pytest.mark.anyio
 KAMAL = Scope("kamal", "strands")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class ScriptedModel(Model):
     """Strands' Model answering from a script, a turn a call: a text, or a tool call
     (name, input); each call's messages and system prompt kept for the test to read."""

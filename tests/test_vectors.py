@@ -89,10 +89,14 @@ def test_one_store_holds_one_dimension_count(target: str) -> None:
         MemoryStore(target, embedder=ConceptEmbedder())
 
 
+def axis(dimensions: int) -> list[float]:
+    """A unit vector of that many numbers, along the fourth axis."""
+    return [1.0 if place == 3 else 0.0 for place in range(dimensions)]
+
+
 def test_a_store_with_an_embedder_takes_vectors_of_its_dimensions(target: str) -> None:
     embedder = ConceptEmbedder()
-    wide = [0.0] * embedder.dimensions
-    wide[3] = 1.0
+    wide = axis(embedder.dimensions)
     with MemoryStore(target, embedder=embedder) as store:
         given = store.remember(ALICE, "user", "unrelated words", "s", vectors=[wide])
         store.remember(ALICE, "user", "jazz concert", "s")  # embedded by the embedder
@@ -160,8 +164,7 @@ def test_a_revise_keeping_the_text_keeps_the_callers_vectors(target: str) -> Non
 
 def test_a_revise_keeping_the_text_keeps_what_it_was_embedded_from(target: str) -> None:
     embedder = ConceptEmbedder()
-    wide = [0.0] * embedder.dimensions
-    wide[3] = 1.0
+    wide = axis(embedder.dimensions)
     with MemoryStore(target, embedder=embedder) as store:
         given = store.remember(ALICE, "user", "unrelated words", "s", vectors=[wide])
         unembedded = store.remember(ALICE, "user", "jazz concert", "s", embed=False)
