@@ -819,6 +819,9 @@ _SQL_SET_HISTORY = _sql(
     "INSERT OR REPLACE INTO store_settings (name, value) VALUES ('history', ?)",
     postgresql="INSERT INTO store_settings (name, value) VALUES ('history', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+# A memory's vector (NULL: it has none), read beside the memory's row.
+_ITS_VECTOR = ("(SELECT vector FROM memory_vectors WHERE user_id = memories.user_id"
+               " AND id = memories.id)")
 # Memories of the scope kept as superseded versions, with their vectors, before they go:
 # each under itself as head until its successor is written (_SQL_LINK_SUCCESSOR), which
 # gives superseded_at unless the call did (a rename, which keeps the id).
@@ -826,8 +829,7 @@ _SQL_KEEP_SUPERSEDED = _sql(
     "INSERT INTO memory_history (user_id, head_id, version, id, task_id, key, text, source,"
     " created_at, updated_at, expires_at, metadata, embed, vector, superseded_at)"
     " SELECT user_id, id, coalesce(version, 1), id, task_id, key, text, source, created_at,"
-    " updated_at, expires_at, metadata, embed, (SELECT vector FROM memory_vectors WHERE"
-    " user_id = memories.user_id AND id = memories.id), CAST(? AS TEXT)"
+    f" updated_at, expires_at, metadata, embed, {_ITS_VECTOR}, CAST(? AS TEXT)"
     f" FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))")
 # A memory's versions move to its successor, superseded when the successor was written.
 _SQL_LINK_SUCCESSOR = _sql(
@@ -868,8 +870,7 @@ _SQL_HEAD_OF = _sql(f"SELECT head_id FROM memory_history {_IN_SCOPE} AND id = ?"
 _SQL_SCOPE_HISTORY = _sql(
     f"SELECT {_PAST_COLUMNS} FROM memory_history {_IN_SCOPE} ORDER BY head_id, version")
 _SQL_VISIBLE_WITH_VECTORS = _sql(
-    f"SELECT {_MEMORY_COLUMNS}, (SELECT vector FROM memory_vectors WHERE user_id ="
-    f" memories.user_id AND id = memories.id) FROM memories {_IN_SCOPE} ORDER BY id")
+    f"SELECT {_MEMORY_COLUMNS}, {_ITS_VECTOR} FROM memories {_IN_SCOPE} ORDER BY id")
 _SQL_OWNED_HISTORY = _sql(
     f"SELECT {_PAST_COLUMNS} FROM memory_history WHERE user_id = ? ORDER BY head_id, version")
 # The scope's memories that are no longer live, from the expiry index alone (it holds
@@ -1119,9 +1120,7 @@ _SQL_VISIBLE_PAGE = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id > ? ORDER BY id LIMIT ?")
 _SQL_VISIBLE_ID = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?")
 # What a memory was embedded from, and its vectors: what a revise keeping its text keeps.
-_SQL_EMBEDDED_AS = _sql(
-    "SELECT embed, (SELECT vector FROM memory_vectors WHERE user_id = memories.user_id AND"
-    f" id = memories.id) FROM memories {_IN_SCOPE} AND id = ?")
+_SQL_EMBEDDED_AS = _sql(f"SELECT embed, {_ITS_VECTOR} FROM memories {_IN_SCOPE} AND id = ?")
 # By their ids: SQLite's planner would walk every row of the user in another index.
 _SQL_VISIBLE_IDS = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories NOT INDEXED {_IN_SCOPE}"
                         " AND id IN (SELECT value FROM json_each(?)) ORDER BY id")

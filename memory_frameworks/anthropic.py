@@ -18,13 +18,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from memory import Memory, MemoryStore, Scope, VersionConflict
 from memory_frameworks import OnStore, marked, needs, store_of
 
 with needs("anthropic"):
-    import anyio.to_thread
     from anthropic.lib.tools import BetaAbstractMemoryTool, BetaAsyncAbstractMemoryTool, ToolError
     from anthropic.types.beta import (
         BetaMemoryTool20250818CreateCommand,
@@ -34,11 +33,11 @@ with needs("anthropic"):
         BetaMemoryTool20250818StrReplaceCommand,
         BetaMemoryTool20250818ViewCommand,
     )
+    from anyio.to_thread import run_sync
 
 __all__ = ["AnthropicMemoryTool", "AsyncAnthropicMemoryTool"]
 
 _log = logging.getLogger("memory.anthropic")
-_Result = TypeVar("_Result")
 
 #: The longest file a store this module opens takes.
 LONGEST_FILE = 1_000_000
@@ -341,29 +340,27 @@ class AsyncAnthropicMemoryTool(_OnNotebook, BetaAsyncAbstractMemoryTool):
     async def __aexit__(self, *exc_info: object) -> None:
         self.close()
 
-    async def _run(self, call: Callable[..., _Result], *args: Any) -> _Result:
-        return await anyio.to_thread.run_sync(call, *args)
 
     async def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
-        return await self._run(self._notebook.view, command.path, command.view_range)
+        return await run_sync(self._notebook.view, command.path, command.view_range)
 
     async def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
-        return await self._run(self._notebook.create, command.path, command.file_text)
+        return await run_sync(self._notebook.create, command.path, command.file_text)
 
     async def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
-        return await self._run(self._notebook.edit, command.path, _replace(
+        return await run_sync(self._notebook.edit, command.path, _replace(
             command.path, command.old_str, command.new_str))
 
     async def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
-        return await self._run(self._notebook.edit, command.path, _insert(
+        return await run_sync(self._notebook.edit, command.path, _insert(
             command.path, command.insert_line, command.insert_text))
 
     async def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
-        return await self._run(self._notebook.delete, command.path)
+        return await run_sync(self._notebook.delete, command.path)
 
     async def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
-        return await self._run(self._notebook.rename, command.old_path, command.new_path)
+        return await run_sync(self._notebook.rename, command.old_path, command.new_path)
 
     async def clear_all_memory(self) -> str:
         """Forget every file of the tool's (nothing else of the user's)."""
-        return await self._run(self._notebook.clear)
+        return await run_sync(self._notebook.clear)

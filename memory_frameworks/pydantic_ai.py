@@ -22,8 +22,8 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from memory import (
     MAX_LIMIT,
@@ -37,7 +37,7 @@ from memory import (
 from memory_frameworks import OnStore, identifier, marked, needs, store_of
 
 with needs("pydantic-ai"):
-    import anyio.to_thread
+    from anyio.to_thread import run_sync
     from pydantic_ai_harness.memory import (
         MemoryConflictError,
         MemoryFile,
@@ -51,7 +51,6 @@ with needs("pydantic-ai"):
 __all__ = ["PydanticAIMemoryStore"]
 
 _log = logging.getLogger("memory.pydantic_ai")
-_Result = TypeVar("_Result")
 
 #: The longest file a store this module opens takes.
 LONGEST_FILE = 1_000_000
@@ -195,15 +194,13 @@ class PydanticAIMemoryStore(OnStore):
 
     # -- the protocol, each call in a worker thread -----------------------------------
 
-    async def _run(self, call: Callable[..., _Result], *args: Any) -> _Result:
-        return await anyio.to_thread.run_sync(call, *args)
 
     async def read(self, path: str, *, max_chars: int) -> MemoryFile | None:
         """The file at `path`, at most `max_chars` of it, or None."""
         _check_path(path)
         if type(max_chars) is not int or max_chars <= 0:
             raise ValueError("max_chars must be a positive int")
-        found = await self._run(self._file, self._scope(path), path)
+        found = await run_sync(self._file, self._scope(path), path)
         if found is None:
             return None
         mark = (found.get("metadata") or {})
@@ -218,7 +215,7 @@ class PydanticAIMemoryStore(OnStore):
         delete under it is replayed all the same)."""
         if self._user is None:
             return None
-        return await self._run(self._replayed, Scope(self._user, self._task), operation)
+        return await run_sync(self._replayed, Scope(self._user, self._task), operation)
 
     async def write(self, path: str, content: str, *, expected_version: str | None,
                     operation: MemoryOperation | None = None) -> MemoryMutation:
@@ -239,8 +236,8 @@ class PydanticAIMemoryStore(OnStore):
         if expected_version is not None and not isinstance(expected_version, str):
             raise ValueError("expected_version must be a str or None")
         recorded = _check_metadata(metadata)
-        return await self._run(self._write, path, content, expected_version, recorded,
-                               operation)
+        return await run_sync(self._write, path, content, expected_version, recorded,
+                              operation)
 
     def _write(self, path: str, content: str, expected: str | None,
                recorded: dict[str, str] | None,
@@ -283,7 +280,7 @@ class PydanticAIMemoryStore(OnStore):
         _check_path(path)
         if expected_version is not None and not isinstance(expected_version, str):
             raise ValueError("expected_version must be a str or None")
-        return await self._run(self._delete, path, expected_version, operation)
+        return await run_sync(self._delete, path, expected_version, operation)
 
     def _delete(self, path: str, expected: str | None,
                 operation: MemoryOperation | None) -> MemoryMutation:
@@ -310,7 +307,7 @@ class PydanticAIMemoryStore(OnStore):
         _check_prefix(prefix)
         if type(limit) is not int or limit <= 0:
             raise ValueError("limit must be a positive int")
-        return await self._run(self._paths, prefix, limit)
+        return await run_sync(self._paths, prefix, limit)
 
     def _paths(self, prefix: str, limit: int) -> list[str]:
         scope = self._scope_of_prefix(prefix)
@@ -342,8 +339,8 @@ class PydanticAIMemoryStore(OnStore):
                 raise ValueError(f"{name} must be a positive int")
         if not isinstance(query, str) or not query.strip():
             return MemorySearchResult(matches=[], scanned=0, truncated=False)
-        return await self._run(self._search, prefix, query, limit, max_files, max_chars,
-                               max_file_chars)
+        return await run_sync(self._search, prefix, query, limit, max_files, max_chars,
+                              max_file_chars)
 
     def _search(self, prefix: str, query: str, limit: int, max_files: int, max_chars: int,
                 max_file_chars: int) -> MemorySearchResult:
