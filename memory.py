@@ -86,7 +86,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncMemoryStore", "ConnectionLost", "Embedder", "FixedClock", "IDENTIFIER", "Level",
     "MAX_LIMIT", "MAX_QUERY", "MAX_TEXT", "Matching", "Memory", "MemoryInputError", "MemoryStore",
-    "OperationConflict", "OutcomeUnknown", "RECOMMENDED", "Rank", "Recalled", "Record",
+    "OperationConflict", "OutcomeUnknown", "RECOMMENDED", "Rank", "Recalled", "Record", "Reranker",
     "SCHEMA_VERSION", "STOPWORDS", "SchemaError", "Scope", "StoreError", "StoreNotFound",
     "VersionConflict", "WORD", "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
@@ -142,6 +142,18 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
         """One vector of `dimensions` finite numbers for each text, in order."""
+        ...
+
+
+class Reranker(Protocol):
+    """What reorders recall's best candidates by reading each beside the query: the
+    caller's model (a cross-encoder, say), which the store never downloads or imports.
+    `name` names it in errors and explain."""
+
+    name: str
+
+    def rerank(self, query: str, texts: Sequence[str]) -> Sequence[float]:
+        """One finite score for each text, in order: the higher, the better it answers."""
         ...
 
 
@@ -249,6 +261,11 @@ PURGE_PER_WRITE = 100
 # Texts per call of the embedder's embed(): a model's batch, small enough that a bulk
 # write's memory and a call's time stay bounded.
 EMBED_BATCH = 64
+# recall with a reranker reorders this many of the rank's best, and gives no memory past
+# them: a cross-encoder reads each beside the query, so its cost grows with the depth,
+# and on LoCoMo the rank's best 50 hold 0.90 of the evidence, its best 20 0.84
+# (docs/quality.md).
+RERANK_DEPTH = 50
 # With numpy, a store keeps what recall read of the scopes it served last (their vectors
 # and their conversations), up to this many bytes in all: reading a heavy user's 100,000
 # rows again costs far more than scoring them. The oldest read goes first.
@@ -1500,11 +1517,13 @@ class Why(_Matched, total=False):
     _HYBRID_WORDS times the words' evidence over `question`, the weight of all the
     query's words: the evidence is the sum of `matched` where at least two of its words
     weigh _INFORMATIVE or more (else 0), plus `lent` (each neighbour's evidence times its
-    weight)."""
+    weight). Reordered by a reranker, `ranked` too: the rank's score, which the others
+    add up to, where the score is the reranker's."""
 
     lent: dict[int, float]
     meaning: float
     question: float
+    ranked: float
 
 
 class _Scored(_Fields):
@@ -1688,8 +1707,12 @@ def _check_seconds(name: str, value: object) -> float:
     return seconds
 
 
-def _check_score(score: object) -> float:
+def _check_score(score: object, signed: bool = False) -> float:
+    """A min_score: from 0 up, as the ranks score; `signed`, any finite number, as a
+    reranker's may be (a model's logits)."""
     value = _as_float(score)
+    if signed and math.isfinite(value):
+        return value
     if not (math.isfinite(value) and value >= 0):
         raise MemoryInputError(
             f"min_score must be a finite number from 0 up, got {_described(score)}")
@@ -2353,6 +2376,20 @@ def _check_embedder(embedder: object) -> Embedder:
     return cast(Embedder, embedder)
 
 
+def _check_reranker(reranker: object) -> Reranker:
+    """The reranker, if it has what Reranker promises."""
+    if isinstance(reranker, type):
+        raise MemoryInputError(f"reranker must be an instance, got the class"
+                               f" {reranker.__name__[:200]}: call it, {reranker.__name__[:200]}()")
+    name = getattr(reranker, "name", None)
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_TEXT:
+        raise MemoryInputError("reranker.name must be a str of 1 to"
+                               f" {MAX_TEXT} characters, got {_described(name)}")
+    if not callable(getattr(reranker, "rerank", None)):
+        raise MemoryInputError("reranker.rerank must be callable")
+    return cast(Reranker, reranker)
+
+
 # What a store without an embedder records once its callers give vectors (remember's
 # vectors=), and what a memory's `embed` says of vectors its caller gave.
 _GIVEN = "vectors given by the caller"
@@ -2497,6 +2534,49 @@ def _embedded(embedder: Embedder, texts: list[str]) -> list[bytes]:
                                  f"the embedder's vector {start + at}")
                     for at, vector in enumerate(given)]
     return vectors
+
+
+def _reranked(reranker: Reranker, query: str, found: list[Recalled]) -> list[Recalled]:
+    """The recalled memories in the order of the reranker's scores for them, the best
+    first (a tie keeps the rank's order), each scored by it, with the rank's score in
+    `why` where explain gave one."""
+    if not found:
+        return found
+    scores = _rerank_scores(reranker, query, [result["text"] for result in found])
+    for result, score in zip(found, scores, strict=True):
+        if "why" in result:
+            result["why"]["ranked"] = result["score"]
+        result["score"] = score
+    order = sorted(range(len(found)), key=lambda at: -scores[at])
+    return [found[at] for at in order]
+
+
+def _rerank_scores(reranker: Reranker, query: str, texts: list[str]) -> array.array[float]:
+    """The reranker's score of each text, checked: one that raises or answers other than
+    one finite number a text is StoreError naming what it did, never a text."""
+    failure, scores = None, None
+    try:
+        given = reranker.rerank(query, texts)
+    except Exception as exc:
+        failure = _failure_of(exc, [query, *texts])
+    if failure is not None:  # raised out here, so the error (and its text) is no context
+        raise StoreError(f"the reranker raised {failure}")
+    try:  # a lazy answer (a generator) runs the reranker's code here too
+        if not isinstance(given, (str, bytes)):
+            scores = array.array("d", given)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    except Exception as exc:
+        failure = type(exc).__name__
+    if failure is not None:
+        raise StoreError(f"the reranker's scores raised {failure} while they were read")
+    if scores is None:
+        raise StoreError("the reranker gave something other than a sequence of numbers")
+    if len(scores) != len(texts):
+        raise StoreError(f"the reranker gave {len(scores)} scores for {len(texts)} texts")
+    if not all(map(math.isfinite, scores)):
+        raise StoreError("the reranker gave a score that is not a finite number")
+    return scores
 
 
 # The one record shape: export_user writes it, import_memories reads it, and so does the
@@ -6296,6 +6376,7 @@ class MemoryStore:
         max_text: int = MAX_TEXT,
         receipts_ttl: float = 86_400,
         history: bool | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         self.path = _check_path(path)
         keep_history = None if history is None else _check_flag("history", history)
@@ -6305,6 +6386,8 @@ class MemoryStore:
         self.max_text = _check_within("max_text", max_text, MAX_TEXT, _LONGEST_TEXT)
         #: What turns texts into vectors for recall by meaning (None: words alone).
         self.embedder = None if embedder is None else _check_embedder(embedder)
+        #: What reorders each recall's best RERANK_DEPTH memories (None: the rank's order).
+        self.reranker = None if reranker is None else _check_reranker(reranker)
         #: The rank recall uses when a call names none: "shared" (the literal rule's) or
         #: "idf", the better one for most text.
         self.rank: Rank = "shared" if rank is None else _check_choice("rank", rank, RANKS)
@@ -6654,7 +6737,7 @@ class MemoryStore:
                explain: bool = False, context: bool | None = None,
                where: dict[str, Any] | None = None, offset: int = 0,
                vector: Sequence[float] | None = None,
-               as_of: str | None = None) -> list[Recalled]:
+               as_of: str | None = None, rerank: bool | None = None) -> list[Recalled]:
         """The memories visible in the scope that match `query` best. rank="shared":
         a memory's score is the number of distinct words it shares with the query;
         rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
@@ -6700,29 +6783,39 @@ class MemoryStore:
 
         With `as_of` (an ISO time with a UTC offset), over the memories the scope saw
         live then, as they read then (see history), scored as a recall then would have
-        scored them."""
+        scored them.
+
+        With `rerank` (None: where the store has a reranker and the query has words),
+        the store's reranker reorders the rank's best RERANK_DEPTH memories (those the
+        scope sees and `where` admits) by its scores for the query and each text, the
+        best first, a tie in the rank's order; recall then gives none past them, each
+        scored by the reranker (`min_score` compares that, and may be below 0), and
+        explain's `why` gives `ranked`, the rank's score, as well."""
         scope = _check_scope(scope)
         _check_limit(limit)
         conditions = _check_where(where)
         offset = _check_within("offset", offset, 0, _MAX_OFFSET)
         ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
         in_context = self.context if context is None else _check_flag("context", context)
+        _check_text("query", query, MAX_QUERY, blank=True)
+        reranker = self._reranker_for(rerank, query)
         if min_score is not None:
-            min_score = _check_score(min_score)
+            min_score = _check_score(min_score, signed=reranker is not None)
         if budget is not None:
             budget = _check_id(budget, "budget")
         _check_flag("explain", explain)
-        _check_text("query", query, MAX_QUERY, blank=True)
         key = _ScopeKey(scope.user, scope.task)
         given = None if vector is None else _caller_vectors([vector], "vector")
         if given is not None and ranked not in ("meaning", "hybrid"):
             raise MemoryInputError("vector= is the query's meaning: it ranks by 'meaning' or"
                                    " 'hybrid'")
         meant = self._planner.query_vector(ranked, query) if given is None else given[0]
+        # The ranking's place to begin and to stop: a reranker reorders its first ones.
+        start, stop = (offset, offset + limit) if reranker is None else (0, RERANK_DEPTH)
         if as_of is not None:
-            return self._recall_then(scope, as_of, meant, query, limit, rank=ranked,
-                                     min_score=min_score, budget=budget, explain=explain,
-                                     context=in_context, where=where, offset=offset)
+            found = self._recall_then(scope, as_of, meant, query, start, stop, rank=ranked,
+                                      explain=explain, context=in_context, where=where)
+            return self._kept(reranker, query, found, offset, limit, min_score, budget)
         with self._snapshot({scope.user}) as db:
             if given is not None and not self._take_given(db, {given[1]}, write=False):
                 meant = None  # nothing holds a vector yet
@@ -6732,37 +6825,75 @@ class MemoryStore:
             if not wanted and meant is None:
                 return []
             planned = self._planner.plan(db, key, wanted, meant, ranked, in_context,
-                                         conditions, offset + limit)
+                                         conditions, stop)
             if planned is None:  # the filter admits no memory
                 return []
             asked, scoring = planned
-            page = scoring.best[offset:]
-            found = db.last_statement(_SQL_RECALLED, (*key, json.dumps([i for _, i in page])))
-            rows = {row[0]: _MemoryRow(*row) for row in found}
-        results, left = [], _MAX_ID if budget is None else budget
+            page = scoring.best[start:stop]
+            read = db.last_statement(_SQL_RECALLED, (*key, json.dumps([i for _, i in page])))
+            rows = {row[0]: _MemoryRow(*row) for row in read}
+        found = []
         for score, memory_id in page:
             row = rows.get(memory_id)
-            if row is None or (min_score is not None and score < min_score) \
-                    or len(row.text) > left:
+            if row is None:
                 continue
-            left -= len(row.text)
             result = row.recalled(score)
             if explain:
                 holds = sorted(wanted & self._rule.of_memory(row.text, row.created_at))
                 result["why"] = scoring.why(memory_id, {word: asked.weights.get(word, 1)
                                                         for word in holds})
-            results.append(result)
-        return results
+            found.append(result)
+        return self._kept(reranker, query, found, offset, limit, min_score, budget)
 
-    def _recall_then(self, scope: Scope, as_of: str, meant: bytes | None, *args: Any,
-                     rank: Rank, **options: Any) -> list[Recalled]:
-        """recall as_of: in a store of the scope as it read then, by the query's vector
+    def _reranker_for(self, rerank: object, query: str) -> Reranker | None:
+        """The reranker a recall reorders by: rerank=None asks for the store's where the
+        query has words to read beside each memory."""
+        if rerank is None:
+            return self.reranker if query.strip() else None
+        if not _check_flag("rerank", rerank):
+            return None
+        if self.reranker is None:
+            raise MemoryInputError("rerank=True needs the store's reranker:"
+                                   " MemoryStore(..., reranker=...)")
+        if not query.strip():
+            raise MemoryInputError("rerank=True reads the query beside each memory: it"
+                                   " must have words")
+        return self.reranker
+
+    @staticmethod
+    def _kept(reranker: Reranker | None, query: str, found: list[Recalled], offset: int,
+              limit: int, min_score: float | None, budget: int | None) -> list[Recalled]:
+        """Of the ranking's first memories (`found`), the page recall gives: reordered by
+        the reranker, if any, and cut to its place; then those scoring `min_score` or
+        more whose texts fit the `budget`, best first."""
+        if reranker is not None:
+            found = _reranked(reranker, query, found)[offset : offset + limit]
+        kept, left = [], _MAX_ID if budget is None else budget
+        for result in found:
+            if (min_score is not None and result["score"] < min_score) \
+                    or len(result["text"]) > left:
+                continue
+            left -= len(result["text"])
+            kept.append(result)
+        return kept
+
+    def _recall_then(self, scope: Scope, as_of: str, meant: bytes | None, query: str,
+                     start: int, stop: int, *, rank: Rank, **options: Any) -> list[Recalled]:
+        """recall as_of, the ranking from `start` to `stop`: in a store of the scope as it
+        read then (whose ranking stays as it is from page to page), by the query's vector
         (`meant`) made here."""
         if meant is None and rank == "meaning":
             return []
+        found: list[Recalled] = []
         with self._as_it_read(scope, as_of, meant) as (past, ids):
-            found = past.recall(scope, *args, rank=rank, **options,
-                                vector=None if meant is None else list(_floats(meant)))
+            while start + len(found) < stop:
+                asked = min(MAX_LIMIT, stop - start - len(found))
+                page = past.recall(scope, query, asked, offset=start + len(found), rank=rank,
+                                   **options, vector=None if meant is None
+                                   else list(_floats(meant)))
+                found += page
+                if len(page) < asked:
+                    break
         return [_renumbered(result, ids) for result in found]
 
     @_read_again_if_cut_off
@@ -7366,13 +7497,14 @@ class AsyncMemoryStore:
         max_text: int = MAX_TEXT,
         receipts_ttl: float = 86_400,
         history: bool | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         # MemoryStore's keywords written out, so that a type checker checks them here too.
         self._opening = functools.partial(
             MemoryStore, path, clock, read_only=read_only, durable=durable, matching=matching,
             create=create, statement_timeout=statement_timeout, pool_size=pool_size,
             pool_timeout=pool_timeout, rank=rank, context=context, embedder=embedder,
-            max_text=max_text, receipts_ttl=receipts_ttl, history=history)
+            max_text=max_text, receipts_ttl=receipts_ttl, history=history, reranker=reranker)
         self._store: MemoryStore | None = None
         # Thread primitives, not asyncio's: open, the calls and close may come from any
         # loop. One store is opened whoever opens it, and close() waits for the calls
@@ -7558,7 +7690,7 @@ def _run_recall(store: MemoryStore, args: argparse.Namespace) -> int:
     for memory in store.recall(Scope(args.user, args.task), args.query, args.limit,
                                rank=args.rank, budget=args.budget, explain=args.explain,
                                context=args.context, where=args.where, offset=args.offset,
-                               as_of=args.as_of):
+                               as_of=args.as_of, rerank=args.rerank):
         _emit(memory)
     return 0
 
@@ -7891,9 +8023,9 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(kept)
 
 
-def _load_embedder(spec: str, named: str) -> Embedder:
-    """The embedder a launch setting names as MODULE:FACTORY: that module's FACTORY(),
-    the module importable as any other (installed, or on PYTHONPATH)."""
+def _made_by(spec: str, named: str) -> object:
+    """What a launch setting names as MODULE:FACTORY (an embedder, a reranker): that
+    module's FACTORY(), the module importable as any other (installed, or on PYTHONPATH)."""
     module, _, factory = spec.partition(":")
     if not module or not factory.isidentifier():
         raise MemoryInputError(f"{named} must be MODULE:FACTORY, a module and a callable in it")
@@ -7915,7 +8047,7 @@ def _load_embedder(spec: str, named: str) -> Embedder:
             failure = f"calling {factory!r} raised {type(exc).__name__}"
     if failure is not None:  # raised out here: the module's own error may quote anything
         raise MemoryInputError(f"{named}: {failure}")
-    return _check_embedder(made)
+    return made
 
 
 def _embedder_of(args: argparse.Namespace) -> Embedder | None:
@@ -7923,11 +8055,22 @@ def _embedder_of(args: argparse.Namespace) -> Embedder | None:
     $MEMORY_EMBEDDER, else none (reindex takes --embedder alone, as the one to embed
     every memory with anew)."""
     if args.embedder is not None:
-        return _load_embedder(args.embedder, "--embedder")
+        return _check_embedder(_made_by(args.embedder, "--embedder"))
     spec = os.environ.get("MEMORY_EMBEDDER")
     if spec and args.embeds and args.command != "reindex":
-        return _load_embedder(spec, "MEMORY_EMBEDDER")
+        return _check_embedder(_made_by(spec, "MEMORY_EMBEDDER"))
     return None
+
+
+def _reranker_of(args: argparse.Namespace) -> Reranker | None:
+    """The command's reranker, for the commands that recall: --reranker, else
+    $MEMORY_RERANKER, else none."""
+    if not args.reranks:
+        return None
+    if args.reranker is not None:
+        return _check_reranker(_made_by(args.reranker, "--reranker"))
+    spec = os.environ.get("MEMORY_RERANKER")
+    return _check_reranker(_made_by(spec, "MEMORY_RERANKER")) if spec else None
 
 
 class _NotTheAdvice(logging.Filter):
@@ -7958,12 +8101,14 @@ def _open_ranked(args: argparse.Namespace, embedder: Embedder | None) -> MemoryS
     del ranking["matching"]
     longest = _longest_text(args)
     keep = True if getattr(args, "history", False) else None  # --history: on from now
+    reranker = _reranker_of(args)
     if args.opens == _READS:
-        return MemoryStore(args.path, read_only=True, embedder=embedder, **ranking)
+        return MemoryStore(args.path, read_only=True, embedder=embedder, reranker=reranker,
+                           **ranking)
     if args.opens == _CREATES:
         try:
             return MemoryStore(args.path, create=False, embedder=embedder, max_text=longest,
-                               history=keep, **ranking)
+                               history=keep, reranker=reranker, **ranking)
         except StoreNotFound:
             settings = _recommended_here()
             if settings["matching"] == "exact":
@@ -7971,9 +8116,9 @@ def _open_ranked(args: argparse.Namespace, embedder: Embedder | None) -> MemoryS
                       " not installed (pip install snowballstemmer PyStemmer), and a store"
                       " keeps its rule until reindex", file=sys.stderr)
             return MemoryStore(args.path, embedder=embedder, max_text=longest, history=keep,
-                               **settings)
+                               reranker=reranker, **settings)
     return MemoryStore(args.path, create=False, embedder=embedder, max_text=longest,
-                       history=keep, **ranking)
+                       history=keep, reranker=reranker, **ranking)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -7987,10 +8132,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     embedding = ("the embedder for recall by meaning: FACTORY() of the importable module"
                  " MODULE (default: $MEMORY_EMBEDDER)")
+    reranking = (f"the reranker that reorders recall's best {RERANK_DEPTH}: FACTORY() of the"
+                 " importable module MODULE (default: $MEMORY_RERANKER)")
 
     def command(name: str, run: Callable[[MemoryStore, argparse.Namespace], int], opens: str,
-                summary: str, user: bool = False, task: bool = False, embeds: bool = False
-                ) -> argparse.ArgumentParser:
+                summary: str, user: bool = False, task: bool = False, embeds: bool = False,
+                reranks: bool = False) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=summary, description=summary)
         sub.add_argument("path", metavar="PATH",
                          help="the store: an SQLite file, or a postgresql:// URL")
@@ -8000,8 +8147,10 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--task", required=True, type=_identifier, help="the task id")
         if embeds:
             sub.add_argument("--embedder", metavar="MODULE:FACTORY", help=embedding)
+        if reranks:
+            sub.add_argument("--reranker", metavar="MODULE:FACTORY", help=reranking)
         sub.set_defaults(run=run, opens=opens, load=None, usage=sub, embedder=None,
-                         embeds=embeds)
+                         embeds=embeds, reranker=None, reranks=reranks)
         return sub
 
     command("stats", _run_stats, _READS, "counts by level and users, schema version, file size")
@@ -8039,7 +8188,7 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--key", metavar="KEY", help="the key the scope sees it under")
     recall = command("recall", _run_recall, _READS,
                      "the memories that best match QUERY, as JSON Lines", user=True, task=True,
-                     embeds=True)
+                     embeds=True, reranks=True)
     recall.add_argument("query", metavar="QUERY")
     recall.add_argument("--limit", type=_bounded_int(1, MAX_LIMIT), default=3,
                         help=f"at most this many (1 to {MAX_LIMIT}, default 3)")
@@ -8059,6 +8208,8 @@ def _parser() -> argparse.ArgumentParser:
     recall.add_argument("--explain", action="store_true",
                         help="give each memory `why`: the query words it matched, with what"
                         " each added to its score")
+    recall.add_argument("--rerank", action=argparse.BooleanOptionalAction,
+                        help="reorder the best by the reranker (default: where one is given)")
     command("export", _run_export, _READS, "every memory of the user, as JSON Lines on stdout",
             user=True)
     remember = command("remember", _run_remember, _CREATES,
@@ -8179,6 +8330,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--user-claim", default="sub", metavar="CLAIM", help="with --issuer:"
                        " the claim that names the user (default sub)")
     serve.add_argument("--embedder", metavar="MODULE:FACTORY", help=embedding)
+    serve.add_argument("--reranker", metavar="MODULE:FACTORY", help=reranking)
     serve.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
                        metavar="CHARACTERS", help=longest)
     serve.add_argument("--history", action="store_true", help=keeping)
@@ -8187,7 +8339,8 @@ def _parser() -> argparse.ArgumentParser:
                        " settings say (this interpreter's memory command, the store's"
                        " absolute path), and exit without opening the store")
     serve.set_defaults(run=_beside("memory_mcp", "run", "mcp"), opens=_CREATES, embeds=True,
-                       load=_beside("memory_mcp", "settings", "mcp"), usage=serve)
+                       reranks=True, load=_beside("memory_mcp", "settings", "mcp"),
+                       usage=serve)
     return parser
 
 

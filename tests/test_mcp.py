@@ -396,12 +396,14 @@ def test_a_store_is_created_only_where_there_is_none(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(memory, "MemoryStore", refusing)
     serving_args = argparse.Namespace(opens=memory._CREATES, path="postgresql:///down",
-                                      command="mcp", embedder=None, embeds=True)
+                                      command="mcp", embedder=None, embeds=True,
+                                      reranker=None, reranks=True)
     monkeypatch.delenv("MEMORY_EMBEDDER", raising=False)
+    monkeypatch.delenv("MEMORY_RERANKER", raising=False)
     with pytest.raises(memory.StoreError, match="no connection"):
         memory._open_for(serving_args)
     assert tries == [{"create": False, "embedder": None, "max_text": memory.MAX_TEXT,
-                      "history": None, "rank": "hybrid", "context": True}]
+                      "history": None, "reranker": None, "rank": "hybrid", "context": True}]
 
 
 def test_list_memories_shows_the_newest_hundred_oldest_first_with_the_total(
@@ -501,6 +503,15 @@ def test_print_config_gives_absolute_paths_and_opens_nothing(tmp_path: pathlib.P
     carried = json.loads(embedding.stdout)["mcpServers"]["memory"]["env"]
     assert carried["MEMORY_EMBEDDER"] == "embedders:concepts"
     assert str(ROOT / "tests") in carried["PYTHONPATH"].split(os.pathsep)
+    reranking = subprocess.run([sys.executable, "-m", "memory", "mcp", "~/assistant.db",
+                                "--reranker", "embedders:shortest_first", "--print-config"],
+                               cwd=ROOT, env={**env, "PYTHONPATH": "tests"},
+                               capture_output=True, text=True, timeout=120)
+    assert reranking.returncode == 0, reranking.stderr
+    carried = json.loads(reranking.stdout)["mcpServers"]["memory"]["env"]
+    assert carried["MEMORY_RERANKER"] == "embedders:shortest_first"
+    assert "MEMORY_EMBEDDER" not in carried
+    assert str(ROOT / "tests") in carried["PYTHONPATH"].split(os.pathsep)
     for args, named in ((["mcp", str(tmp_path / "no" / "m.db")], "PATH"),
                         (["mcp"], "MEMORY_STORE")):
         refused = subprocess.run([sys.executable, "-m", "memory", *args, "--print-config"],
@@ -528,6 +539,24 @@ def test_an_assistant_host_gets_recall_by_meaning_from_an_embedder_named_at_laun
     run(session())
     with MemoryStore(path, read_only=True) as store:
         assert (store.stats()["embedder"], store.stats()["without_vectors"]) == ("concepts-1", 0)
+
+
+def test_an_assistant_host_gets_recall_reordered_by_a_reranker_named_at_launch(
+        tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.db")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+
+    async def session() -> list[str]:
+        async with serving(tmp_path / "log", path, "--user", "alice", "--reranker",
+                           "embedders:shortest_first", env=env) as s:
+            for text in ("green tea at breakfast, oolong at noon", "green tea at noon",
+                         "green tea"):
+                await call(s, "remember", text=text)
+            found = await call(s, "recall", query="green tea oolong noon", limit=3)
+            return [m["text"] for m in found["memories"]]
+
+    assert run(session()) == ["green tea", "green tea at noon",
+                              "green tea at breakfast, oolong at noon"]
 
 
 def test_remember_takes_a_key_and_metadata_and_recall_and_list_filter_by_it(

@@ -10,7 +10,7 @@ import sys
 import typing
 
 import pytest
-from embedders import ConceptEmbedder
+from embedders import ConceptEmbedder, ShortestFirst
 
 import memory
 from helpers import ALICE, BOB, ROOT
@@ -78,6 +78,10 @@ def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Pa
         keyed, (keyed_recalled,) = store.get(BOB, keyed_id), store.recall(BOB, "key")
         (keyed_record,) = [r for r in store.export_user("bob") if r["id"] == keyed_id]
         (version,) = store.history(BOB, keyed_id)
+    with MemoryStore(tmp_path / "m.db", embedder=ConceptEmbedder(),
+                     reranker=ShortestFirst()) as store:
+        reranked = store.recall(BOB, "lisbon hotel", explain=True, context=True,
+                                rank="hybrid")[0]
     assert shown is not None and keyed is not None
     # A memory with a key or metadata has the optional keys too; one without, none; a
     # version of history has superseded_at as well.
@@ -95,7 +99,8 @@ def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Pa
     assert list(explained) == fields and list(explained["why"]) == [
         key for key in why if key in memory.Why.__required_keys__]
     assert list(in_context["why"]) == why[:2]
-    assert list(hybrid["why"]) == why
+    assert list(hybrid["why"]) == why[:-1]
+    assert list(reranked["why"]) == why  # and the rank's score, `ranked`
     assert list(shown) == [key for key in typing.get_type_hints(memory.Memory)
                            if key not in optional]
     assert list(record) == list(typing.get_type_hints(memory._RecordFields)) == list(
