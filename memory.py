@@ -52,6 +52,7 @@ import os
 import pathlib
 import re
 import sqlite3
+import stat
 import struct
 import sys
 import threading
@@ -59,6 +60,7 @@ import time
 import unicodedata
 import warnings
 import weakref
+import zlib
 from collections.abc import (
     Callable,
     Collection,
@@ -81,6 +83,11 @@ from typing import (
     cast,
     get_args,
 )
+
+try:  # POSIX alone: the vectors file beside an SQLite store locks it (none elsewhere)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 __version__ = "0.1.0"
 __all__ = [
@@ -3269,6 +3276,24 @@ class _Session:
         """Within a write, let the statements that follow see only `users` (some of those
         the transaction named), where that makes the row guard cheaper."""
 
+    #: Whether the store may keep a vectors file beside it (SQLite's), made for the token
+    #: the database records.
+    beside_a_file = False
+
+    def vector_file(self, dimensions: int) -> _VectorFile | None:
+        """The file of the store's sealed blocks, ready for vectors of these dimensions;
+        None where the store keeps none (a server's, one in memory, one without numpy,
+        one refused)."""
+        return None
+
+    def keeps_vector_file(self) -> bool:
+        """Whether a vectors file lies beside the store, whose records a deletion zeroes."""
+        return False
+
+    def zero_vector_blocks(self, firsts: Iterable[int]) -> None:
+        """Zero the vectors file's records of these dropped blocks, before the deletion
+        commits (a file this store refuses is left as it is, said once in the log)."""
+
     def ask(self, sql: str, parameters: Any) -> Callable[[], list[Any]]:
         """A read's rows, asked now and read when the returned function is called: in a
         batch, once the batch has gone."""
@@ -3686,11 +3711,15 @@ class _SqliteEngine(_Engine, _Session):
     name = "SQLite"
     skips_common_words = True
     null = ""
+    beside_a_file = True
 
     def __init__(self, connection: sqlite3.Connection, path: str) -> None:
         self.connection = connection
         self.path = path
         self._lock = threading.RLock()  # one connection: a call at a time
+        self._writable, self._durable = False, True
+        self._vectors: _VectorFile | None = None
+        self._vectors_refused = False
         # Bound once: the store's hot path pays no call of its own per statement.
         self.execute = connection.execute
         self.executemany = connection.executemany
@@ -3771,6 +3800,7 @@ class _SqliteEngine(_Engine, _Session):
     def _configure(self, read_only: bool, durable: bool) -> None:
         # Only once the file is known to be ours: WAL changes the file's header. WAL lets
         # readers go on while one process writes; FULL syncs every commit to the disk.
+        self._writable, self._durable = not read_only, durable
         try:
             self.execute(f"PRAGMA cache_size = -{_CACHE_KIB:d}")
             if read_only:
@@ -3813,6 +3843,39 @@ class _SqliteEngine(_Engine, _Session):
 
     def close(self) -> None:
         self.connection.close()
+        if self._vectors is not None:
+            self._vectors.close()
+
+    def vector_file(self, dimensions: int) -> _VectorFile | None:
+        if _numpy() is None or self.path == ":memory:":
+            return None
+        token = self.execute(_SQL_VECTORS_TOKEN).fetchone()
+        filed = None if token is None else self._vector_file(create=self._writable)
+        return filed if filed is not None and filed.ready(token[0], dimensions) else None
+
+    def keeps_vector_file(self) -> bool:
+        return self._vector_file(create=False) is not None
+
+    def zero_vector_blocks(self, firsts: Iterable[int]) -> None:
+        filed = self._vector_file(create=False)  # where there is no file, nothing is kept
+        if filed is not None:
+            filed.zero(firsts)
+
+    def _vector_file(self, create: bool) -> _VectorFile | None:
+        """The store's vectors file, opened once (and created, where `create`); None where
+        there is none or it is refused."""
+        if self._vectors is None and not self._vectors_refused and self.path != ":memory:":
+            path = f"{self.path}-vectors"
+            if not create and not os.path.lexists(path):
+                return None
+            try:
+                self._vectors = _VectorFile.opened(path, self.path, self._writable,
+                                                   self._durable)
+            except StoreError as exc:
+                self._vectors_refused = True
+                _log.warning("the vectors file beside the store is refused: %s; recall"
+                             " reads the vectors from the database", exc)
+        return self._vectors
 
     def begin(self, write: bool) -> None:
         self.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -3861,6 +3924,9 @@ class _SqliteEngine(_Engine, _Session):
 
     def compact(self) -> None:
         self.execute("VACUUM")
+        filed = self._vector_file(create=False)
+        if filed is not None:
+            filed.clear()
         if self._checkpoint():
             raise StoreError("compact rebuilt the file, but a reader kept the old -wal frames;"
                              " run compact again once other connections are idle")
@@ -3879,6 +3945,9 @@ class _SqliteEngine(_Engine, _Session):
             raise _store_error(exc) from exc
         try:
             self.connection.backup(target)  # all pages in one step: one read snapshot
+            # The copy is another store: a vectors file beside it is not this one's.
+            target.execute(_SQL_RENEW_VECTORS_TOKEN, (os.urandom(16).hex(),))
+            target.commit()
         finally:
             target.close()
         _log.info("backed up the store")
@@ -4281,7 +4350,7 @@ class _VectorStream:
     kept budget costs the memory of a block, not of the scope; a scope that proves to fit
     is handed to `keep` whole, for the recalls after this one."""
 
-    def __init__(self, blocks: Callable[[], Iterator[_Vectors]],
+    def __init__(self, blocks: Callable[[Callable[[], bool]], Iterator[_Vectors]],
                  dimensions: int, keep: Callable[[_Vectors], None]) -> None:
         # `blocks` reads them afresh for each call of best: an iterator would be spent.
         self.blocks, self.dimensions, self.keep = blocks, dimensions, keep
@@ -4304,11 +4373,11 @@ class _VectorStream:
         found: list[tuple[float, int]] = []
         cosines: dict[int, float] = {}
         whole: list[_Vectors] | None = [] if np is not None else None
-        size = 0
-        for block in self.blocks():
+        size, past = 0, [np is None]  # past the budget: blocks may share one buffer
+        for block in self.blocks(lambda: past[0]):
             size += block.size
             if whole is not None and size > KEPT_BYTES:
-                whole = None  # past the budget: this recall keeps nothing
+                whole, past[0] = None, True  # past the budget: this recall keeps nothing
             if whole is not None:
                 whole.append(block)
             # The bonus ids in the block's span, and which of them the block holds (the
@@ -4337,26 +4406,58 @@ class _VectorStream:
         return best, {memory_id: cosines.get(memory_id, 0.0) for _, memory_id in best}
 
 
-def _vector_blocks(db: _Session, key: _ScopeKey, dimensions: int) -> Iterator[_Vectors]:
+def _vector_blocks(db: _Session, key: _ScopeKey, dimensions: int,
+                   reuse: Callable[[], bool] = lambda: False, *, past: bool = False
+                   ) -> Iterator[_Vectors]:
     """The scope's vectors, each owner's in ascending id order, a block at a time: its
-    sealed blocks, and the rows no block holds in blocks of about _VECTOR_BLOCK_BYTES."""
+    sealed blocks, and the rows no block holds in blocks of about _VECTOR_BLOCK_BYTES.
+    For a scope `past` the kept budget, which every recall by meaning reads again, the
+    sealed blocks come from the vectors file where it holds them, in its one buffer once
+    `reuse` says no block is kept."""
     rows_per_block = max(1, _VECTOR_BLOCK_BYTES // (4 * dimensions))
     sealed_per_read = max(1, _VECTOR_BLOCK_BYTES // _SEALED_BLOCK_BYTES)
+    filed = db.vector_file(dimensions) if past and db.has_vector_blocks else None
     for task in (None, key.task):
         rows, owner = _of_owner(
             key.user, task, _SQL_OWNER_VECTORS_BETWEEN, _SQL_TASK_VECTORS_BETWEEN)
-        sealed, _ = _of_owner(
-            key.user, task, _SQL_OWNER_VECTOR_BLOCKS, _SQL_TASK_VECTOR_BLOCKS)
         last = 0
-        for some in db.blocks(sealed, owner, sealed_per_read) if db.has_vector_blocks else ():
-            for first, next_last, after, ids, vectors in some:
-                if after != last:  # a block dropped before this one: the rows it held
-                    for between in db.blocks(rows, (*owner, last, first), rows_per_block):
-                        yield _Vectors(between, dimensions)
-                yield _Vectors.packed(ids, vectors, dimensions)
-                last = next_last
+        for first, next_last, after, block in _sealed_blocks(db, key.user, task, dimensions,
+                                                              filed, reuse, sealed_per_read):
+            if after != last:  # a block dropped before this one: the rows it held
+                for between in db.blocks(rows, (*owner, last, first), rows_per_block):
+                    yield _Vectors(between, dimensions)
+            yield block
+            last = next_last
         for between in db.blocks(rows, (*owner, last, _ID_LIMIT), rows_per_block):
             yield _Vectors(between, dimensions)
+
+
+def _sealed_blocks(db: _Session, user: str, task: str | None, dimensions: int,
+                   filed: _VectorFile | None, reuse: Callable[[], bool], per_read: int
+                   ) -> Iterator[tuple[int, int, int, _Vectors]]:
+    """The owner's sealed blocks in order, each with its first, last and after ids: from
+    the database, or, with the vectors file, from the file where it holds them (the rest
+    read from the database and added to it)."""
+    if not db.has_vector_blocks:
+        return
+    if filed is None:
+        sealed, owner = _of_owner(user, task, _SQL_OWNER_VECTOR_BLOCKS, _SQL_TASK_VECTOR_BLOCKS)
+        for some in db.blocks(sealed, owner, per_read):
+            for first, last, after, ids, vectors in some:
+                yield first, last, after, _Vectors.packed(ids, vectors, dimensions)
+        return
+    listed, owner = _of_owner(
+        user, task, _SQL_OWNER_VECTOR_BLOCK_IDS, _SQL_TASK_VECTOR_BLOCK_IDS)
+    each, _ = _of_owner(user, task, _SQL_OWNER_BLOCK_VECTORS, _SQL_TASK_BLOCK_VECTORS)
+    # The ids a page at a time: a million vectors' are 8 MB.
+    for some in db.blocks(listed, owner, _ROWS_PER_READ // 10):
+        for first, last, after, ids in some:
+            block = filed.read(first, ids, dimensions, reuse())
+            if block is None:
+                (vectors,) = db.execute(each, (*owner, first)).fetchone()
+                block = _Vectors.packed(ids, vectors, dimensions)
+                filed.add(first, last, ids, block)
+            yield first, last, after, block
 
 
 def _seal_vector_blocks(db: _Session, user: str, tasks: Iterable[str | None],
@@ -4374,6 +4475,8 @@ def _seal_vector_blocks(db: _Session, user: str, tasks: Iterable[str | None],
             continue
         rows, _ = _of_owner(
             user, task, _SQL_OWNER_VECTORS_BETWEEN, _SQL_TASK_VECTORS_BETWEEN)
+        if db.beside_a_file:  # the token a vectors file is made for (see _VectorFile)
+            db.execute(_SQL_SET_VECTORS_TOKEN, (os.urandom(16).hex(),))
         for some in db.blocks(rows, (*owner, after, _ID_LIMIT), per_block):
             if len(some) < per_block:
                 break
@@ -4410,14 +4513,262 @@ def _ask_vector_blocks(db: _Session, user: str, memories: Iterable[tuple[int, st
                 sql, _ = _of_owner(
                     user, task, _SQL_OWNER_DROP_VECTOR_BLOCKS, _SQL_TASK_DROP_VECTOR_BLOCKS)
                 db.execute(sql, (*owner, json.dumps(sorted(dropped))))
+                db.zero_vector_blocks(dropped)
     return drop
 
 
 def _erase_vectors(db: _Session, user: str) -> None:
     """Delete every vector of the user, and the blocks that hold them."""
     if db.has_vector_blocks:
+        if db.keeps_vector_file():
+            db.zero_vector_blocks(
+                [first for (first,) in db.execute(_SQL_USER_VECTOR_BLOCK_FIRSTS, (user,))])
         db.execute(_SQL_ERASE_VECTOR_BLOCKS, (user,))
     db.execute(_SQL_ERASE_VECTORS, (user,))
+
+
+# -- the vectors file beside an SQLite store ---------------------------------------------
+
+# Each owner's sealed blocks are also kept in a file beside an SQLite store (PATH-vectors),
+# read with preadv: SQLite reads a 1 MiB blob through a chain of overflow pages, and a
+# scope past the kept budget reads all its blocks at every recall by meaning (at 100,000
+# vectors SQLite's reads took 73 of a recall's 105 ms, five times numpy's whole scoring).
+# The database stays the truth: a block is read from the file only where the file's copy
+# holds the ids the database's block holds (a memory's vectors never change under its id:
+# revise gives a new one), in a file made for the token the database records (a file
+# beside another copy of the store is not its copy) and the embedder's dimensions.
+# Records are appended under an exclusive flock; a deletion zeroes those of the blocks it
+# drops, header first, before its transaction commits; a reader reads a record's header
+# again after its payload, so one zeroed meanwhile is read from the database instead.
+# The file's header: magic, format, dimensions, the database's token, and the file's
+# generation, new each time it is made again (emptied), so that a process that indexed
+# the records of an earlier one indexes them again.
+_VECTORS_FILE_HEADER = struct.Struct("<16sII32s8s")
+_VECTORS_FILE_MAGIC = b"memory.py-vector"
+_VECTORS_FILE_FORMAT = 1
+# A record: its mark, its vectors' count, the block's first and last ids, the payload's
+# bytes (its ids, each vector's norm as recall computes it, the vectors) and its CRC-32,
+# checked once a process (a scope's first read past the budget). A zeroed record keeps
+# its length alone, so that a scan steps over it.
+_VECTORS_RECORD = struct.Struct("<4sIqqQI4x")
+_VECTORS_RECORD_MARK = b"blk1"
+_VECTORS_RECORD_GONE = b"\0\0\0\0"
+_ZEROS = bytes(2**20)
+_SQL_VECTORS_TOKEN = _sql("SELECT value FROM store_settings WHERE name = 'vectors_file'")
+_SQL_SET_VECTORS_TOKEN = _sql(
+    "INSERT OR IGNORE INTO store_settings (name, value) VALUES ('vectors_file', ?)",
+    postgresql="INSERT INTO store_settings (name, value) VALUES ('vectors_file', %s)"
+    " ON CONFLICT DO NOTHING")
+_SQL_RENEW_VECTORS_TOKEN = _sql("UPDATE store_settings SET value = ? WHERE name = 'vectors_file'")
+# An owner's blocks without their vectors, and one block's vectors, for a read that takes
+# the vectors from the file where it holds them.
+_SQL_OWNER_VECTOR_BLOCK_IDS, _SQL_TASK_VECTOR_BLOCK_IDS = _owner_forms(
+    "SELECT first_id, last_id, after_id, ids FROM memory_vector_blocks"
+    " WHERE user_id = ? AND task_id {task} ORDER BY first_id")
+_SQL_OWNER_BLOCK_VECTORS, _SQL_TASK_BLOCK_VECTORS = _owner_forms(
+    "SELECT vectors FROM memory_vector_blocks WHERE user_id = ? AND task_id {task}"
+    " AND first_id = ?")
+_SQL_USER_VECTOR_BLOCK_FIRSTS = _sql(
+    "SELECT first_id FROM memory_vector_blocks WHERE user_id = ?")
+
+
+class _VectorFile:
+    """The file of an SQLite store's sealed blocks (see above): opened once a store reads
+    or drops a block past the budget, 0600 and owned as the store is, never through a
+    symbolic link; refused otherwise, and then recall reads the database."""
+
+    def __init__(self, fd: int, writable: bool, durable: bool) -> None:
+        self.fd, self.writable, self.durable = fd, writable, durable
+        self._lock = threading.Lock()
+        self._header: bytes | None = None  # the file header this copy was checked against
+        self._records: dict[int, list[int]] = {}  # first id: offsets of its records
+        self._end = _VECTORS_FILE_HEADER.size  # how far the records were scanned
+        self._checked: set[int] = set()  # the records whose CRC this process checked
+        self._buffer = bytearray()
+
+    @classmethod
+    def opened(cls, path: str, store: str, writable: bool, durable: bool) -> _VectorFile:
+        """The file at `path` beside the store file `store`, created where `writable`;
+        StoreError saying why it is refused."""
+        if fcntl is None or not hasattr(os, "preadv"):
+            raise StoreError("this platform has no preadv or flock")
+        flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            fd = os.open(path, flags | (os.O_CREAT if writable else 0), 0o600)
+        except OSError as exc:
+            raise StoreError(f"it cannot be opened ({exc.strerror})") from None
+        try:
+            held, owner = os.fstat(fd), os.stat(store)
+            if not stat.S_ISREG(held.st_mode):
+                raise StoreError("it is not a regular file")
+            if held.st_uid != owner.st_uid:
+                raise StoreError("it is not owned by the store file's owner")
+            if held.st_mode & 0o077:
+                raise StoreError("others than its owner may read it")
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, writable, durable)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def ready(self, token: str, dimensions: int) -> bool:
+        """Whether the file is for this token and dimensions, made so (emptied first)
+        where it is writable and is not."""
+        made_for = _VECTORS_FILE_HEADER.pack(_VECTORS_FILE_MAGIC, _VECTORS_FILE_FORMAT,
+                                             dimensions, token.encode()[:32], b"")[:-8]
+        header = os.pread(self.fd, _VECTORS_FILE_HEADER.size, 0)
+        if header[:-8] != made_for or len(header) != _VECTORS_FILE_HEADER.size:
+            if not self.writable:
+                return False
+            with self._exclusive():
+                header = os.pread(self.fd, _VECTORS_FILE_HEADER.size, 0)
+                if header[:-8] != made_for or len(header) != _VECTORS_FILE_HEADER.size:
+                    self._zero_from(0)
+                    os.ftruncate(self.fd, 0)
+                    header = made_for + os.urandom(8)
+                    os.pwrite(self.fd, header, 0)
+                    self._synced()
+        if header != self._header:
+            with self._lock:
+                self._header, self._records, self._end = header, {}, len(header)
+                self._checked = set()
+        return True
+
+    def read(self, first: int, ids: bytes, dimensions: int, reuse: bool) -> _Vectors | None:
+        """The block that begins at `first` and holds `ids`, where the file holds it whole,
+        in the one reused buffer if `reuse` (valid until the next read), else in its own;
+        None where it does not."""
+        np = _numpy()
+        count = len(ids) // 8
+        payload = count * (12 + 4 * dimensions)
+        expected = _VECTORS_RECORD.pack(_VECTORS_RECORD_MARK, count, first,
+                                        struct.unpack_from("<q", ids, len(ids) - 8)[0],
+                                        payload, 0)[:-8]  # all but the CRC
+        for offset in self._offsets(first):
+            if reuse:
+                if len(self._buffer) < payload:
+                    self._buffer = bytearray(payload)
+                into = memoryview(self._buffer)[:payload]
+            else:
+                into = memoryview(bytearray(payload))
+            header = bytearray(_VECTORS_RECORD.size)
+            try:
+                got = os.preadv(self.fd, [header, into], offset)
+                again = os.pread(self.fd, _VECTORS_RECORD.size, offset)
+            except OSError:
+                return None
+            if got != len(header) + payload or header[:-8] != expected or again != header \
+                    or into[: len(ids)] != ids:
+                continue
+            if offset not in self._checked:
+                if zlib.crc32(into) != _VECTORS_RECORD.unpack(header)[5]:
+                    continue
+                self._checked.add(offset)
+            block = _Vectors([], dimensions)
+            each = np.frombuffer(into, dtype="<i8", count=count)
+            norms = np.frombuffer(into, dtype="<f4", count=count, offset=8 * count)
+            rows = np.frombuffer(into, dtype="<f4", count=count * dimensions,
+                                 offset=12 * count).reshape(-1, dimensions)
+            starts = np.flatnonzero(np.concatenate([[True], each[1:] != each[:-1]]))
+            block._hold(each[starts], rows, None if len(starts) == count
+                        else starts.astype(np.int64), norms)
+            return block
+        return None
+
+    def add(self, first: int, last: int, ids: bytes, block: _Vectors) -> None:
+        """Append the block (as the database holds it, with its rows' norms)."""
+        if not self.writable:
+            return
+        payload = b"".join((ids, block.norms.astype("<f4").tobytes(),
+                            block.rows.astype("<f4").tobytes()))
+        header = _VECTORS_RECORD.pack(_VECTORS_RECORD_MARK, len(ids) // 8, first, last,
+                                      len(payload), zlib.crc32(payload))
+        with self._exclusive():
+            # Past the last whole record, a cut or unreadable tail: gone, or the record
+            # appended after it would be read as part of it.
+            self._scan()
+            size = os.fstat(self.fd).st_size
+            if size > self._end:
+                self._zero_span(self._end, size - self._end)
+                os.ftruncate(self.fd, self._end)
+            # The payload before its header: a reader that finds the header finds it whole.
+            os.pwrite(self.fd, payload, self._end + len(header))
+            os.pwrite(self.fd, header, self._end)
+
+    def zero(self, firsts: Iterable[int]) -> None:
+        """Zero the records of these blocks (header first), and sync where durable."""
+        dropped = set(firsts)
+        if not dropped:
+            return
+        with self._exclusive():
+            header = os.pread(self.fd, _VECTORS_FILE_HEADER.size, 0)
+            if header != self._header:  # made again since this process indexed it
+                self._header, self._records, self._end = header, {}, len(header)
+                self._checked = set()
+            self._scan()
+            zeroed = False
+            for first in dropped:
+                for offset in self._records.pop(first, []):
+                    length = _VECTORS_RECORD.unpack(
+                        os.pread(self.fd, _VECTORS_RECORD.size, offset))[4]
+                    os.pwrite(self.fd, _VECTORS_RECORD.pack(_VECTORS_RECORD_GONE, 0, 0, 0,
+                                                            length, 0), offset)
+                    self._checked.discard(offset)
+                    self._zero_span(offset + _VECTORS_RECORD.size, length)
+                    zeroed = True
+            if zeroed:
+                self._synced()
+
+    def clear(self) -> None:
+        """Zero every byte and empty the file (compact): it is made again as recall reads."""
+        with self._exclusive():
+            self._zero_from(0)
+            os.ftruncate(self.fd, 0)
+            self._synced()
+            self._header, self._records, self._checked = None, {}, set()
+
+    def _offsets(self, first: int) -> list[int]:
+        with self._lock:
+            if first not in self._records:
+                self._scan()
+            return list(self._records.get(first, ()))
+
+    def _scan(self) -> None:
+        """Index the records appended since the last scan, up to the first that is cut
+        or unreadable (the rest of the file is not read)."""
+        size = os.fstat(self.fd).st_size
+        while self._end + _VECTORS_RECORD.size <= size:
+            mark, _, first, _, length, _ = _VECTORS_RECORD.unpack(
+                os.pread(self.fd, _VECTORS_RECORD.size, self._end))
+            if mark not in (_VECTORS_RECORD_MARK, _VECTORS_RECORD_GONE) \
+                    or self._end + _VECTORS_RECORD.size + length > size:
+                return
+            if mark == _VECTORS_RECORD_MARK:
+                self._records.setdefault(first, []).append(self._end)
+            self._end += _VECTORS_RECORD.size + length
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        with self._lock:
+            assert fcntl is not None
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def _zero_from(self, offset: int) -> None:
+        self._zero_span(offset, os.fstat(self.fd).st_size - offset)
+
+    def _zero_span(self, offset: int, length: int) -> None:
+        for at in range(offset, offset + length, len(_ZEROS)):
+            os.pwrite(self.fd, _ZEROS[: min(len(_ZEROS), offset + length - at)], at)
+
+    def _synced(self) -> None:
+        if self.durable:
+            os.fsync(self.fd)
 
 
 def _limit_th_best(scores: Any, limit: int) -> float:
@@ -5792,6 +6143,10 @@ class _Writes(_Part):
                 owned = db.execute(_SQL_OWNED_EMBEDS, (user,)).fetchall()
                 vectors.update(embedded([row for row in owned if row[0] not in vectors]))
                 _erase_vectors(db, user)
+                if db.beside_a_file:
+                    # The same ids hold new vectors: a vectors file of the old ones is not
+                    # the store's, even where a process that could not open it zeroed nothing.
+                    db.execute(_SQL_RENEW_VECTORS_TOKEN, (os.urandom(16).hex(),))
                 db.execute(_SQL_EMBEDDED_ANEW, (user, _GIVEN_EMBED))
                 db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
                                                       vectors[memory_id])
@@ -6013,7 +6368,10 @@ class _Planner(_Part):
         kept = self._copy_of(_Vectors, key, (held, record), extended)
         if kept is not None:
             return kept
-        return _VectorStream(functools.partial(_vector_blocks, db, key, dimensions), dimensions,
+        # Past the budget by its count (a memory has one vector, most often).
+        past = sum(count for _, count in held[:-1]) * 4 * dimensions > KEPT_BYTES
+        return _VectorStream(functools.partial(_vector_blocks, db, key, dimensions, past=past),
+                             dimensions,
                              functools.partial(self._keep, _Vectors, key, (held, record)))
 
     @staticmethod

@@ -5,12 +5,14 @@
 1. Meaning past the budget. One user holds SIZE memories with 384-dimension vectors (seeded
    random unit vectors, as bench_vectors.py writes them), on SQLite (and PostgreSQL with
    --postgres). KEPT_BYTES is lowered to 16 MiB, below the scope, so every recall reads
-   the scope's vectors: from the sealed blocks as the store does now, and, beside it in the
-   same run, the two ways it read them before: its rows a block at a time (the store with
-   `has_vector_blocks` off, as a file of SQLite layout 8 read as it is), and every row at
-   once, sorted by id, then scored (`_Vectors(fetchall())`). The floor is numpy over the
-   same matrix held in memory.
-   p50 of QUERIES recalls, and the peak of memory allocated during one (tracemalloc).
+   the scope's vectors: on SQLite from the vectors file beside the store as it does now
+   (the first recall makes it), and, beside it in the same run, the ways it read them
+   before: the sealed blocks from the database (the file turned off), its rows a block
+   at a time (the store with `has_vector_blocks` off, as a file of SQLite layout 8 read
+   as it is), and every row at once, sorted by id, then scored (`_Vectors(fetchall())`).
+   The floor is numpy over a matrix of the same size held in memory.
+   p50 wall and CPU time of QUERIES recalls, each over the floor's of the same size, and
+   the peak of memory allocated during one (tracemalloc).
 2. Many users' first recalls. USERS users of 5 memories each (conversations of 2), each
    recalled once with context, in turn, by one store: the p50 of the first thousand's and
    of the last thousand's first recall, with the kept copies' total kept running (now) and
@@ -81,6 +83,20 @@ def whole_read(store: MemoryStore, query: bytes) -> None:
         vectors.best(query, 5, set())
 
 
+def measured(engine: str, size: int, read: str, call: Callable[[], object],
+             times: int = QUERIES) -> dict[str, object]:
+    """A row: p50 wall and CPU ms of `times` calls, and the peak allocated in one."""
+    wall, cpu = [], []
+    for _ in range(times):
+        began, used = time.perf_counter(), time.process_time()
+        call()
+        wall.append(time.perf_counter() - began)
+        cpu.append(time.process_time() - used)
+    return {"engine": engine, "vectors": size, "read": read,
+            "p50 ms": 1000 * statistics.median(wall), "CPU ms": 1000 * statistics.median(cpu),
+            "peak MiB": peak_mib(call)}
+
+
 def past_budget_rows(target: str, size: int, engine: str) -> list[dict[str, object]]:
     with MemoryStore(target, embedder=Random(7), durable=False) as store:
         fill(store, size)
@@ -90,24 +106,35 @@ def past_budget_rows(target: str, size: int, engine: str) -> list[dict[str, obje
             MemoryStore(target, embedder=Random(8)) as store:
         def ask() -> None:
             store.recall(ME, "a question", 5, rank="meaning")
-        ask()
-        rows.append({"engine": engine, "vectors": size, "read": "sealed blocks (now)",
-                     "p50 ms": p50(ask, QUERIES), "peak MiB": peak_mib(ask)})
-        with mock.patch.object(memory._Session, "has_vector_blocks", False):
-            rows.append({"engine": engine, "vectors": size, "read": "rows a block at a time",
-                         "p50 ms": p50(ask, QUERIES), "peak MiB": peak_mib(ask)})
-        rows.append({"engine": engine, "vectors": size, "read": "whole (before)",
-                     "p50 ms": p50(lambda: whole_read(store, query), 3),
-                     "peak MiB": peak_mib(lambda: whole_read(store, query))})
+        ask()  # on SQLite, the first makes the vectors file beside the store
+        if engine == "SQLite":
+            rows.append(measured(engine, size, "vectors file (now)", ask))
+        with mock.patch.object(memory._SqliteEngine, "vector_file",
+                               lambda self, dimensions: None):
+            rows.append(measured(engine, size, "sealed blocks in the database", ask))
+            with mock.patch.object(memory._Session, "has_vector_blocks", False):
+                rows.append(measured(engine, size, "rows a block at a time", ask))
+        rows.append(measured(engine, size, "whole (before)", lambda: whole_read(store, query),
+                             3))
     return rows
 
 
 def floor_row(size: int) -> dict[str, object]:
     matrix = Random(9).rng.standard_normal((size, DIMENSIONS)).astype(np.float32)
     asked = Random(10).rng.standard_normal(DIMENSIONS).astype(np.float32)
-    return {"engine": "numpy in memory", "vectors": size, "read": "-",
-            "p50 ms": p50(lambda: np.argpartition(matrix @ asked, -5)[-5:], QUERIES),
-            "peak MiB": peak_mib(lambda: np.argpartition(matrix @ asked, -5)[-5:])}
+    return measured("numpy in memory", size, "- (the floor)",
+                    lambda: np.argpartition(matrix @ asked, -5)[-5:])
+
+
+def with_ratios(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Each row with its wall and CPU time over the floor's of the same size (same run)."""
+    floors = {row["vectors"]: row for row in rows if row["engine"] == "numpy in memory"}
+    for row in rows:
+        floor = floors.get(row["vectors"])
+        if floor is not None:
+            row["wall / floor"] = float(row["p50 ms"]) / float(floor["p50 ms"])  # type: ignore[arg-type]
+            row["CPU / floor"] = float(row["CPU ms"]) / float(floor["CPU ms"])  # type: ignore[arg-type]
+    return rows
 
 
 def summed_keep(self: Any, kind: Any, key: Any, held: Any, copy: Any) -> None:
@@ -176,7 +203,7 @@ def main() -> None:
                 for size in map(int, args.sizes.split(",")):
                     if server is not None:
                         rows += past_budget_rows(server.new_database(), size, "PostgreSQL")
-        print(format_table(rows, cell=written))
+        print(format_table(with_ratios(rows), cell=written))
         users: list[dict[str, object]] = []
         for count in map(int, args.users.split(",")):
             users += users_rows(folder, count)

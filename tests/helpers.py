@@ -127,9 +127,10 @@ def digest(path: pathlib.Path) -> str:
 
 
 def file_bytes(path: pathlib.Path) -> bytes:
-    """The file's bytes and its -wal's: everywhere deleted text could stay."""
-    wal = pathlib.Path(f"{path}-wal")
-    return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+    """The file's bytes, its -wal's and its -vectors' (the sealed blocks' second copy):
+    everywhere deleted text or vectors could stay."""
+    beside = [pathlib.Path(f"{path}-{suffix}") for suffix in ("wal", "vectors")]
+    return path.read_bytes() + b"".join(p.read_bytes() for p in beside if p.exists())
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

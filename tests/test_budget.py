@@ -91,8 +91,9 @@ def test_past_the_budget_a_recall_reads_one_block_at_a_time(
     read: list[int] = []
     real = memory._vector_blocks
 
-    def counted(db: memory._Session, key: memory._ScopeKey, dimensions: int) -> Any:
-        for block in real(db, key, dimensions):
+    def counted(db: memory._Session, key: memory._ScopeKey, dimensions: int,
+                *reuse: Any, **past: Any) -> Any:
+        for block in real(db, key, dimensions, *reuse, **past):
             read.append(len(block.ids))
             yield block
     monkeypatch.setattr(memory, "_vector_blocks", counted)
@@ -402,7 +403,9 @@ def test_every_statement_of_the_blocks_carries_the_scope(
         store.db.set_trace_callback(None)
     blocks = [s for s in statements if "memory_vector_blocks" in s]
     assert {s.split(" ")[0] for s in blocks} == {"SELECT", "INSERT", "DELETE"}
-    assert any(s.startswith("SELECT first_id, last_id, after_id, ids, vectors") for s in blocks)
+    # The blocks' ids, and each block's vectors where the vectors file holds none yet.
+    assert any(s.startswith("SELECT first_id, last_id, after_id, ids FROM") for s in blocks)
+    assert any(s.startswith("SELECT vectors FROM memory_vector_blocks") for s in blocks)
     assert any(s.startswith("DELETE FROM memory_vector_blocks") for s in statements[scoped:])
     for statement in memory_statements(statements[scoped:]):
         # Which users have something expired: an operator's look across users, by time.

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from embedders import Broken, ConceptEmbedder, Waiting, cosine
@@ -593,10 +594,10 @@ def test_a_kept_copy_of_the_vectors_grows_with_later_writes(
     reads = [0]  # the reads of a scope's vectors from the first
     real_blocks = memory._vector_blocks
 
-    def counted_blocks(db: memory._Session, key: memory._ScopeKey, dimensions: int
-                       ) -> Iterator[memory._Vectors]:
+    def counted_blocks(db: memory._Session, key: memory._ScopeKey, dimensions: int,
+                       *reuse: Any, **past: Any) -> Iterator[memory._Vectors]:
         reads[0] += 1
-        return real_blocks(db, key, dimensions)
+        return real_blocks(db, key, dimensions, *reuse, **past)
     monkeypatch.setattr(memory, "_vector_blocks", counted_blocks)
     ranks: list[memory.Rank] = ["meaning", "hybrid"]
     asked = [(scope, query, rank) for scope in (ALICE, ALICE_WORK)
