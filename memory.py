@@ -3851,7 +3851,10 @@ class _SqliteEngine(_Engine, _Session):
             return None
         token = self.execute(_SQL_VECTORS_TOKEN).fetchone()
         filed = None if token is None else self._vector_file(create=self._writable)
-        return filed if filed is not None and filed.ready(token[0], dimensions) else None
+        try:
+            return filed if filed is not None and filed.ready(token[0], dimensions) else None
+        except OSError:  # a file that cannot be read or made again: the database serves
+            return None
 
     def keeps_vector_file(self) -> bool:
         return self._vector_file(create=False) is not None
@@ -4585,6 +4588,7 @@ class _VectorFile:
         self._end = _VECTORS_FILE_HEADER.size  # how far the records were scanned
         self._checked: set[int] = set()  # the records whose CRC this process checked
         self._buffer = bytearray()
+        self._failed = False  # whether an append failed (said once)
 
     @classmethod
     def opened(cls, path: str, store: str, writable: bool, durable: bool) -> _VectorFile:
@@ -4646,7 +4650,11 @@ class _VectorFile:
         expected = _VECTORS_RECORD.pack(_VECTORS_RECORD_MARK, count, first,
                                         struct.unpack_from("<q", ids, len(ids) - 8)[0],
                                         payload, 0)[:-8]  # all but the CRC
-        for offset in self._offsets(first):
+        try:
+            offsets = self._offsets(first)
+        except OSError:
+            return None
+        for offset in offsets:
             if reuse:
                 if len(self._buffer) < payload:
                     self._buffer = bytearray(payload)
@@ -4678,9 +4686,19 @@ class _VectorFile:
         return None
 
     def add(self, first: int, last: int, ids: bytes, block: _Vectors) -> None:
-        """Append the block (as the database holds it, with its rows' norms)."""
+        """Append the block (as the database holds it, with its rows' norms); where the
+        file cannot take it (a full disk), recall goes on from the database, said once."""
         if not self.writable:
             return
+        try:
+            self._append(first, last, ids, block)
+        except OSError as exc:
+            if not self._failed:
+                self._failed = True
+                _log.warning("the vectors file beside the store takes no more blocks (%s);"
+                             " recall reads them from the database", exc.strerror)
+
+    def _append(self, first: int, last: int, ids: bytes, block: _Vectors) -> None:
         payload = b"".join((ids, block.norms.astype("<f4").tobytes(),
                             block.rows.astype("<f4").tobytes()))
         header = _VECTORS_RECORD.pack(_VECTORS_RECORD_MARK, len(ids) // 8, first, last,
@@ -4698,10 +4716,18 @@ class _VectorFile:
             os.pwrite(self.fd, header, self._end)
 
     def zero(self, firsts: Iterable[int]) -> None:
-        """Zero the records of these blocks (header first), and sync where durable."""
+        """Zero the records of these blocks (header first), and sync where durable; a
+        file that cannot be written is StoreError, so the deletion does not commit."""
         dropped = set(firsts)
         if not dropped:
             return
+        try:
+            self._zero(dropped)
+        except OSError as exc:
+            raise StoreError("the vectors file beside the store could not be zeroed"
+                             f" ({exc.strerror}); nothing was deleted") from None
+
+    def _zero(self, dropped: set[int]) -> None:
         with self._exclusive():
             header = os.pread(self.fd, _VECTORS_FILE_HEADER.size, 0)
             if header != self._header:  # made again since this process indexed it
@@ -4723,11 +4749,15 @@ class _VectorFile:
 
     def clear(self) -> None:
         """Zero every byte and empty the file (compact): it is made again as recall reads."""
-        with self._exclusive():
-            self._zero_from(0)
-            os.ftruncate(self.fd, 0)
-            self._synced()
-            self._header, self._records, self._checked = None, {}, set()
+        try:
+            with self._exclusive():
+                self._zero_from(0)
+                os.ftruncate(self.fd, 0)
+                self._synced()
+                self._header, self._records, self._checked = None, {}, set()
+        except OSError as exc:
+            raise StoreError("the vectors file beside the store could not be emptied"
+                             f" ({exc.strerror})") from None
 
     def _offsets(self, first: int) -> list[int]:
         with self._lock:

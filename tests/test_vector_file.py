@@ -237,3 +237,29 @@ def test_a_read_only_store_writes_no_file_and_a_backup_is_another_store(
         assert recalled(copy) == expected
     assert (tmp_path / "copy.db-vectors").read_bytes()[:memory._VECTORS_FILE_HEADER.size] \
         != pathlib.Path(f"{path}-vectors").read_bytes()[:memory._VECTORS_FILE_HEADER.size]
+
+
+def test_a_file_that_takes_no_more_is_read_around_and_one_that_cannot_be_zeroed_stops_the_deletion(
+        path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    expected = from_the_database(path, monkeypatch)
+
+    def full(*args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(memory._VectorFile, "_append", full)
+        with caplog.at_level(logging.WARNING, logger="memory"), \
+                MemoryStore(path, embedder=Unique()) as store:
+            assert recalled(store) == expected
+            assert recalled(store) == expected
+    assert caplog.text.count("takes no more blocks (No space left on device)") == 1
+    with MemoryStore(path, embedder=Unique()) as store:
+        recalled(store)  # the file holds the blocks now
+        kept = store.memories(ALICE)[2]
+        with monkeypatch.context() as patched:
+            patched.setattr(memory._VectorFile, "_zero", full)
+            with pytest.raises(memory.StoreError, match="could not be zeroed"):
+                store.forget(ALICE, kept["id"])
+        assert store.get(ALICE, kept["id"]) is not None
+        assert vector_bytes(kept["text"]) in pathlib.Path(f"{path}-vectors").read_bytes()
+        assert recalled(store) == expected
