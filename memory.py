@@ -273,6 +273,14 @@ EMBED_BATCH = 64
 # and on LoCoMo the rank's best 50 hold 0.90 of the evidence, its best 20 0.84
 # (docs/quality.md).
 RERANK_DEPTH = 50
+# recall(..., approximate=True) ranks by an HNSW index (usearch, the `ann` extra) where
+# the scope holds this many memories or more; below, exactly, as without it: the exact
+# read of 20,000 vectors costs a few milliseconds, an index's build far more.
+ANN_FROM = 20_000
+# The indexes a store keeps, the oldest dropped past this many bytes in all: an index is
+# for a scope past the kept budget, so it cannot count against it (100,000 vectors of 384
+# dimensions take 145 MiB).
+ANN_BYTES = 4 * 2**30
 # With numpy, a store keeps what recall read of the scopes it served last (their vectors
 # and their conversations), up to this many bytes in all: reading a heavy user's 100,000
 # rows again costs far more than scoring them. The oldest read goes first.
@@ -2383,6 +2391,27 @@ def _check_embedder(embedder: object) -> Embedder:
     return cast(Embedder, embedder)
 
 
+def _check_cuts(min_score: object, budget: object, reranked: bool
+                ) -> tuple[float | None, int | None]:
+    """recall's min_score (below 0 too where a reranker scores) and budget, checked."""
+    return (None if min_score is None else _check_score(min_score, signed=reranked),
+            None if budget is None else _check_id(budget, "budget"))
+
+
+def _check_approximate(approximate: object, rank: Rank, as_of: str | None) -> None:
+    """What recall(approximate=True) needs: rank "meaning", today's memories, usearch."""
+    if not _check_flag("approximate", approximate):
+        return
+    if rank != "meaning":
+        raise MemoryInputError("approximate=True ranks by 'meaning' alone: hybrid scores"
+                               " every memory the scope sees")
+    if as_of is not None:
+        raise MemoryInputError("approximate=True ranks today's memories: as_of is exact")
+    if importlib.util.find_spec("usearch") is None or _numpy() is None:
+        raise MemoryInputError("approximate=True needs usearch and numpy: pip install"
+                               " 'memory-store[ann]'")
+
+
 def _check_reranker(reranker: object) -> Reranker:
     """The reranker, if it has what Reranker promises."""
     if isinstance(reranker, type):
@@ -4348,6 +4377,57 @@ class _Vectors:
         return np.where(self.ids[at] == wanted, scores[at], 0.0).tolist()  # type: ignore[no-any-return]
 
 
+class _Approximate:
+    """An HNSW index (usearch) of one scope's vectors, in memory: recall by meaning that
+    visits a few thousand of them, not all, at the cost of missing some of the best
+    (docs/speed.md measures how many). Built from the scope's vectors and grown by the
+    memories written after them; a deletion makes the next recall build it again."""
+
+    def __init__(self, dimensions: int) -> None:
+        index = importlib.import_module("usearch.index")
+        # One key a vector, the memory's id: a memory of several texts has several.
+        self.index = index.Index(ndim=dimensions, metric="cos", multi=True)
+        self._lock = threading.Lock()  # usearch's add and search are not one another's
+
+    @property
+    def size(self) -> int:
+        return int(self.index.memory_usage)
+
+    def add(self, block: _Vectors) -> None:
+        np = _numpy()
+        if not len(block.ids):
+            return
+        keys = block.ids if block.firsts is None else np.repeat(
+            block.ids, np.diff(block.firsts, append=len(block.rows)))
+        with self._lock:
+            self.index.add(keys.astype(np.uint64), np.ascontiguousarray(block.rows))
+
+    def best(self, query: bytes, limit: int, expired: set[int],
+             bonus: tuple[Any, Any] = ((), ()), admitted: _Admitted | None = None
+             ) -> tuple[list[tuple[float, int]], dict[int, float]]:
+        """_Vectors.best by the index: the best `limit` the index finds among the live
+        ids the filter admits, asking it for more while too few of them are."""
+        np = _numpy()
+        asked = np.frombuffer(query, dtype="<f4")
+        with self._lock:
+            size = len(self.index)
+            wanted = min(size, max(4 * limit, 64))
+            while True:
+                found = self.index.search(asked, wanted) if size else None
+                scores: dict[int, float] = {}
+                for key, distance in zip(() if found is None else found.keys.tolist(),
+                                         () if found is None else found.distances.tolist(),
+                                         strict=True):
+                    if key not in scores and key not in expired \
+                            and (admitted is None or key in admitted):
+                        scores[key] = 1.0 - distance
+                if len(scores) >= limit or wanted >= size:
+                    break
+                wanted = min(size, 4 * wanted)
+        best = heapq.nlargest(limit, ((score, key) for key, score in scores.items()))
+        return best, {key: score for score, key in best}
+
+
 class _VectorStream:
     """A scope's vectors read a block at a time as they are scored, so that a scope past the
     kept budget costs the memory of a block, not of the scope; a scope that proves to fit
@@ -6226,10 +6306,14 @@ class _Planner(_Part):
             tuple[type, _ScopeKey], tuple[Any, _Vectors | _Conversations]] = \
             collections.OrderedDict()
         self._kept_bytes = 0  # the sizes of the copies, together
+        # The approximate indexes of scopes (recall's approximate=True), oldest first,
+        # each with what its scope held when it was last brought up to date.
+        self._indexes: collections.OrderedDict[_ScopeKey, tuple[Any, _Approximate]] = \
+            collections.OrderedDict()
 
     def plan(self, db: _Session, key: _ScopeKey, wanted: set[str], meant: bytes | None,
              rank: Rank, context: bool, conditions: list[_Condition] | None,
-             most: int) -> tuple[_Recall, _Scoring] | None:
+             most: int, approximate: bool = False) -> tuple[_Recall, _Scoring] | None:
         """How recall scores the scope's memories for the query's `wanted` words and its
         vector (`meant`), with its `most` best scored: what it asks of the scope, the
         scoring's best; None where the filter admits no memory."""
@@ -6267,7 +6351,10 @@ class _Planner(_Part):
         around = (self._around(db, key, now, scope_held)
                   if context and rank != "meaning" else None)
         if meant is not None:
-            vectors = self._vectors_of(db, key, scope_held)
+            vectors: _Vectors | _VectorStream | _Approximate = self._vectors_of(
+                db, key, scope_held) if not approximate or rank != "meaning" or sum(
+                count for _, count in scope_held[:-1]) < ANN_FROM else self._index_of(
+                db, key, scope_held)
             scoring = self._by_meaning(db, asked, rank, (vectors, meant), apart, around,
                                        len(wanted))
         elif around is not None:
@@ -6465,8 +6552,36 @@ class _Planner(_Part):
                 _, (_, dropped) = self._copies.popitem(last=False)
                 self._kept_bytes -= _COPY_BYTES + dropped.size
 
+    def _index_of(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]) -> _Approximate:
+        """The scope's approximate index: the one kept where the scope holds what it held
+        (grown by the memories written since, where nothing else changed), else built
+        from the scope's vectors; kept, the oldest dropped past ANN_BYTES in all."""
+        assert self._store.embedder is not None
+        dimensions, record = self._store.embedder.dimensions, _embedder_record(self._store.embedder)
+        with self._store._lock:
+            kept = self._indexes.pop(key, None)
+        if kept is not None and kept[0] != (held, record):
+            kept_held, kept_record = kept[0]
+            if kept_record == record and self._only_written_after(db, key, held, kept_held):
+                kept[1].add(_Vectors(db.execute(
+                    _SQL_SCOPE_VECTORS_AFTER, _owners_after(key, kept_held[-1])).fetchall(),
+                    dimensions))
+            else:
+                kept = None
+        if kept is None:
+            index = _Approximate(dimensions)
+            for block in _vector_blocks(db, key, dimensions, past=True):
+                index.add(block)
+            kept = ((held, record), index)
+        with self._store._lock:
+            self._indexes[key] = ((held, record), kept[1])
+            while sum(index.size for _, index in self._indexes.values()) > ANN_BYTES \
+                    and len(self._indexes) > 1:
+                self._indexes.popitem(last=False)
+        return kept[1]
+
     def _by_meaning(self, db: _Session, recall: _Recall, rank: Rank,
-                    asked: tuple[_Vectors | _VectorStream, bytes],
+                    asked: tuple[_Vectors | _VectorStream | _Approximate, bytes],
                     unindexed: dict[str, array.array[int]], around: _Around | None,
                     words_asked: int) -> _Scoring:
         """The ranks by meaning: the cosines alone, or (hybrid) with every memory's word
@@ -7125,7 +7240,8 @@ class MemoryStore:
                explain: bool = False, context: bool | None = None,
                where: dict[str, Any] | None = None, offset: int = 0,
                vector: Sequence[float] | None = None,
-               as_of: str | None = None, rerank: bool | None = None) -> list[Recalled]:
+               as_of: str | None = None, rerank: bool | None = None,
+               approximate: bool = False) -> list[Recalled]:
         """The memories visible in the scope that match `query` best. rank="shared":
         a memory's score is the number of distinct words it shares with the query;
         rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
@@ -7178,7 +7294,12 @@ class MemoryStore:
         scope sees and `where` admits) by its scores for the query and each text, the
         best first, a tie in the rank's order; recall then gives none past them, each
         scored by the reranker (`min_score` compares that, and may be below 0), and
-        explain's `why` gives `ranked`, the rank's score, as well."""
+        explain's `why` gives `ranked`, the rank's score, as well.
+
+        With `approximate` (rank "meaning" alone; the `ann` extra), a scope of ANN_FROM
+        memories or more is ranked by an HNSW index of its vectors, kept by the store
+        and brought up to date as recalls find the scope changed: faster, but it may
+        miss some of the best (docs/speed.md); below ANN_FROM, exactly."""
         scope = _check_scope(scope)
         _check_limit(limit)
         conditions = _check_where(where)
@@ -7187,10 +7308,8 @@ class MemoryStore:
         in_context = self.context if context is None else _check_flag("context", context)
         _check_text("query", query, MAX_QUERY, blank=True)
         reranker = self._reranker_for(rerank, query)
-        if min_score is not None:
-            min_score = _check_score(min_score, signed=reranker is not None)
-        if budget is not None:
-            budget = _check_id(budget, "budget")
+        _check_approximate(approximate, ranked, as_of)
+        min_score, budget = _check_cuts(min_score, budget, reranker is not None)
         _check_flag("explain", explain)
         key = _ScopeKey(scope.user, scope.task)
         given = None if vector is None else _caller_vectors([vector], "vector")
@@ -7213,7 +7332,7 @@ class MemoryStore:
             if not wanted and meant is None:
                 return []
             planned = self._planner.plan(db, key, wanted, meant, ranked, in_context,
-                                         conditions, stop)
+                                         conditions, stop, approximate)
             if planned is None:  # the filter admits no memory
                 return []
             asked, scoring = planned

@@ -87,7 +87,7 @@ class TestNames(unittest.TestCase):
                    and name not in ("annotations", "UTC")}  # imported
         internal = {"BUSY_TIMEOUT_SECONDS", "INDEX_FROM", "LEVELS", "MATCHING", "MIGRATIONS",
                     "POSTINGS_PER_ROW", "PURGE_PER_WRITE", "RANKS", "RECORD_KEYS", "EMBED_BATCH",
-                    "KEPT_BYTES", "RERANK_DEPTH", "SCHEMA",
+                    "KEPT_BYTES", "RERANK_DEPTH", "ANN_FROM", "ANN_BYTES", "SCHEMA",
                     "SQLITE_LAYOUTS", "main"}
         self.assertLessEqual(len(memory.__all__), 33)
         self.assertEqual(sorted(memory.__all__), sorted(defined - internal))

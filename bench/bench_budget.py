@@ -10,7 +10,10 @@
    before: the sealed blocks from the database (the file turned off), its rows a block
    at a time (the store with `has_vector_blocks` off, as a file of SQLite layout 8 read
    as it is), and every row at once, sorted by id, then scored (`_Vectors(fetchall())`).
-   The floor is numpy over a matrix of the same size held in memory.
+   The floor is numpy over a matrix of the same size held in memory. Where usearch is
+   installed, recall(approximate=True) on the SQLite store too: its index's build (the
+   first recall, a vector at a time), its recalls, and its recall@10 against the exact
+   ranking over 20 random queries.
    p50 wall and CPU time of QUERIES recalls, each over the floor's of the same size, and
    the peak of memory allocated during one (tracemalloc).
 2. Many users' first recalls. USERS users of 5 memories each (conversations of 2), each
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import statistics
 import sys
 import tempfile
@@ -116,7 +120,29 @@ def past_budget_rows(target: str, size: int, engine: str) -> list[dict[str, obje
                 rows.append(measured(engine, size, "rows a block at a time", ask))
         rows.append(measured(engine, size, "whole (before)", lambda: whole_read(store, query),
                              3))
+        if engine == "SQLite" and importlib.util.find_spec("usearch"):
+            rows += approximate_rows(store, size)
     return rows
+
+
+def approximate_rows(store: MemoryStore, size: int) -> list[dict[str, object]]:
+    """recall(approximate=True) on the same store: its build (the first recall), its
+    recalls, and how many of the exact top 10 it finds (on these random vectors, where an
+    approximate index does worst; docs/speed.md gives it on a model's)."""
+    began = time.perf_counter()
+    store.recall(ME, "a question", 5, rank="meaning", approximate=True)
+    built = time.perf_counter() - began
+    row = measured("SQLite", size, "usearch HNSW (approximate=True)", lambda: store.recall(
+        ME, "a question", 5, rank="meaning", approximate=True))
+    hits = 0
+    for n in range(20):
+        asked = Random(100 + n).embed(["q"])[0]
+        exact = {r["id"] for r in store.recall(ME, "", 10, rank="meaning", vector=asked)}
+        found = store.recall(ME, "", 10, rank="meaning", vector=asked, approximate=True)
+        hits += len(exact & {r["id"] for r in found})
+    row["build µs a vector"] = 1e6 * built / size
+    row["recall@10"] = hits / 200
+    return [row]
 
 
 def floor_row(size: int) -> dict[str, object]:
@@ -203,7 +229,11 @@ def main() -> None:
                 for size in map(int, args.sizes.split(",")):
                     if server is not None:
                         rows += past_budget_rows(server.new_database(), size, "PostgreSQL")
-        print(format_table(with_ratios(rows), cell=written))
+        approximate = [row for row in rows if "recall@10" in row]
+        print(format_table(with_ratios([row for row in rows if row not in approximate]),
+                           cell=written))
+        if approximate:
+            print(format_table(with_ratios(approximate), cell=written))
         users: list[dict[str, object]] = []
         for count in map(int, args.users.split(",")):
             users += users_rows(folder, count)
