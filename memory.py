@@ -2373,16 +2373,21 @@ def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[
     return rows
 
 
+def _check_named(model: object, kind: str) -> None:
+    """What an embedder and a reranker (`kind`) share: an instance, with a name."""
+    if isinstance(model, type):  # embedder=MiniLM: its embed() would fail at the first write
+        raise MemoryInputError(f"{kind} must be an instance, got the class"
+                               f" {model.__name__[:200]}: call it, {model.__name__[:200]}()")
+    name = getattr(model, "name", None)
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_TEXT:
+        raise MemoryInputError(f"{kind}.name must be a str of 1 to"
+                               f" {MAX_TEXT} characters, got {_described(name)}")
+
+
 def _check_embedder(embedder: object) -> Embedder:
     """The embedder, if it has what Embedder promises."""
-    if isinstance(embedder, type):  # embedder=MiniLM: its embed() would fail at the first write
-        raise MemoryInputError(f"embedder must be an instance, got the class"
-                               f" {embedder.__name__[:200]}: call it, {embedder.__name__[:200]}()")
-    name = getattr(embedder, "name", None)
+    _check_named(embedder, "embedder")
     dimensions = getattr(embedder, "dimensions", None)
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_TEXT:
-        raise MemoryInputError("embedder.name must be a str of 1 to"
-                               f" {MAX_TEXT} characters, got {_described(name)}")
     if type(dimensions) is not int or not 0 < dimensions <= 65536:
         raise MemoryInputError("embedder.dimensions must be an int from 1 to 65536,"
                                f" got {_described(dimensions)}")
@@ -2414,13 +2419,7 @@ def _check_approximate(approximate: object, rank: Rank, as_of: str | None) -> No
 
 def _check_reranker(reranker: object) -> Reranker:
     """The reranker, if it has what Reranker promises."""
-    if isinstance(reranker, type):
-        raise MemoryInputError(f"reranker must be an instance, got the class"
-                               f" {reranker.__name__[:200]}: call it, {reranker.__name__[:200]}()")
-    name = getattr(reranker, "name", None)
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_TEXT:
-        raise MemoryInputError("reranker.name must be a str of 1 to"
-                               f" {MAX_TEXT} characters, got {_described(name)}")
+    _check_named(reranker, "reranker")
     if not callable(getattr(reranker, "rerank", None)):
         raise MemoryInputError("reranker.rerank must be callable")
     return cast(Reranker, reranker)
@@ -4716,9 +4715,13 @@ class _VectorFile:
                     self._synced()
         if header != self._header:
             with self._lock:
-                self._header, self._records, self._end = header, {}, len(header)
-                self._checked = set()
+                self._indexed(header)
         return True
+
+    def _indexed(self, header: bytes | None) -> None:
+        """Forget what this process indexed of the file: it is (made again) under `header`."""
+        self._header, self._records, self._checked = header, {}, set()
+        self._end = _VECTORS_FILE_HEADER.size
 
     def read(self, first: int, ids: bytes, dimensions: int, reuse: bool) -> _Vectors | None:
         """The block that begins at `first` and holds `ids`, where the file holds it whole,
@@ -4811,8 +4814,7 @@ class _VectorFile:
         with self._exclusive():
             header = os.pread(self.fd, _VECTORS_FILE_HEADER.size, 0)
             if header != self._header:  # made again since this process indexed it
-                self._header, self._records, self._end = header, {}, len(header)
-                self._checked = set()
+                self._indexed(header)
             self._scan()
             zeroed = False
             for first in dropped:
@@ -4834,7 +4836,7 @@ class _VectorFile:
                 self._zero_from(0)
                 os.ftruncate(self.fd, 0)
                 self._synced()
-                self._header, self._records, self._checked = None, {}, set()
+                self._indexed(None)
         except OSError as exc:
             raise StoreError("the vectors file beside the store could not be emptied"
                              f" ({exc.strerror})") from None
@@ -6560,6 +6562,7 @@ class _Planner(_Part):
         dimensions, record = self._store.embedder.dimensions, _embedder_record(self._store.embedder)
         with self._store._lock:
             kept = self._indexes.pop(key, None)
+        index = None if kept is None else kept[1]
         if kept is not None and kept[0] != (held, record):
             kept_held, kept_record = kept[0]
             if kept_record == record and self._only_written_after(db, key, held, kept_held):
@@ -6567,18 +6570,17 @@ class _Planner(_Part):
                     _SQL_SCOPE_VECTORS_AFTER, _owners_after(key, kept_held[-1])).fetchall(),
                     dimensions))
             else:
-                kept = None
-        if kept is None:
+                index = None
+        if index is None:
             index = _Approximate(dimensions)
             for block in _vector_blocks(db, key, dimensions, past=True):
                 index.add(block)
-            kept = ((held, record), index)
         with self._store._lock:
-            self._indexes[key] = ((held, record), kept[1])
-            while sum(index.size for _, index in self._indexes.values()) > ANN_BYTES \
+            self._indexes[key] = ((held, record), index)
+            while sum(other.size for _, other in self._indexes.values()) > ANN_BYTES \
                     and len(self._indexes) > 1:
                 self._indexes.popitem(last=False)
-        return kept[1]
+        return index
 
     def _by_meaning(self, db: _Session, recall: _Recall, rank: Rank,
                     asked: tuple[_Vectors | _VectorStream | _Approximate, bytes],
@@ -7322,7 +7324,7 @@ class MemoryStore:
         if as_of is not None:
             found = self._recall_then(scope, as_of, meant, query, start, stop, rank=ranked,
                                       explain=explain, context=in_context, where=where)
-            return self._kept(reranker, query, found, offset, limit, min_score, budget)
+            return self._paged(reranker, query, found, offset, limit, min_score, budget)
         with self._snapshot({scope.user}) as db:
             if given is not None and not self._take_given(db, {given[1]}, write=False):
                 meant = None  # nothing holds a vector yet
@@ -7350,7 +7352,7 @@ class MemoryStore:
                 result["why"] = scoring.why(memory_id, {word: asked.weights.get(word, 1)
                                                         for word in holds})
             found.append(result)
-        return self._kept(reranker, query, found, offset, limit, min_score, budget)
+        return self._paged(reranker, query, found, offset, limit, min_score, budget)
 
     def _reranker_for(self, rerank: object, query: str) -> Reranker | None:
         """The reranker a recall reorders by: rerank=None asks for the store's where the
@@ -7368,7 +7370,7 @@ class MemoryStore:
         return self.reranker
 
     @staticmethod
-    def _kept(reranker: Reranker | None, query: str, found: list[Recalled], offset: int,
+    def _paged(reranker: Reranker | None, query: str, found: list[Recalled], offset: int,
               limit: int, min_score: float | None, budget: int | None) -> list[Recalled]:
         """Of the ranking's first memories (`found`), the page recall gives: reordered by
         the reranker, if any, and cut to its place; then those scoring `min_score` or
