@@ -89,6 +89,8 @@ def test_a_filter_and_expiry_hold_as_in_the_exact_ranking(
 
 def test_below_ann_from_a_scope_is_ranked_exactly_with_no_index(
         store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()
+    assert memory.ANN_FROM == 20_000  # README's "20,000 memories or more"
     monkeypatch.setattr(memory, "ANN_FROM", 10**6)
     monkeypatch.setattr(memory, "_Approximate", None)  # none is built
     for query in clustered(5, 7):
