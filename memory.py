@@ -2403,8 +2403,10 @@ def _check_cuts(min_score: object, budget: object, reranked: bool
             None if budget is None else _check_id(budget, "budget"))
 
 
-def _check_approximate(approximate: object, rank: Rank, as_of: str | None) -> None:
-    """What recall(approximate=True) needs: rank "meaning", today's memories, usearch."""
+def _check_approximate(approximate: object, rank: Rank, as_of: str | None,
+                       served: bool) -> None:
+    """What recall(approximate=True) needs: rank "meaning", today's memories, and usearch
+    unless the database searches its own index (`served`)."""
     if not _check_flag("approximate", approximate):
         return
     if rank != "meaning":
@@ -2412,7 +2414,7 @@ def _check_approximate(approximate: object, rank: Rank, as_of: str | None) -> No
                                " every memory the scope sees")
     if as_of is not None:
         raise MemoryInputError("approximate=True ranks today's memories: as_of is exact")
-    if importlib.util.find_spec("usearch") is None or _numpy() is None:
+    if not served and (importlib.util.find_spec("usearch") is None or _numpy() is None):
         raise MemoryInputError("approximate=True needs usearch and numpy: pip install"
                                " 'memory-store[ann]'")
 
@@ -3322,6 +3324,17 @@ class _Session:
         """Zero the vectors file's records of these dropped blocks, before the deletion
         commits (a file this store refuses is left as it is, said once in the log)."""
 
+    def add_vectors(self, rows: list[tuple[int, str, str | None, bytes]],
+                    dimensions: int) -> None:
+        """Write memories' vectors: (id, user, task, its vectors of `dimensions`) each."""
+        self.executemany(_SQL_INSERT_VECTORS, rows)
+
+    def served_vectors(self, key: _ScopeKey, dimensions: int,
+                       approximate: bool) -> _VectorSearch | None:
+        """The scope's vectors as the database scores them itself (exactly, or by its
+        approximate index), where it can; None where recall must read them."""
+        return None
+
     def ask(self, sql: str, parameters: Any) -> Callable[[], list[Any]]:
         """A read's rows, asked now and read when the returned function is called: in a
         batch, once the batch has gone."""
@@ -3381,6 +3394,9 @@ class _Engine:
     options: frozenset[str] = frozenset()
     #: (device, inode) of the file, for the fork guard; None where there is no file.
     file: tuple[int, int] | None = None
+    #: Whether the database scores vectors itself, exactly or by its own approximate
+    #: index, as it did when the store opened (_Session.served_vectors).
+    serves_vectors = False
 
     @classmethod
     def refused(cls, option: str) -> MemoryInputError:
@@ -4206,6 +4222,19 @@ def _held_bytes(*arrays: Any) -> int:
     return sum(_ARRAY_BYTES + held.nbytes for held in arrays if held is not None)
 
 
+class _VectorSearch(Protocol):
+    """What recall by meaning asks of a scope's vectors, however they are held or read."""
+
+    def best(self, query: bytes, limit: int, expired: set[int],
+             bonus: tuple[Any, Any] = ((), ()), admitted: _Admitted | None = None
+             ) -> tuple[list[tuple[float, int]], dict[int, float]]:
+        """The `limit` best (score, id) pairs of the live ids (the `admitted` alone where
+        given), ties to the newer, where a score is the cosine plus the id's `bonus` (ids
+        and what each adds, each id once; an id without a vector scores its bonus alone);
+        and the cosine of each id returned (0 without a vector)."""
+        raise NotImplementedError
+
+
 class _Vectors:
     """A scope's vectors, by ascending id, and their cosines with a query's: in numpy
     where installed, else in pure Python."""
@@ -4321,10 +4350,7 @@ class _Vectors:
     def best(self, query: bytes, limit: int, expired: set[int],
              bonus: tuple[Any, Any] = ((), ()), admitted: _Admitted | None = None
              ) -> tuple[list[tuple[float, int]], dict[int, float]]:
-        """The `limit` best (score, id) pairs of the live ids (the `admitted` alone where
-        given), ties to the newer, where a score is the cosine plus the id's `bonus` (ids
-        and what each adds, each id once; an id without a vector scores its bonus alone);
-        and the cosine of each id returned (0 without a vector)."""
+        """_VectorSearch.best over the vectors held here."""
         ids, scores = self.cosines(query)
         if isinstance(ids, list):
             cosines = dict(zip(ids, map(float, scores), strict=True))
@@ -6009,11 +6035,11 @@ class _Writes(_Part):
                 db.narrow(group.users)
                 if not rows_first:
                     db.executemany(_SQL_INSERT, [values[p] for p in group.positions])
-                vectors = [(values[p][0], rows[p].user_id, rows[p].task_id, rows[p].vector)
-                           for p in group.positions if rows[p].vector is not None]
+                vectors = [(values[p][0], rows[p].user_id, rows[p].task_id, vector)
+                           for p in group.positions if (vector := rows[p].vector) is not None]
                 if vectors:
-                    db.executemany(_SQL_INSERT_VECTORS, vectors)
                     assert self._store.embedder is not None  # the vectors are its
+                    db.add_vectors(vectors, self._store.embedder.dimensions)
                     for user, task in dict.fromkeys((row[1], row[2]) for row in vectors):
                         _seal_vector_blocks(db, user, [task], self._store.embedder.dimensions)
                 fields = [(rows[p].user_id, term, values[p][0], rows[p].task_id)
@@ -6260,10 +6286,9 @@ class _Writes(_Part):
                     # the store's, even where a process that could not open it zeroed nothing.
                     db.execute(_SQL_RENEW_VECTORS_TOKEN, (os.urandom(16).hex(),))
                 db.execute(_SQL_EMBEDDED_ANEW, (user, _GIVEN_EMBED))
-                db.executemany(_SQL_INSERT_VECTORS, [(memory_id, user, task_id,
-                                                      vectors[memory_id])
-                                                     for memory_id, _, task_id, *_ in owned
-                                                     if vectors[memory_id]])
+                db.add_vectors([(memory_id, user, task_id, vectors[memory_id])
+                                for memory_id, _, task_id, *_ in owned if vectors[memory_id]],
+                               embedder.dimensions)
                 _seal_vector_blocks(db, user, dict.fromkeys(task_id for _, _, task_id, *_
                                                             in owned), embedder.dimensions)
                 if db.has_history:  # the versions kept, in the new embedder's space too
@@ -6353,10 +6378,9 @@ class _Planner(_Part):
         around = (self._around(db, key, now, scope_held)
                   if context and rank != "meaning" else None)
         if meant is not None:
-            vectors: _Vectors | _VectorStream | _Approximate = self._vectors_of(
-                db, key, scope_held) if not approximate or rank != "meaning" or sum(
-                count for _, count in scope_held[:-1]) < ANN_FROM else self._index_of(
-                db, key, scope_held)
+            vectors = self._vectors_of(db, key, scope_held) if not approximate \
+                or rank != "meaning" or sum(count for _, count in scope_held[:-1]) < ANN_FROM \
+                else self._approximate(db, key, scope_held)
             scoring = self._by_meaning(db, asked, rank, (vectors, meant), apart, around,
                                        len(wanted))
         elif around is not None:
@@ -6469,9 +6493,10 @@ class _Planner(_Part):
         return meant
 
     def _vectors_of(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]
-                    ) -> _Vectors | _VectorStream:
-        """The scope's vectors: the store's copy where it is good (_copy_of), else read a
-        block at a time as recall scores them."""
+                    ) -> _VectorSearch:
+        """The scope's vectors: the store's copy where it is good (_copy_of); past the kept
+        budget, as the database scores them where it can; else read a block at a time as
+        recall scores them."""
         assert self._store.embedder is not None
         dimensions, record = self._store.embedder.dimensions, _embedder_record(self._store.embedder)
 
@@ -6489,6 +6514,9 @@ class _Planner(_Part):
             return kept
         # Past the budget by its count (a memory has one vector, most often).
         past = sum(count for _, count in held[:-1]) * 4 * dimensions > KEPT_BYTES
+        served = db.served_vectors(key, dimensions, approximate=False) if past else None
+        if served is not None:
+            return served
         return _VectorStream(functools.partial(_vector_blocks, db, key, dimensions, past=past),
                              dimensions,
                              functools.partial(self._keep, _Vectors, key, (held, record)))
@@ -6554,6 +6582,14 @@ class _Planner(_Part):
                 _, (_, dropped) = self._copies.popitem(last=False)
                 self._kept_bytes -= _COPY_BYTES + dropped.size
 
+    def _approximate(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]
+                     ) -> _VectorSearch:
+        """The scope's vectors by an approximate index: the database's own where it has one
+        (pgvector's), else the store's (_index_of)."""
+        assert self._store.embedder is not None
+        served = db.served_vectors(key, self._store.embedder.dimensions, approximate=True)
+        return served if served is not None else self._index_of(db, key, held)
+
     def _index_of(self, db: _Session, key: _ScopeKey, held: tuple[Any, ...]) -> _Approximate:
         """The scope's approximate index: the one kept where the scope holds what it held
         (grown by the memories written since, where nothing else changed), else built
@@ -6572,6 +6608,9 @@ class _Planner(_Part):
             else:
                 index = None
         if index is None:
+            if importlib.util.find_spec("usearch") is None or _numpy() is None:
+                raise MemoryInputError("approximate=True needs usearch and numpy here: pip"
+                                       " install 'memory-store[ann]'")
             index = _Approximate(dimensions)
             for block in _vector_blocks(db, key, dimensions, past=True):
                 index.add(block)
@@ -6583,7 +6622,7 @@ class _Planner(_Part):
         return index
 
     def _by_meaning(self, db: _Session, recall: _Recall, rank: Rank,
-                    asked: tuple[_Vectors | _VectorStream | _Approximate, bytes],
+                    asked: tuple[_VectorSearch, bytes],
                     unindexed: dict[str, array.array[int]], around: _Around | None,
                     words_asked: int) -> _Scoring:
         """The ranks by meaning: the cosines alone, or (hybrid) with every memory's word
@@ -7300,8 +7339,9 @@ class MemoryStore:
 
         With `approximate` (rank "meaning" alone; the `ann` extra), a scope of ANN_FROM
         memories or more is ranked by an HNSW index of its vectors, kept by the store
-        and brought up to date as recalls find the scope changed: faster, but it may
-        miss some of the best (docs/speed.md); below ANN_FROM, exactly."""
+        and brought up to date as recalls find the scope changed (on PostgreSQL with
+        pgvector, by the server, through an HNSW index where one is built): faster, but
+        it may miss some of the best (docs/speed.md); below ANN_FROM, exactly."""
         scope = _check_scope(scope)
         _check_limit(limit)
         conditions = _check_where(where)
@@ -7310,7 +7350,8 @@ class MemoryStore:
         in_context = self.context if context is None else _check_flag("context", context)
         _check_text("query", query, MAX_QUERY, blank=True)
         reranker = self._reranker_for(rerank, query)
-        _check_approximate(approximate, ranked, as_of)
+        _check_approximate(approximate, ranked, as_of,
+                           self._db is not None and self._db.serves_vectors)
         min_score, budget = _check_cuts(min_score, budget, reranker is not None)
         _check_flag("explain", explain)
         key = _ScopeKey(scope.user, scope.task)

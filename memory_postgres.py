@@ -10,20 +10,26 @@ own calls are memory.py's, in both dialects, side by side. Needs the `postgres` 
 
 from __future__ import annotations
 
+import array
 import contextlib
 import functools
+import heapq
 import itertools
 import json
 import logging
 import re
 import select
+import struct
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from memory import (
     _RECEIPTS_TABLE,
+    _SQL_EMBEDDER,
     _SQL_MATCHING,
     _SQL_SET_MATCHING,
+    _SQL_USERS,
     ConnectionLost,
     Matching,
     MemoryInputError,
@@ -31,6 +37,7 @@ from memory import (
     SchemaError,
     StoreError,
     StoreNotFound,
+    _Admitted,
     _check_seconds,
     _described,
     _Engine,
@@ -39,10 +46,12 @@ from memory import (
     _key_every_text,
     _log,
     _recording,
+    _ScopeKey,
     _seal_every_owner,
     _Session,
     _Sql,
     _transaction,
+    _Vectors,
     _weigh_every_owner,
 )
 
@@ -242,6 +251,90 @@ _PG_ADD_VERSIONS = (
 _PG_ADD_RECEIPTS = (_RECEIPTS_TABLE, *_guarded("memory_receipts"))
 # Version 12: the superseded versions, as SQLite's version 13 keeps them, guarded.
 _PG_ADD_HISTORY = (_history_table("BIGINT", "BYTEA", "JSONB"), *_guarded("memory_history"))
+# pgvector, where a superuser has installed it in the database (CREATE EXTENSION vector:
+# it is not a trusted extension, so the store never installs it): every vector is also a
+# row of memory_embeddings, so that a scope past the kept budget is scored on the server,
+# under the same scope predicate and guard, not read through the driver (a million
+# vectors are 1.5 GB). A memory embedded from several texts has a row for each (`part`).
+# Its rows go with their memory_vectors row: a deletion of that cascades, whichever call
+# makes it. Not a schema version: the store makes it whenever it opens a database that
+# has the extension and not the table, and store_settings records that it did, which
+# every transaction reads with its matching rule (another process may have made it).
+_PG_EMBEDDINGS = "memory_embeddings"
+_PG_HAS_PGVECTOR = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector')"
+_PG_EMBEDDINGS_MADE = "SELECT EXISTS (SELECT 1 FROM store_settings WHERE name = 'embeddings')"
+_PG_ADD_EMBEDDINGS = (
+    "SELECT set_config('memory.operator', 'on', true)",
+    """CREATE TABLE memory_embeddings (
+    user_id TEXT NOT NULL,
+    id BIGINT NOT NULL,
+    part INTEGER NOT NULL,
+    task_id TEXT,
+    embedding vector NOT NULL,
+    PRIMARY KEY (user_id, id, part),
+    FOREIGN KEY (user_id, id) REFERENCES memory_vectors ON DELETE CASCADE
+)""",
+    *_guarded("memory_embeddings"),
+)
+_PG_SET_EMBEDDINGS = ("INSERT INTO store_settings (name, value) VALUES ('embeddings',"
+                      " 'pgvector')")
+# Each vector of the rows' blobs, from one array of all their numbers (in binary: its
+# slices cast to vector on the server, so the driver needs no type of pgvector's).
+_PG_INSERT_EMBEDDINGS = (
+    "INSERT INTO memory_embeddings (user_id, id, part, task_id, embedding)"
+    " SELECT given.owner, given.id, given.part, given.task,"
+    " (%b::float4[])[given.at + 1 : given.at + %s]::vector"
+    " FROM unnest(%b::text[], %b::bigint[], %b::int[], %b::text[], %b::int[])"
+    " AS given (owner, id, part, task, at)")
+# What filling the table reads of a user's vectors, a page at a time.
+_PG_USER_VECTORS = ("SELECT id, task_id, vector FROM memory_vectors WHERE user_id = %s"
+                    " ORDER BY id")
+_PG_FILL_ROWS = 2_000
+# The scope's nearest vectors to the query's, best first (ties to the newer), with the
+# live ids the filter admits (`{admitted}`): exactly, every row of the scope compared
+# (the server's parallel workers share them). Each row's (id, part) alone: its vector
+# cast to an array for each row of the scope cost 4 µs a row, most of the scan.
+_PG_ADMITTED_ALL = ""
+_PG_ADMITTED_SOME = " AND id = ANY (%b::bigint[])"
+_PG_NEAREST = (
+    "SELECT id, part FROM memory_embeddings"
+    " WHERE user_id = %s AND (task_id IS NULL OR task_id = %s) AND id <> ALL (%b::bigint[])"
+    "{admitted} ORDER BY embedding <=> %b::float4[]::vector, id DESC LIMIT %s")
+# Hybrid's: each cosine with the words' evidence of its id added (`given`), and the ids
+# of the evidence that have no vector, scored by it alone (no part).
+_PG_NEAREST_WITH = (
+    "WITH given (id, more) AS (SELECT * FROM unnest(%b::bigint[], %b::float8[]))"
+    " SELECT id, part FROM (SELECT id, part,"
+    " 1 - (embedding <=> %b::float4[]::vector) + coalesce(more, 0) AS score"
+    " FROM memory_embeddings LEFT JOIN given USING (id)"
+    " WHERE user_id = %s AND (task_id IS NULL OR task_id = %s) AND id <> ALL (%b::bigint[])"
+    "{admitted} UNION ALL SELECT id, NULL, more FROM given WHERE id <> ALL (%b::bigint[])"
+    "{admitted} AND NOT EXISTS (SELECT 1 FROM memory_embeddings WHERE user_id = %s"
+    " AND (task_id IS NULL OR task_id = %s) AND id = given.id)) AS scored"
+    " ORDER BY score DESC, id DESC LIMIT %s")
+# By an HNSW index of the DBA's on the vectors of the store's dimensions (the cast is
+# the index's expression; a type modifier cannot be a parameter), scanned on past the
+# rows the predicate refuses (relaxed_order: not quite in order; the store sorts them),
+# with ef_search candidates kept at each step.
+_PG_NEAREST_INDEXED = (
+    "SELECT id, part FROM memory_embeddings"
+    " WHERE user_id = %s AND (task_id IS NULL OR task_id = %s) AND id <> ALL (%b::bigint[])"
+    "{admitted} ORDER BY embedding::vector({dimensions}) <=>"
+    " %b::float4[]::vector({dimensions}) LIMIT %s")
+# The memories one of those chose, each with its vectors as memory_vectors holds them
+# (none for an id without one), so that the store scores the few it returns as it scores
+# vectors it reads; and how many rows it chose.
+_PG_CHOSEN = (
+    "WITH best AS MATERIALIZED ({nearest}) SELECT id, vector, (SELECT count(*) FROM best)"
+    " FROM memory_vectors WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
+    " AND id IN (SELECT id FROM best)"
+    " UNION ALL SELECT id, NULL, (SELECT count(*) FROM best) FROM best WHERE part IS NULL")
+_PG_HNSW_SCAN = ("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+                 " set_config('hnsw.ef_search', %s, true)")
+# The type oids of float4 and float4[], for the vectors a statement is given.
+_PG_FLOAT4, _PG_FLOAT4_ARRAY = 700, 1021
+# What hnsw.ef_search may be set to, at most.
+_PG_MOST_EF_SEARCH = 1000
 _PG_SET_VERSION = (
     "INSERT INTO store_settings (name, value) VALUES ('schema_version', %s)"
     " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
@@ -259,7 +352,8 @@ _PG_LOCK_STORE = f"SELECT pg_advisory_xact_lock({_PG_LOCK_CLASS}, 0)"
 # the matching rule there, in its snapshot; a write must read it after its locks, in a
 # statement of its own, since a reindex may commit while the write waits for them.
 _PG_USERS = "set_config('memory.user_ids', %s, true), set_config('memory.operator', %s, true)"
-_PG_SCOPE = f"SELECT ({_SQL_MATCHING}), {_PG_USERS}"
+_PG_SCOPE = f"SELECT ({_SQL_MATCHING}), {_PG_USERS}, ({_PG_EMBEDDINGS_MADE})"
+_PG_RULE = f"SELECT ({_SQL_MATCHING}), ({_PG_EMBEDDINGS_MADE})"
 _PG_NARROW = "SELECT set_config('memory.user_ids', %s, true)"
 _PG_SCOPE_WRITE = (
     f"SELECT {_PG_USERS}, pg_advisory_xact_lock_shared({_PG_LOCK_CLASS}, 0), (SELECT"
@@ -276,7 +370,8 @@ _PG_PRIVILEGED = "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = 
 _PG_SIZE = (
     "SELECT sum(pg_total_relation_size(to_regclass(name)))::bigint FROM unnest("
     "ARRAY['memories', 'memory_words', 'memory_counts', 'memory_vectors', 'memory_fields',"
-    " 'memory_vector_blocks', 'memory_receipts', 'memory_history', 'store_settings'])"
+    " 'memory_vector_blocks', 'memory_receipts', 'memory_history', 'memory_embeddings',"
+    " 'store_settings'])"
     " AS name"
 )
 _PG_VACUUM = ("VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts, memory_vectors,"
@@ -461,10 +556,36 @@ def _connection_options(url: str) -> dict[str, Any]:
     return {"autocommit": True, **bounded}
 
 
+class _Float4s(bytes):
+    """A float4[] parameter in PostgreSQL's binary form, made from little-endian float32:
+    psycopg dumps a list of floats a number at a time, 200 µs a vector of 384 dimensions
+    (this, 10)."""
+
+    @classmethod
+    def of(cls, packed: bytes) -> _Float4s:
+        count = len(packed) // 4
+        numbers = array.array("I", packed)
+        numbers.byteswap()  # each number big-endian, as the server reads it
+        each = array.array("I", [int.from_bytes(struct.pack(">i", 4), sys.byteorder)])
+        body = array.array("I", bytes(8 * count))
+        body[0::2] = each * count  # an element's length before each
+        body[1::2] = numbers
+        return cls(struct.pack(">iiIii", 1, 0, _PG_FLOAT4, count, 1) + body.tobytes())
+
+
+class _Float4sDumper(psycopg.adapt.Dumper):
+    format = psycopg.pq.Format.BINARY
+    oid = _PG_FLOAT4_ARRAY
+
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+
 def _configure(connection: Any, settings: list[str]) -> None:
     """Give a new connection the store's session settings; metadata comes back as the
     JSON text the store reads on either engine (psycopg would parse jsonb itself)."""
     connection.adapters.register_loader("jsonb", psycopg.types.string.TextLoader)
+    connection.adapters.register_dumper(_Float4s, _Float4sDumper)
     for setting in settings:
         connection.execute(setting)
 
@@ -504,9 +625,12 @@ class _PostgresSession(_Session):
         self._batching = False
         self._write = self._commit_sent = False  # what the transaction under way is
         self._cursors = itertools.count()
+        # Whether the transaction under way sees memory_embeddings (None: not asked yet).
+        self._embeddings: bool | None = None
 
-    def open_store(self, read_only: bool, matching: Matching | None, create: bool) -> None:
-        """Check, create or upgrade the store in the database, as the store opens."""
+    def open_store(self, read_only: bool, matching: Matching | None, create: bool) -> bool:
+        """Check, create or upgrade the store in the database, as the store opens; whether
+        its vectors are scored on the server (pgvector's memory_embeddings)."""
         encoding = bytes(self._send(_PG_ENCODING).fetchone()[0]).decode("ascii")
         if encoding != "UTF8":
             raise StoreError(f"the database's encoding is {encoding}; a memory store needs"
@@ -521,6 +645,40 @@ class _PostgresSession(_Session):
         if privileged:
             _log.warning("connected as a role that bypasses row-level security: only"
                          " each statement's user filter confines the store's calls")
+        (made,) = self._send(_PG_EMBEDDINGS_MADE).fetchone()
+        (installed,) = self._send(_PG_HAS_PGVECTOR).fetchone()
+        if installed and not made and not read_only:
+            made = self._add_embeddings()
+        if not made:
+            _log.info("the database has no pgvector (CREATE EXTENSION vector, by a"
+                      " superuser): recall by meaning past the kept budget reads the vectors"
+                      " into this process")
+        return bool(made)
+
+    def _add_embeddings(self) -> bool:
+        """Make memory_embeddings and give it every vector the store holds, in one
+        transaction under the store's lock; whether the table is there after it."""
+        with _transaction(self, write=True):
+            self._send(_PG_LOCK_STORE)
+            (made,) = self._send(_PG_EMBEDDINGS_MADE).fetchone()  # again, under the lock
+            if made:
+                return True
+            for statement in _PG_ADD_EMBEDDINGS:
+                self._send(statement)
+            self._embeddings = True
+            recorded = self.execute(_SQL_EMBEDDER).fetchone()
+            users = [user for (user,) in self.execute(_SQL_USERS).fetchall()]
+            given = 0
+            if recorded is not None:
+                dimensions = int(json.loads(recorded[0])["dimensions"])
+                for user in users:
+                    for rows in self._pages(_PG_USER_VECTORS, (user,), _PG_FILL_ROWS):
+                        self.add_embeddings([(memory_id, user, task, vector)
+                                             for memory_id, task, vector in rows], dimensions)
+                        given += len(rows)
+            self._send(_PG_SET_EMBEDDINGS)
+        _log.info("made memory_embeddings for pgvector, with the vectors of %d memories", given)
+        return True
 
     def _prepare(self, writable: bool, matching: Matching | None, create: bool) -> None:
         """Create or upgrade the database's schema in one transaction under the store's
@@ -558,7 +716,9 @@ class _PostgresSession(_Session):
         `version`."""
         guarded = {table for table, since in _PG_GUARDED if version >= since}
         # Every object the store may have is asked for: one of a later version is foreign.
-        objects = self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),)).fetchall()
+        objects = self._send(_PG_OBJECTS, ([*_PG_STORE_OBJECTS, _PG_EMBEDDINGS],)).fetchall()
+        if any(name == _PG_EMBEDDINGS for name, *_ in objects):  # made where pgvector is
+            guarded.add(_PG_EMBEDDINGS)
         trusted = len(objects) == len(guarded) + 2 and all(
             owned and (name not in guarded or (kind == "r" and secured and forced))
             for name, kind, secured, forced, owned in objects)
@@ -731,6 +891,7 @@ class _PostgresSession(_Session):
 
     def begin(self, write: bool) -> None:
         self._write, self._commit_sent = write, False
+        self._embeddings = None
         # Sent with the transaction's first statement: a round trip saved.
         self._begin = _PG_BEGIN_WRITE if write else _PG_BEGIN_READ
 
@@ -764,7 +925,59 @@ class _PostgresSession(_Session):
                 self._send(_PG_SCOPE_WRITE_ALL, (named, operator))
             else:
                 self._send(_PG_SCOPE_WRITE, (named, operator, named))
-            return self.execute(_SQL_MATCHING)
+            return self._send(_PG_RULE)
+
+    def recorded_rule(self, found: Any = None) -> str | None:
+        if found is None:
+            return super().recorded_rule()
+        row = found.fetchone()  # the rule first, and whether memory_embeddings is made last
+        self._embeddings = bool(row[-1])
+        return None if row[0] is None else str(row[0])
+
+    def _has_embeddings(self) -> bool:
+        """Whether the transaction under way sees memory_embeddings: as it read with its
+        matching rule, else asked now."""
+        if self._embeddings is None:
+            (self._embeddings,) = self._send(_PG_EMBEDDINGS_MADE).fetchone()
+        return bool(self._embeddings)
+
+    def add_vectors(self, rows: list[tuple[int, str, str | None, bytes]],
+                    dimensions: int) -> None:
+        super().add_vectors(rows, dimensions)
+        if rows and self._has_embeddings():
+            self.add_embeddings(rows, dimensions)
+
+    def add_embeddings(self, rows: list[tuple[int, str, str | None, bytes]],
+                       dimensions: int) -> None:
+        """Write each vector of the rows (id, user, task, vectors) to memory_embeddings."""
+        owners, ids, parts, tasks, starts = [], [], [], [], []
+        at = 0
+        for memory_id, user, task, vector in rows:
+            for part in range(len(vector) // (4 * dimensions)):
+                owners.append(user)
+                ids.append(memory_id)
+                parts.append(part)
+                tasks.append(task)
+                starts.append(at)
+                at += dimensions
+        self._send(_PG_INSERT_EMBEDDINGS, (_Float4s.of(b"".join(row[3] for row in rows)),
+                                           dimensions, owners, ids, parts, tasks, starts))
+
+    def served_vectors(self, key: _ScopeKey, dimensions: int,
+                       approximate: bool) -> _ServedVectors | None:
+        if not self._has_embeddings():
+            return None
+        return _ServedVectors(self, key, dimensions, approximate)
+
+    def _pages(self, text: str, parameters: Any, size: int) -> Iterator[list[Any]]:
+        """The rows of PostgreSQL text, `size` at a time, from a server-side cursor."""
+        if self._trace is not None:
+            self._trace(text)
+        with self.connection.cursor(name=f"memory_pages_{next(self._cursors)}",
+                                    binary=True) as cursor:
+            self._driver(lambda: cursor.execute(text, parameters))
+            while rows := self._driver(lambda: cursor.fetchmany(size)):
+                yield rows
 
     def narrow(self, users: list[str]) -> None:
         if not self._named.issuperset(users):  # a narrowing never widens what it sees
@@ -809,11 +1022,13 @@ class _PostgresSession(_Session):
 
     def compact(self) -> None:
         # VACUUM skips, with only a warning, a table its role may not vacuum.
-        owned = [row[4] for row in self._send(_PG_OBJECTS, (list(_PG_STORE_OBJECTS),))]
+        objects = self._send(_PG_OBJECTS, ([*_PG_STORE_OBJECTS, _PG_EMBEDDINGS],)).fetchall()
+        owned = [row[4] for row in objects]
         if not (owned and all(owned)):
             raise StoreError("compact needs the connecting role to own the store's tables"
                              " (or to have the privileges of their owner)")
-        self._send(_PG_VACUUM)
+        embedded = any(row[0] == _PG_EMBEDDINGS for row in objects)
+        self._send(_PG_VACUUM + f", {_PG_EMBEDDINGS}" * embedded)
         _log.info("vacuumed the store's tables")
 
     def check(self) -> dict[str, Any]:
@@ -823,6 +1038,64 @@ class _PostgresSession(_Session):
     def backup(self, destination: str) -> None:
         raise StoreError("backup() copies an SQLite file; on PostgreSQL use pg_dump")
 
+
+
+class _ServedVectors:
+    """A scope's vectors as the server scores them (pgvector): recall's best of them, each
+    returned vector scored again here as the store scores those it reads, so that a scope
+    scores alike on either side of the kept budget."""
+
+    def __init__(self, db: _PostgresSession, key: _ScopeKey, dimensions: int,
+                 approximate: bool) -> None:
+        self.db, self.key, self.dimensions, self.approximate = db, key, dimensions, approximate
+
+    def best(self, query: bytes, limit: int, expired: set[int],
+             bonus: tuple[Any, Any] = ((), ()), admitted: _Admitted | None = None
+             ) -> tuple[list[tuple[float, int]], dict[int, float]]:
+        asked = _Float4s.of(query)
+        refused = sorted(expired | (admitted.excluded if admitted is not None else set()))
+        allowed = None if admitted is None or admitted.allowed is None \
+            else sorted(admitted.allowed)
+        more = dict(zip(map(int, bonus[0]), map(float, bonus[1]), strict=True))
+        # A memory of several texts has a row for each: more are asked for while the rows
+        # returned hold fewer than `limit` memories.
+        wanted = 2 * limit + 16
+        while True:
+            rows = self._nearest(asked, refused, allowed, more, wanted)
+            held = {memory_id for memory_id, *_ in rows}
+            if len(held) >= limit or not rows or rows[0][2] < wanted:
+                break
+            wanted *= 4
+        if self.approximate and len(held) < limit:  # the index's scan stopped short
+            self.approximate = False
+            return self.best(query, limit, expired, bonus, admitted)
+        ids, cosines = _Vectors(sorted((memory_id, bytes(vector)) for memory_id, vector, _ in rows
+                                       if vector is not None), self.dimensions).cosines(query)
+        scored = dict(zip(map(int, ids), map(float, cosines), strict=True))
+        best = heapq.nlargest(limit, ((scored.get(memory_id, 0.0) + more.get(memory_id, 0.0),
+                                       memory_id) for memory_id in held))
+        return best, {memory_id: scored.get(memory_id, 0.0) for _, memory_id in best}
+
+    def _nearest(self, asked: _Float4s, refused: list[int], allowed: list[int] | None,
+                 more: dict[int, float], wanted: int) -> list[tuple[int, bytes | None, int]]:
+        """The memories of the server's `wanted` best rows, each with its vectors (None
+        without) and how many rows there were, in no order."""
+        key = self.key
+        filtered = _PG_ADMITTED_ALL if allowed is None else _PG_ADMITTED_SOME
+        admitted = () if allowed is None else (allowed,)
+        if more:
+            nearest = _PG_NEAREST_WITH.format(admitted=filtered)
+            asking: tuple[Any, ...] = (list(more), list(more.values()), asked, *key, refused,
+                                       *admitted, refused, *admitted, *key, wanted)
+        elif not self.approximate:
+            nearest = _PG_NEAREST.format(admitted=filtered)
+            asking = (*key, refused, *admitted, asked, wanted)
+        else:
+            self.db._send(_PG_HNSW_SCAN, (str(min(_PG_MOST_EF_SEARCH, max(64, wanted))),))
+            nearest = _PG_NEAREST_INDEXED.format(admitted=filtered, dimensions=self.dimensions)
+            asking = (*key, refused, *admitted, asked, wanted)
+        return self.db._send(_PG_CHOSEN.format(nearest=nearest),  # type: ignore[no-any-return]
+                             (*asking, *key)).fetchall()
 
 
 def _dropped(connection: Any) -> bool:
@@ -891,10 +1164,12 @@ class Engine(_Engine):
         # this code must refuse, fails the open at once with the reason.
         connection = _postgres_connection(url, settings)
         try:
-            _PostgresSession(connection).open_store(read_only, matching, create)
+            served = _PostgresSession(connection).open_store(read_only, matching, create)
         finally:
             connection.close()
-        return cls(url, settings, pool_size, pool_timeout)
+        engine = cls(url, settings, pool_size, pool_timeout)
+        engine.serves_vectors = served
+        return engine
 
     def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
         self._trace = trace

