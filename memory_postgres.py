@@ -261,7 +261,10 @@ _PG_ADD_HISTORY = (_history_table("BIGINT", "BYTEA", "JSONB"), *_guarded("memory
 # has the extension and not the table, and store_settings records that it did, which
 # every transaction reads with its matching rule (another process may have made it).
 _PG_EMBEDDINGS = "memory_embeddings"
-_PG_HAS_PGVECTOR = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector')"
+# Whether the extension is installed, and whether the role may create the table beside
+# the store's (a role that may not opens the store as before).
+_PG_HAS_PGVECTOR = ("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector'),"
+                    " has_schema_privilege(current_schema(), 'CREATE')")
 _PG_EMBEDDINGS_MADE = "SELECT EXISTS (SELECT 1 FROM store_settings WHERE name = 'embeddings')"
 _PG_ADD_EMBEDDINGS = (
     "SELECT set_config('memory.operator', 'on', true)",
@@ -646,10 +649,15 @@ class _PostgresSession(_Session):
             _log.warning("connected as a role that bypasses row-level security: only"
                          " each statement's user filter confines the store's calls")
         (made,) = self._send(_PG_EMBEDDINGS_MADE).fetchone()
-        (installed,) = self._send(_PG_HAS_PGVECTOR).fetchone()
-        if installed and not made and not read_only:
+        installed, creates = self._send(_PG_HAS_PGVECTOR).fetchone()
+        if installed and not made and not read_only and creates:
             made = self._add_embeddings()
-        if not made:
+        if not made and installed:
+            _log.info("the database has pgvector, but the store's vectors are not in it yet:"
+                      " a writable open by a role that may create tables in the schema puts"
+                      " them there; until then recall by meaning past the kept budget reads"
+                      " the vectors into this process")
+        elif not made:
             _log.info("the database has no pgvector (CREATE EXTENSION vector, by a"
                       " superuser): recall by meaning past the kept budget reads the vectors"
                       " into this process")

@@ -407,3 +407,23 @@ def test_a_store_opened_before_the_table_was_made_writes_its_rows_after(
             later.remember(BOB, "user", "vegetarian dinner", "s")
         written = early.remember(ALICE, "user", "Lisbon trip", "s")
     assert [row[1] for row in embeddings(url, "alice")] == [written - 2, written]
+
+
+def test_a_role_that_may_not_create_tables_opens_the_store_as_before(
+        vector_server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    """pgvector installed, but the schema closed to the store's role: the store opens and
+    reads the vectors itself, saying why."""
+    url = vector_server.new_database()
+    with MemoryStore(url, embedder=ConceptEmbedder()) as store:
+        store.remember(ALICE, "user", "jazz concert", "s")
+    database = database_of(url)
+    vector_server.admin("CREATE EXTENSION vector", database)
+    vector_server.admin("REVOKE CREATE ON SCHEMA public FROM pg_database_owner", database)
+    with caplog.at_level(logging.INFO, logger="memory"), \
+            MemoryStore(url, embedder=ConceptEmbedder()) as store:
+        assert store._db is not None and not store._db.serves_vectors
+        assert [m["text"] for m in store.recall(ALICE, "jazz", 1, rank="meaning")] \
+            == ["jazz concert"]
+    assert "the store's vectors are not in it yet" in caplog.text
+    assert vector_server.admin("SELECT to_regclass('memory_embeddings') IS NULL",
+                               database) == [(True,)]
