@@ -1065,8 +1065,10 @@ class _ServedVectors:
         allowed = None if admitted is None or admitted.allowed is None \
             else sorted(admitted.allowed)
         more = dict(zip(map(int, bonus[0]), map(float, bonus[1]), strict=True))
-        # A memory of several texts has a row for each: more are asked for while the rows
-        # returned hold fewer than `limit` memories.
+        # More rows than `limit`: the server's distances round otherwise than the store's
+        # cosines, so the store orders a margin past the last of them itself; and a
+        # memory of several texts has a row for each, so more are asked for while the
+        # rows returned hold fewer than `limit` memories.
         wanted = 2 * limit + 16
         while True:
             rows = self._nearest(asked, refused, allowed, more, wanted)
