@@ -2415,7 +2415,13 @@ def _check_approximate(approximate: object, rank: Rank, as_of: str | None,
                                " every memory the scope sees")
     if as_of is not None:
         raise MemoryInputError("approximate=True ranks today's memories: as_of is exact")
-    if not served and (importlib.util.find_spec("usearch") is None or _numpy() is None):
+    if not served:
+        _check_usearch()
+
+
+def _check_usearch() -> None:
+    """MemoryInputError where the store's own approximate index cannot be built here."""
+    if importlib.util.find_spec("usearch") is None or _numpy() is None:
         raise MemoryInputError("approximate=True needs usearch and numpy: pip install"
                                " 'memory-store[ann]'")
 
@@ -6609,9 +6615,7 @@ class _Planner(_Part):
             else:
                 index = None
         if index is None:
-            if importlib.util.find_spec("usearch") is None or _numpy() is None:
-                raise MemoryInputError("approximate=True needs usearch and numpy here: pip"
-                                       " install 'memory-store[ann]'")
+            _check_usearch()  # the database, thought to serve at open, no longer does
             index = _Approximate(dimensions)
             for block in _vector_blocks(db, key, dimensions, past=True):
                 index.add(block)

