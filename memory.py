@@ -68,8 +68,10 @@ from collections.abc import (
     Iterable,
     Iterator,
     Mapping,
+    MappingView,
     Sequence,
 )
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime, timedelta
 from typing import (
     Any,
@@ -2513,19 +2515,34 @@ def _vector_blob(vector: object, dimensions: int, where: str,
     return packed.tobytes()
 
 
-_ESCAPED_RUN = re.compile(r"(?:\\x[0-9a-fA-F]{2})+|(?:%[0-9a-fA-F]{2})+"
-                          r"|(?:\\u[0-9a-fA-F]{4})+|\\U[0-9a-fA-F]{8}")
-
-
-def _unescaped(found: re.Match[str]) -> str:
-    """One run of escapes as the text it stands for: bytes (\\xNN, %NN) as UTF-8, UTF-16
-    units (\\uNNNN, a pair for a character past the BMP), a code point (\\UNNNNNNNN)."""
-    run = found.group()
-    if run[0] == "%" or run[1] == "x":
-        return bytes.fromhex(run.replace("%", "").replace("\\x", "")).decode("utf-8", "replace")
-    if run[1] == "U":
-        return chr(min(int(run[2:], 16), sys.maxunicode))
-    return bytes.fromhex(run.replace("\\u", "")).decode("utf-16-be", "replace")
+# The words of error messages a failure's line may give beside a few other characters
+# (_FEW_OTHERS): what a model's client, an HTTP service or a GPU says when it fails. A
+# line of these words, numbers and signs carries no text in any encoding, being too
+# short in everything else to hold one.
+_ERROR_WORDS = frozenset("""
+    a aborted abruptly access account after again allocate allocated an and api are argument
+    array at attempt attempts attribute authentication available bad balance batch be been
+    billing broken busy but by bytes call can canceled cancelled cannot capacity certificate
+    characters chars client closed code configuration configured connect connection content
+    context could cpu credits cuda day decode decoding denied device did dimension
+    dimensions disabled dns does down download embedding embeddings empty encode encoding
+    end ended endpoint entity environment eof err errno error exceeded exceeds exception
+    exhausted expected expired failed failure file float for forbidden format found free
+    from full gateway gb gib gone got gpu halt handshake has header headers host hour http
+    https hub in index inf infinity input inputs instance insufficient int internal
+    interrupted invalid is it json kb key kib killed large length limit limited list loaded
+    local long lost malformed many max maximum may mb memory mib minute mismatch missing
+    mode model models more ms must name nan network no none not null numbers object of
+    offline ok on only onnx operation or out over overflow overloaded parse payload peer per
+    permission pipe please process protocol queue quota raised ran range rate reached read
+    refused remote request requests required reset resolution resource response retries
+    retry return returned runtime score scores second seconds server service set shape size
+    ssl status stopped str stream support supported temporarily temporary tensor text texts
+    than the this timed timeout to token tokens too try type unable unauthorized unavailable
+    unexpected unknown unprocessable unreachable unsupported use utf value variable vector
+    vectors verify was we weights which while with wrong you your
+    """.split())
+_FEW_OTHERS = 6
 
 
 def _compared(text: str) -> str:
@@ -2535,25 +2552,44 @@ def _compared(text: str) -> str:
     return "".join(c for c in folded if unicodedata.category(c) != "Cf")
 
 
+_LETTERS = re.compile(r"[A-Za-z]+")
+
+
+def _an_error_word(word: str) -> bool:
+    """Whether a run of letters is one of _ERROR_WORDS, in lower, upper or title case
+    (a case chosen letter by letter would carry a bit a letter)."""
+    return word.lower() in _ERROR_WORDS and word in (word.lower(), word.upper(), word.title())
+
+
+def _cannot_carry(line: str, texts: list[str]) -> bool:
+    """Whether a message's line cannot carry any of the texts, in any encoding: it is
+    printable ASCII, quotes no run of 4 characters of a text (nor a shorter text whole),
+    and outside the runs of letters that are _ERROR_WORDS it holds fewer than
+    _FEW_OTHERS characters other than spaces, and fewer than the shortest text holds.
+    What a line can carry beyond those words is then fewer characters than any text."""
+    if not line.isascii() or not line.isprintable():
+        return False
+    given = [_compared(text) for text in texts]
+    folded = _compared(line)
+    windows = {folded[at : at + 4] for at in range(max(len(folded) - 3, 1))}
+    if any(window in text for window in windows for text in given) or any(
+            text.strip() and text.strip() in folded for text in given):
+        return False
+    others = _LETTERS.sub(lambda word: "" if _an_error_word(word.group()) else word.group(),
+                          line)
+    shortest = min((len("".join(text.split())) for text in given), default=_FEW_OTHERS)
+    return len("".join(others.split())) < min(_FEW_OTHERS, shortest)
+
+
 def _failure_of(exc: Exception, texts: list[str]) -> str:
-    """The exception's type, with its message's first line (at most 200 characters) where
-    that line shares no run of 4 characters with any of the texts the embedder was given,
-    in any form an embedder echoes them: as they are, and with JSON, repr and URL escapes
-    read, each compared by _compared. A message may quote its input ("cannot embed 'Alice
-    is ...'", a JSON request body), and one that shares nothing with it cannot be quoting
-    it; a line that cannot be read so gives the type alone."""
+    """The exception's type, with its message's first line (spaces collapsed, at most 200
+    characters) where that line cannot carry a text the code was given (_cannot_carry):
+    a message may quote its input, as it is or encoded (a JSON body, base64, hex)."""
     named = type(exc).__name__
     with contextlib.suppress(Exception):  # str() of a hostile exception may raise
         lines = str(exc).strip().splitlines()
-        line = "".join(filter(str.isprintable, lines[0]))[:200].strip() if lines else ""
-        given = [_compared(text) for text in texts]
-        for form in (line, _ESCAPED_RUN.sub(_unescaped, line)):
-            folded = _compared(form)
-            windows = {folded[at : at + 4] for at in range(max(len(folded) - 3, 1))}
-            if any(window in text for window in windows for text in given) or any(
-                    text.strip() and text.strip() in folded for text in given):
-                return named
-        if line:
+        line = " ".join(lines[0].split())[:200] if lines else ""
+        if line and _cannot_carry(line, texts):
             return f"{named}: {line}"
     return named
 
@@ -2598,15 +2634,19 @@ def _reranked(reranker: Reranker, query: str, found: list[Recalled]) -> list[Rec
 def _rerank_scores(reranker: Reranker, query: str, texts: list[str]) -> array.array[float]:
     """The reranker's score of each text, checked: one that raises or answers other than
     one finite number a text is StoreError naming what it did, never a text."""
-    failure, scores = None, None
+    failure, scores, handed = None, None, list(texts)
     try:
-        given = reranker.rerank(query, texts)
+        given = reranker.rerank(query, handed)
     except Exception as exc:
         failure = _failure_of(exc, [query, *texts])
     if failure is not None:  # raised out here, so the error (and its text) is no context
         raise StoreError(f"the reranker raised {failure}")
+    if len(handed) != len(texts) or not all(  # its scores may be of the list it made
+            type(new) is str and new == old for new, old in zip(handed, texts, strict=True)):
+        raise StoreError("the reranker changed the list of texts it was given")
     try:  # a lazy answer (a generator) runs the reranker's code here too
-        if not isinstance(given, (str, bytes)):
+        # A mapping's or a set's order is not the texts': its keys would be read as scores.
+        if not isinstance(given, (str, bytes, Mapping, AbstractSet, MappingView)):
             scores = array.array("d", given)
     except (TypeError, ValueError, OverflowError):
         pass
@@ -8280,8 +8320,14 @@ def _json_line(number: int, line: bytes) -> Any:
     raise MemoryInputError(f"line {number}: {problem}")
 
 
-def _json_lines(file: str) -> Iterator[tuple[int, Any]]:
-    """The JSON value of each line that is not blank, with its number from 1."""
+def _json_lines(file: str | None) -> Iterator[tuple[int, Any]]:
+    """The JSON value of each line that is not blank, with its number from 1: of FILE,
+    or of standard input where FILE is - or none is given and the input is piped."""
+    if file is None:  # `memory import DB < records.jsonl`; at a terminal, say what to give
+        if sys.stdin is None or sys.stdin.isatty():
+            raise MemoryInputError("FILE required: a JSON Lines file, or - (or a pipe) for"
+                                   " standard input")
+        file = "-"
     if file == "-" and sys.stdin is None:
         raise MemoryInputError("FILE is -, but standard input is closed")
     try:
@@ -8797,7 +8843,9 @@ def _parser() -> argparse.ArgumentParser:
     importing = command("import", _run_import, _CREATES,
                         "add JSON Lines records (as export writes them), all or none;"
                         " creates the store if it does not exist", embeds=True)
-    importing.add_argument("file", metavar="FILE", help="a JSON Lines file, or - for stdin")
+    importing.add_argument("file", metavar="FILE", nargs="?",
+                           help="a JSON Lines file, or - for standard input (the default"
+                           " where that is not a terminal)")
     sources = ("records", _SERVER_MEMORY)
     importing.add_argument("--from", dest="format", type=_one_of(sources), default="records",
                            metavar="{" + ",".join(sources) + "}",
@@ -8909,6 +8957,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.reconfigure(encoding="utf-8")
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
+    if args.command == "import" and args.file is None and len(extra) == 1 and (
+            extra[0] == "-" or not extra[0].startswith("-")):
+        # argparse gives an optional positional nothing where an option follows PATH
+        # (`import DB --from server-memory FILE`): FILE is what it left over.
+        args.file = extra.pop()
     if extra:  # argparse would print them, and they may be a mis-quoted memory text
         parser.error(f"{len(extra)} unrecognized arguments (quote a text that has spaces)")
     if args.command == "erase-user" and not args.yes:

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import pathlib
+import pty
 import shlex
 import subprocess
 import sys
@@ -142,6 +143,21 @@ def test_export_then_import_round_trips_every_field_but_the_id(store_at: str,
     again = cli("import", str(fresh), "-", stdin=exported.stdout)
     assert again.returncode == 0
     assert len(lines(cli("export", str(fresh), "--user", "alice").stdout)) == 6
+    # `memory import DB < file`: no FILE, and a pipe, not a terminal, is standard input.
+    piped = cli("import", str(fresh), stdin=exported.stdout)
+    assert piped.returncode == 0, piped.stderr
+    assert len(lines(cli("export", str(fresh), "--user", "alice").stdout)) == 9
+    # At a terminal, no FILE says what to give, and reads nothing.
+    terminal, other_end = pty.openpty()
+    try:
+        asked = subprocess.run([sys.executable, "-m", "memory", "import", str(fresh)],
+                               cwd=ROOT, stdin=other_end, capture_output=True, text=True,
+                               timeout=120)
+    finally:
+        os.close(terminal)
+        os.close(other_end)
+    assert asked.returncode == 1 and "FILE required" in asked.stderr
+    assert len(lines(cli("export", str(fresh), "--user", "alice").stdout)) == 9
 
 
 @pytest.mark.parametrize("bad_line, reason", [

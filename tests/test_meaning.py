@@ -21,7 +21,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from echoes import ECHOES, PLAIN_FAILURES, TEXTS
 from embedders import Broken, ConceptEmbedder, Waiting, cosine
+from hypothesis import given
+from hypothesis import strategies as st
 
 import memory
 from helpers import (
@@ -365,6 +368,68 @@ def test_an_embedder_s_message_is_given_only_where_it_cannot_quote_a_text(
             store.remember_many([(ALICE, "user", VEGETARIAN, "s"), (ALICE, "user", "jazz", "s")])
         assert str(caught.value) == f"the embedder raised {said}"
         assert store.count(ALICE) == 0
+
+
+def echoing(echo: str) -> Broken:
+    """An embedder whose service refuses its input, echoing the batch's first text so."""
+    return Broken(lambda texts: RuntimeError(
+        f"HTTP 400 invalid input: {ECHOES[echo](texts[0])}"))
+
+
+@pytest.mark.parametrize("echo", sorted(ECHOES))
+def test_an_embedder_s_message_gives_no_text_in_any_encoding(target: str, echo: str) -> None:
+    with MemoryStore(target, embedder=echoing(echo)) as store:
+        store.remember(ALICE, "user", "held without a vector", "s", embed=False)
+        for text in TEXTS:
+            with pytest.raises(StoreError) as caught:
+                store.remember(ALICE, "user", text, "s")
+            assert str(caught.value) == "the embedder raised RuntimeError"
+            with pytest.raises(StoreError) as caught:  # the query is a text too
+                store.recall(ALICE, text, rank="meaning")
+            assert str(caught.value) == "the embedder raised RuntimeError"
+        assert store.count(ALICE) == 1
+
+
+@given(text=st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]),
+                    min_size=1, max_size=40).filter(str.strip),
+       echo=st.sampled_from(sorted(ECHOES)))
+def test_no_text_is_given_in_any_encoding_whatever_the_text(text: str, echo: str) -> None:
+    with MemoryStore(":memory:", embedder=echoing(echo)) as store:
+        with pytest.raises(StoreError) as caught:
+            store.remember(ALICE, "user", text, "s")
+    assert str(caught.value) == "the embedder raised RuntimeError"
+
+
+@pytest.mark.parametrize("line", PLAIN_FAILURES)
+def test_a_line_of_error_words_and_a_few_signs_is_given_whole(target: str, line: str) -> None:
+    with MemoryStore(target, embedder=Broken(RuntimeError(line))) as store:
+        for text in TEXTS:
+            with pytest.raises(StoreError) as caught:
+                store.remember(ALICE, "user", text, "s")
+            assert str(caught.value) == f"the embedder raised RuntimeError: {line}"
+
+
+@pytest.mark.parametrize("line", [
+    "Http 429 too many requests",  # the case of a word as it is written (lower, upper, title)
+    "HtTp 429 too many requests",  # a case chosen letter by letter carries a bit a letter
+    "HTTP 429 Too Many Requests: 4827",  # six other characters
+    "HTTP 429 Too Many Requests for zoe",  # a word not of the list
+    "HTTP 429 Too Many Requests\u00e9",  # an escape is other characters
+    "HTTP 429 Trop de requêtes",  # not ASCII
+])
+def test_a_line_with_more_than_error_words_and_a_few_signs_is_not_given(
+        line: str) -> None:
+    given = "the embedder raised RuntimeError"
+    with MemoryStore(":memory:", embedder=Broken(RuntimeError(line))) as store:
+        with pytest.raises(StoreError) as caught:
+            store.remember(ALICE, "user", "Alice is vegetarian.", "s")
+    assert str(caught.value) == (f"{given}: {line}" if line == "Http 429 too many requests"
+                                 else given)
+    # Fewer others than the shortest text holds: a text of 3 characters, 3 others.
+    with MemoryStore(":memory:", embedder=Broken(RuntimeError("HTTP 429"))) as store:
+        with pytest.raises(StoreError) as caught:
+            store.remember(ALICE, "user", "zoe", "s")
+    assert str(caught.value) == given
 
 
 def test_an_embedder_without_what_it_needs_is_refused(target: str) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from echoes import ECHOES, TEXTS
 from embedders import ShortestFirst
 
 import memory
@@ -155,6 +156,66 @@ def test_a_reranker_s_failure_is_a_store_error_naming_what_it_did_never_a_text(
     with MemoryStore(target, rank="idf", reranker=Answering(
             lambda texts: [0] * len(texts))) as store:
         assert texts(store.recall(ALICE, "tea")) == ["tea for two", "tea"]
+
+
+def test_a_reranker_that_changes_its_list_or_answers_a_mapping_is_a_store_error(
+        target: str) -> None:
+    def failure(answer: Any) -> str:
+        with MemoryStore(target, rank="idf", reranker=Answering(answer)) as store:
+            store.remember(ALICE, "user", "tea", "chat")
+            store.remember(ALICE, "user", "tea for two", "chat")
+            with pytest.raises(StoreError) as caught:
+                store.recall(ALICE, "tea")
+            store.erase_user("alice")
+        return str(caught.value)
+
+    def appending(texts: Any) -> list[float]:
+        texts.append("more")
+        return [1.0] * len(texts)
+
+    def clearing(texts: Any) -> list[float]:
+        texts.clear()
+        return []
+
+    def popping(texts: Any) -> list[float]:
+        texts.pop()
+        return [1.0, 2.0]
+
+    def replacing(texts: Any) -> list[float]:
+        texts[0] = 7
+        return [1.0, 2.0]
+
+    for changing in (appending, clearing, popping, replacing):
+        assert failure(changing) == "the reranker changed the list of texts it was given"
+    # A mapping's keys, a set's members, a view of either: no order of the texts.
+    for unordered in (lambda texts: {0: 0.5, 1: 0.9}, lambda texts: {0.5, 0.9},
+                      lambda texts: {0.5: "a", 0.9: "b"}.keys(),
+                      lambda texts: {"a": 0.5, "b": 0.9}.items()):
+        assert failure(unordered) == (
+            "the reranker gave something other than a sequence of numbers")
+
+
+@pytest.mark.parametrize("echo", sorted(ECHOES))
+def test_a_reranker_s_message_gives_no_text_in_any_encoding(target: str, echo: str) -> None:
+    form = ECHOES[echo]
+    class Echoing:
+        name = "echoing"
+
+        def __init__(self, quoted: Any) -> None:
+            self.quoted = quoted
+
+        def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+            raise RuntimeError(f"HTTP 400 invalid input: {form(self.quoted(query, texts))}")
+
+    for quoted in (lambda query, texts: query, lambda query, texts: texts[-1]):
+        with MemoryStore(target, rank="idf", reranker=Echoing(quoted)) as store:
+            for text in TEXTS:  # each found by the word beside it
+                store.remember(ALICE, "user", f"{text} tea", "chat")
+            for text in TEXTS:
+                with pytest.raises(StoreError) as caught:
+                    store.recall(ALICE, f"tea {text}")
+                assert str(caught.value) == "the reranker raised RuntimeError"
+            store.erase_user("alice")
 
 
 def test_a_reranker_is_checked_when_the_store_opens(tmp_path: Any) -> None:
