@@ -54,7 +54,9 @@ class MemoryBlock(BaseMemoryBlock[str]):
     memories are recalled for the last `window` messages; with `session_only`, those of
     the session the Memory names alone."""
 
-    name: str = Field(default="memory", description="The name of the memory block.")
+    # Memory wraps its blocks in <memory> and each block in a tag of its name: "memory"
+    # would nest a tag in its own kind.
+    name: str = Field(default="memories", description="The name of the memory block.")
     top_k: int = Field(default=3, description="How many memories a get gives, at most.")
     window: int = Field(default=5, description="How many of the latest messages ask.")
     session_only: bool = Field(default=False,

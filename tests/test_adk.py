@@ -4,26 +4,38 @@ Session and Event types and its Runner driving an agent that needs no model."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import functools
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from deferred import deferred, module, needs
 
-pytest.importorskip("google.adk", reason="the ADK memory service needs the `adk` extra")
+from memory import MemoryStore
+from memory_frameworks import identifier
 
-from google.adk.agents.base_agent import BaseAgent  # noqa: E402
-from google.adk.agents.invocation_context import InvocationContext  # noqa: E402
-from google.adk.events.event import Event  # noqa: E402
-from google.adk.memory.base_memory_service import BaseMemoryService  # noqa: E402
-from google.adk.runners import Runner  # noqa: E402
-from google.adk.sessions.in_memory_session_service import InMemorySessionService  # noqa: E402
-from google.adk.sessions.session import Session  # noqa: E402
-from google.genai import types  # noqa: E402
+pytestmark = needs("google.adk", "adk")
+if TYPE_CHECKING:
+    import google.genai.types as types
+    from google.adk.events.event import Event
+    from google.adk.memory.base_memory_service import BaseMemoryService
+    from google.adk.runners import Runner
+    from google.adk.sessions.in_memory_session_service import InMemorySessionService
+    from google.adk.sessions.session import Session
+    from scripted_adk import Recaller
 
-from memory import MemoryStore  # noqa: E402
-from memory_frameworks import identifier  # noqa: E402
-from memory_frameworks.adk import NO_SESSION, ADKMemoryService  # noqa: E402
+    import memory_frameworks.adk as ours
+    from memory_frameworks.adk import ADKMemoryService
+else:
+    types, ours = module("google.genai.types"), module("memory_frameworks.adk")
+    Event, = deferred("google.adk.events.event", "Event")
+    BaseMemoryService, = deferred("google.adk.memory.base_memory_service", "BaseMemoryService")
+    Runner, = deferred("google.adk.runners", "Runner")
+    InMemorySessionService, = deferred("google.adk.sessions.in_memory_session_service",
+                                       "InMemorySessionService")
+    Session, = deferred("google.adk.sessions.session", "Session")
+    Recaller, = deferred("scripted_adk", "Recaller")
+    ADKMemoryService, = deferred("memory_frameworks.adk", "ADKMemoryService")
 
 
 def event(author: str, text: str, at: float, *, event_id: str | None = None,
@@ -42,10 +54,13 @@ def texts(found: Any) -> list[str]:
     return [entry.content.parts[0].text for entry in found.memories]
 
 
-TRIP = [event("user", "I am flying to Lisbon in May.", 1_700_000_000.0),
-        event("travel_agent", "Noted: Lisbon, May.", 1_700_000_005.0),
-        event("user", "I only eat vegetarian food.", 1_700_000_010.0),
-        event("travel_agent", "Noted: vegetarian meals.", 1_700_000_015.0)]
+@functools.cache
+def trip() -> list[Event]:
+    """A session's four events, the same ids at every call (a test adds them again)."""
+    return [event("user", "I am flying to Lisbon in May.", 1_700_000_000.0),
+            event("travel_agent", "Noted: Lisbon, May.", 1_700_000_005.0),
+            event("user", "I only eat vegetarian food.", 1_700_000_010.0),
+            event("travel_agent", "Noted: vegetarian meals.", 1_700_000_015.0)]
 
 
 def test_a_growing_session_is_kept_once_per_event(target: str) -> None:
@@ -53,15 +68,15 @@ def test_a_growing_session_is_kept_once_per_event(target: str) -> None:
         service = ADKMemoryService(target)
         assert isinstance(service, BaseMemoryService)
         scope = service.scope("travel", "alice")
-        await service.add_session_to_memory(session(TRIP[:2]))
+        await service.add_session_to_memory(session(trip()[:2]))
         first = [m["id"] for m in service.store.memories(scope)]
-        await service.add_session_to_memory(session(TRIP[:2]))
+        await service.add_session_to_memory(session(trip()[:2]))
         assert [m["id"] for m in service.store.memories(scope)] == first  # none rewritten
-        await service.add_session_to_memory(session(TRIP))  # ADK adds the whole session
+        await service.add_session_to_memory(session(trip()))  # ADK adds the whole session
         assert [m["text"] for m in service.store.memories(scope)] == [
-            e.content.parts[0].text for e in TRIP if e.content and e.content.parts]
+            e.content.parts[0].text for e in trip() if e.content and e.content.parts]
         # Two adds at once of one session keep each event once: its key decides.
-        grown = TRIP + [event("user", "Book a window seat.", 1_700_000_020.0)]
+        grown = trip() + [event("user", "Book a window seat.", 1_700_000_020.0)]
         await asyncio.wait_for(asyncio.gather(
             *(service.add_session_to_memory(session(grown)) for _ in range(4))), 60)
         assert service.store.count(scope) == 5
@@ -129,7 +144,7 @@ def test_more_new_events_than_a_page_and_old_ones_given_again_are_each_kept_once
 def test_a_search_gives_the_best_first_with_author_and_time(target: str) -> None:
     async def run() -> Any:
         service = ADKMemoryService(target)
-        await service.add_session_to_memory(session(TRIP))
+        await service.add_session_to_memory(session(trip()))
         found = await service.search_memory(app_name="travel", user_id="alice",
                                             query="what food do I eat")
         blank = await service.search_memory(app_name="travel", user_id="alice", query="  ")
@@ -151,7 +166,7 @@ def test_a_search_returns_what_matches_and_no_neighbour_for_its_neighbour_s_word
     # ADK's own services give them, not their neighbours for their sake (context ranks).
     async def run() -> list[str]:
         service = ADKMemoryService(target)
-        await service.add_session_to_memory(session(TRIP))
+        await service.add_session_to_memory(session(trip()))
         found = await service.search_memory(app_name="travel", user_id="alice",
                                             query="vegetarian")
         service.close()
@@ -184,13 +199,13 @@ def test_events_added_alone_join_their_session(target: str) -> None:
     async def run() -> tuple[list[str], list[str]]:
         service = ADKMemoryService(target)
         await service.add_events_to_memory(app_name="travel", user_id="alice",
-                                           events=TRIP[:2], session_id="s1")
-        await service.add_session_to_memory(session(TRIP))
+                                           events=trip()[:2], session_id="s1")
+        await service.add_session_to_memory(session(trip()))
         await service.add_events_to_memory(app_name="travel", user_id="alice",
-                                           events=TRIP[:1])
+                                           events=trip()[:1])
         scope = service.scope("travel", "alice")
         in_s1 = [m["text"] for m in service.store.memories(scope, conversation="s1")]
-        alone = [m["text"] for m in service.store.memories(scope, conversation=NO_SESSION)]
+        alone = [m["text"] for m in service.store.memories(scope, conversation=ours.NO_SESSION)]
         service.close()
         return in_s1, alone
 
@@ -204,7 +219,7 @@ def test_users_and_apps_never_see_each_other_s_memories(target: str) -> None:
         await service.add_session_to_memory(session(
             [event("user", "My passport number is X1234567.", 1.0)]))
         # The same session and event ids, another user; and another app of alice's.
-        copy = [event("user", "My passport is renewed.", 2.0, event_id=TRIP[0].id)]
+        copy = [event("user", "My passport is renewed.", 2.0, event_id=trip()[0].id)]
         await service.add_session_to_memory(session(copy, user="bob"))
         await service.add_session_to_memory(session(copy, app="banking"))
         seen = {}
@@ -247,8 +262,8 @@ def test_names_that_are_not_identifiers_stay_apart(tmp_path: Any) -> None:
 def test_a_deleted_memory_is_gone_and_a_foreign_id_deletes_nothing(target: str) -> None:
     async def run() -> tuple[list[str], list[str]]:
         service = ADKMemoryService(target)
-        await service.add_session_to_memory(session(TRIP))
-        await service.add_session_to_memory(session(TRIP, user="bob"))
+        await service.add_session_to_memory(session(trip()))
+        await service.add_session_to_memory(session(trip(), user="bob"))
         (bobs, *_) = (await service.search_memory(app_name="travel", user_id="bob",
                                                   query="vegetarian food")).memories
         for foreign in [bobs.id, "12x", "", None, "9" * 40, "-1"]:
@@ -295,20 +310,6 @@ def test_bad_arguments_are_refused(tmp_path: Any) -> None:
     asyncio.run(run())
 
 
-class Recaller(BaseAgent):
-    """An agent with no model: it answers with the best memory the user's words find."""
-
-    async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
-        assert ctx.memory_service is not None and ctx.user_content is not None
-        asked = "".join(part.text or "" for part in ctx.user_content.parts or [])
-        found = await ctx.memory_service.search_memory(
-            app_name=ctx.session.app_name, user_id=ctx.session.user_id, query=asked)
-        best = found.memories[0].content.parts or [] if found.memories else []
-        said = best[0].text or "" if best else "nothing"
-        yield Event(author=self.name, invocation_id=ctx.invocation_id,
-                    content=types.Content(role="model", parts=[types.Part(text=said)]))
-
-
 def test_a_runner_s_sessions_keep_one_user_s_memories_from_another(target: str) -> None:
     async def run() -> dict[str, list[str]]:
         memory_service = ADKMemoryService(target)
@@ -347,11 +348,11 @@ def test_any_session_id_is_added_again_without_a_rewrite(target: str, session_id
     async def run() -> None:
         service = ADKMemoryService(target)
         scope = service.scope("travel", "alice")
-        await service.add_session_to_memory(session(TRIP[:2], session_id=session_id))
+        await service.add_session_to_memory(session(trip()[:2], session_id=session_id))
         first = [m["id"] for m in service.store.memories(scope)]
         found = await service.search_memory(app_name="travel", user_id="alice",
                                             query="Lisbon")
-        await service.add_session_to_memory(session(TRIP, session_id=session_id))
+        await service.add_session_to_memory(session(trip(), session_id=session_id))
         ids = [m["id"] for m in service.store.memories(scope)]
         assert ids[:2] == first and len(ids) == 4  # the two kept are not written again
         # An id a search gave still names its memory.
@@ -386,7 +387,7 @@ def test_a_memory_another_tool_wrote_is_never_an_adk_memory(
     async def run() -> tuple[list[str], int]:
         service = ADKMemoryService(target)
         scope = service.scope("travel", "alice")
-        await service.add_session_to_memory(session(TRIP[:1]))
+        await service.add_session_to_memory(session(trip()[:1]))
         store = service.store
         # At the user level (memory mcp's default), with odd adk metadata, a forged key.
         store.remember(scope, "user", "Lisbon planted at user level", "s1/event")
@@ -416,7 +417,7 @@ def test_a_search_pages_past_a_page_of_memories_that_are_no_adk_memory(target: s
     async def run() -> list[str]:
         service = ADKMemoryService(target)
         scope = service.scope("travel", "alice")
-        await service.add_session_to_memory(session(TRIP[:1]))
+        await service.add_session_to_memory(session(trip()[:1]))
         for n in range(25):  # more than a page of recall, each ranked first, none its own
             service.store.remember(scope, "task", f"Lisbon planted {n}", f"other-{n}/event",
                                    metadata={"adk": {"v": 1, "session": ["s1"], "event": "e"}})

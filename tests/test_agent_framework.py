@@ -7,32 +7,26 @@ message nor a memory given."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
-from agent_framework import Agent, BaseChatClient, ChatResponse, Message
+from deferred import deferred, needs
 
 from memory import Scope
-from memory_frameworks.agent_framework import MemoryContextProvider, MemoryHistoryProvider
+
+pytestmark = needs("agent_framework", "agent-framework")
+if TYPE_CHECKING:
+    from agent_framework import Agent, Message
+    from scripted_agent_framework import Scripted
+
+    from memory_frameworks.agent_framework import MemoryContextProvider, MemoryHistoryProvider
+else:
+    Agent, Message = deferred("agent_framework", "Agent", "Message")
+    Scripted, = deferred("scripted_agent_framework", "Scripted")
+    MemoryContextProvider, MemoryHistoryProvider = deferred(
+        "memory_frameworks.agent_framework", "MemoryContextProvider", "MemoryHistoryProvider")
 
 ALICE = Scope("alice", "agent-framework")
-
-
-class Scripted(BaseChatClient):
-    """A chat client that answers "ok" and keeps what each call was given."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[tuple[list[tuple[str, str]], str]] = []
-
-    def _inner_get_response(self, *, messages: Sequence[Message], stream: bool,
-                            options: Mapping[str, Any], **kwargs: Any) -> Awaitable[Any]:
-        async def reply() -> ChatResponse:
-            self.seen.append(([(str(m.role), m.text) for m in messages],
-                              str(options.get("instructions"))))
-            return ChatResponse(messages=[Message("assistant", ["ok"])])
-        return reply()
 
 
 def run(target: str, user: str, turns: list[str], client: Scripted | None = None) -> Scripted:

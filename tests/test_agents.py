@@ -6,46 +6,25 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from deferred import deferred, needs
 
-pytest.importorskip("agents", reason="the Agents SDK session needs the `agents` extra")
+from memory import MemoryStore, Scope
 
-from agents import Agent, Runner, set_tracing_disabled  # noqa: E402
-from agents.items import ModelResponse  # noqa: E402
-from agents.memory.session import Session  # noqa: E402
-from agents.models.interface import Model  # noqa: E402
-from agents.usage import Usage  # noqa: E402
-from openai.types.responses import ResponseOutputMessage, ResponseOutputText  # noqa: E402
+pytestmark = needs("agents", "agents")
+if TYPE_CHECKING:
+    from agents import Agent, Runner
+    from agents.memory.session import Session
+    from scripted_agents import Scripted
 
-from memory import MemoryStore, Scope  # noqa: E402
-from memory_frameworks.agents import AgentsSession  # noqa: E402
-
-set_tracing_disabled(True)
-
-
-class Scripted(Model):
-    """A model that answers each call with its next reply, keeping what it was given."""
-
-    def __init__(self, *replies: str) -> None:
-        self.replies = list(replies)
-        self.inputs: list[Any] = []
-
-    async def get_response(self, system_instructions: Any, input: Any, model_settings: Any,
-                           tools: Any, output_schema: Any, handoffs: Any, tracing: Any, *,
-                           previous_response_id: Any, conversation_id: Any, prompt: Any,
-                           **more: Any) -> ModelResponse:
-        self.inputs.append(input)
-        text = self.replies.pop(0)
-        message = ResponseOutputMessage(
-            id=f"msg-{len(self.inputs)}", type="message", role="assistant",
-            status="completed",
-            content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
-        return ModelResponse(output=[message], usage=Usage(), response_id=None)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
+    from memory_frameworks.agents import AgentsSession
+else:
+    Agent, Runner = deferred("agents", "Agent", "Runner")
+    Session, = deferred("agents.memory.session", "Session")
+    Scripted, = deferred("scripted_agents", "Scripted")
+    AgentsSession, = deferred("memory_frameworks.agents", "AgentsSession")
 
 
 def said(items: list[Any]) -> list[str]:

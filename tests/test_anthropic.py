@@ -9,16 +9,26 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx2
 import pytest
-from anthropic import Anthropic
-from anthropic.lib.tools import ToolError
+from deferred import deferred, module, needs
 
 from helpers import all_finish
 from memory import MemoryStore, Scope
-from memory_frameworks.anthropic import AnthropicMemoryTool, AsyncAnthropicMemoryTool
+
+pytestmark = needs("anthropic", "anthropic")
+if TYPE_CHECKING:
+    import anthropic.lib.tools as tools
+    import httpx2
+    from anthropic import Anthropic
+
+    from memory_frameworks.anthropic import AnthropicMemoryTool, AsyncAnthropicMemoryTool
+else:
+    httpx2, tools = module("httpx2"), module("anthropic.lib.tools")
+    Anthropic, = deferred("anthropic", "Anthropic")
+    AnthropicMemoryTool, AsyncAnthropicMemoryTool = deferred(
+        "memory_frameworks.anthropic", "AnthropicMemoryTool", "AsyncAnthropicMemoryTool")
 
 ALICE = Scope("alice", "anthropic")
 
@@ -87,30 +97,30 @@ def test_each_command_as_the_runner_calls_it(tool: AnthropicMemoryTool) -> None:
     edited = run(tool, command="str_replace", path="/memories/notes/trip.md",
                  old_str="Porto", new_str="Porto, then Braga")
     assert "Day 2: Porto, then Braga." in edited
-    with pytest.raises(ToolError, match="did not appear verbatim"):
+    with pytest.raises(tools.ToolError, match="did not appear verbatim"):
         run(tool, command="str_replace", path="/memories/notes/trip.md", old_str="Faro",
             new_str="x")
-    with pytest.raises(ToolError, match="Multiple occurrences"):
+    with pytest.raises(tools.ToolError, match="Multiple occurrences"):
         run(tool, command="str_replace", path="/memories/notes/trip.md", old_str="Day",
             new_str="x")
     run(tool, command="insert", path="/memories/notes/trip.md", insert_line=0,
         insert_text="Trip plan")
     assert tool.store.get(ALICE, key="/memories/notes/trip.md")["text"] == (  # type: ignore[index]
         "Trip plan\nDay 1: Lisbon.\nDay 2: Porto, then Braga.\n")
-    with pytest.raises(ToolError, match="already exists"):
+    with pytest.raises(tools.ToolError, match="already exists"):
         run(tool, command="create", path="/memories/prefs.md", file_text="again")
-    with pytest.raises(ToolError, match="already exists"):  # a directory
+    with pytest.raises(tools.ToolError, match="already exists"):  # a directory
         run(tool, command="create", path="/memories/notes", file_text="x")
-    with pytest.raises(ToolError, match="is a file"):
+    with pytest.raises(tools.ToolError, match="is a file"):
         run(tool, command="create", path="/memories/prefs.md/x", file_text="x")
     assert run(tool, command="rename", old_path="/memories/notes",
                new_path="/memories/travel").startswith("Successfully renamed")
     assert tool.store.get(ALICE, key="/memories/travel/trip.md") is not None
-    with pytest.raises(ToolError, match="already exists"):
+    with pytest.raises(tools.ToolError, match="already exists"):
         run(tool, command="rename", old_path="/memories/travel/trip.md",
             new_path="/memories/prefs.md")
     run(tool, command="delete", path="/memories/travel")
-    with pytest.raises(ToolError, match="does not exist"):
+    with pytest.raises(tools.ToolError, match="does not exist"):
         run(tool, command="view", path="/memories/travel/trip.md")
     assert tool.clear_all_memory() == "All memory cleared"
     assert tool.store.count(ALICE) == 0
@@ -119,7 +129,7 @@ def test_each_command_as_the_runner_calls_it(tool: AnthropicMemoryTool) -> None:
 @pytest.mark.parametrize("path", ["/etc/passwd", "/memories/../x", "/memories/a/./b",
                                   "/memories//a", "memories/a", "/memories/a\x00b"])
 def test_a_path_outside_the_memories_is_refused(tool: AnthropicMemoryTool, path: str) -> None:
-    with pytest.raises(ToolError):
+    with pytest.raises(tools.ToolError):
         run(tool, command="create", path=path, file_text="x")
     assert tool.store.count(ALICE) == 0
 
@@ -129,10 +139,10 @@ def test_a_memory_another_tool_wrote_is_never_a_file(tool: AnthropicMemoryTool) 
                         metadata={"anthropic": "memory-file"})
     tool.store.remember(ALICE, "task", "unmarked", "s", key="/memories/notes.md")
     assert run(tool, command="view", path="/memories").splitlines()[1:] == ["0B\t/memories"]
-    with pytest.raises(ToolError, match="does not exist"):
+    with pytest.raises(tools.ToolError, match="does not exist"):
         run(tool, command="str_replace", path="/memories/prefs.md", old_str="planted",
             new_str="x")
-    with pytest.raises(ToolError, match="does not exist"):
+    with pytest.raises(tools.ToolError, match="does not exist"):
         run(tool, command="delete", path="/memories/notes.md")
     tool.clear_all_memory()
     assert tool.store.count(ALICE) == 2  # neither is the tool's to clear

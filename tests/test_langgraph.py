@@ -7,27 +7,29 @@ import asyncio
 import operator
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import pytest
+from deferred import deferred, module, needs
+from embedders import ConceptEmbedder
 
-pytest.importorskip("langgraph.store.base", reason="the LangGraph adapter needs the"
-                    " `langgraph` extra")
+from helpers import SetClock
+from memory import MemoryStore, Scope
+from memory_frameworks import record_key
 
-from embedders import ConceptEmbedder  # noqa: E402
-from langgraph.store.base import (  # noqa: E402
-    GetOp,
-    InvalidNamespaceError,
-    ListNamespacesOp,
-    MatchCondition,
-    PutOp,
-    SearchOp,
-)
+pytestmark = needs("langgraph.store", "langgraph")
+if TYPE_CHECKING:
+    import langgraph.store.base as base
+    from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 
-from helpers import SetClock  # noqa: E402
-from memory import MemoryStore, Scope  # noqa: E402
-from memory_frameworks import record_key  # noqa: E402
-from memory_frameworks.langgraph import AsyncLangGraphStore, LangGraphStore  # noqa: E402
+    from memory_frameworks.langgraph import AsyncLangGraphStore, LangGraphStore
+else:
+    base = module("langgraph.store.base")
+    GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp = deferred(
+        "langgraph.store.base", "GetOp", "ListNamespacesOp", "MatchCondition", "PutOp",
+        "SearchOp")
+    AsyncLangGraphStore, LangGraphStore = deferred(
+        "memory_frameworks.langgraph", "AsyncLangGraphStore", "LangGraphStore")
 
 
 @pytest.fixture
@@ -173,7 +175,7 @@ def test_the_user_comes_from_its_label_and_no_namespace_reaches_another(target: 
         for refused in (lambda: lg.search(("memories",)), lambda: lg.search(()),
                         lambda: lg.list_namespaces(), lambda: lg.list_namespaces(
                             prefix=("memories", "*"))):
-            with pytest.raises(InvalidNamespaceError, match="user"):
+            with pytest.raises(base.InvalidNamespaceError, match="user"):
                 refused()
         assert lg.list_namespaces(prefix=("memories", "bob")) == [("memories", "bob")]
         store = lg.store
@@ -200,7 +202,7 @@ def test_a_store_of_one_user_sees_nothing_of_another_on_the_same_database(
 
 def test_bad_namespaces_and_values_are_refused_and_write_nothing(lg: LangGraphStore) -> None:
     for namespace in [("a.b",), ("",), ("langgraph", "x")]:
-        with pytest.raises(InvalidNamespaceError):
+        with pytest.raises(base.InvalidNamespaceError):
             lg.put(namespace, "k", {"v": 1})
     with pytest.raises(ValueError):
         lg.batch([PutOp(("ok",), "k", {"v": 1}), PutOp((), "k", {"v": 1})])
@@ -281,9 +283,9 @@ def test_a_user_label_of_star_or_of_another_shape_reaches_no_other_user(target: 
     with LangGraphStore.from_conn_string(target, user_label=1) as lg:
         lg.put(("memories", "Alice Smith"), "food", {"text": "vegetarian"})
         lg.put(("memories", "alice"), "food", {"text": "eats fish"})
-        with pytest.raises(InvalidNamespaceError):
+        with pytest.raises(base.InvalidNamespaceError):
             lg.search(("memories", "*"), query="vegetarian")
-        with pytest.raises(InvalidNamespaceError):
+        with pytest.raises(base.InvalidNamespaceError):
             lg.get(("memories", "*"), "food")
         # "Alice Smith" is no store identifier: she is its digest, apart from "alice".
         assert [i.value["text"] for i in lg.search(("memories", "Alice Smith"))] == [
@@ -400,7 +402,7 @@ def test_the_async_twin_s_sweeper_starts_and_stops_as_coroutines(target: str) ->
 
 def test_a_raw_batch_takes_what_the_public_calls_refuse_as_langgraph_s_own_stores_do(
         lg: LangGraphStore) -> None:
-    with pytest.raises(InvalidNamespaceError):
+    with pytest.raises(base.InvalidNamespaceError):
         lg.put(("langgraph", "x"), "k", {"v": 1})  # BaseStore's own check
     lg.batch([PutOp(("langgraph", "x"), "k", {"v": 1})])
     found = lg.batch([GetOp(("langgraph", "x"), "k")])[0]

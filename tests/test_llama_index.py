@@ -6,13 +6,24 @@ session's memories alone where asked, and a memory another tool wrote never give
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from llama_index.core.llms import ChatMessage
-from llama_index.core.memory import Memory
+from deferred import deferred, needs
 
 from memory import Scope
-from memory_frameworks.llama_index import MemoryBlock
+
+# The block's calls are coroutines: anyio runs them.
+pytestmark = [needs("llama_index.core", "llama-index"), pytest.mark.anyio]
+if TYPE_CHECKING:
+    from llama_index.core.llms import ChatMessage
+    from llama_index.core.memory import Memory
+
+    from memory_frameworks.llama_index import MemoryBlock
+else:
+    ChatMessage, = deferred("llama_index.core.llms", "ChatMessage")
+    Memory, = deferred("llama_index.core.memory", "Memory")
+    MemoryBlock, = deferred("memory_frameworks.llama_index", "MemoryBlock")
 
 ALICE = Scope("alice", "llama-index")
 TALK = [("user", "I am vegetarian and I love jazz concerts in Lisbon."),
@@ -54,6 +65,8 @@ def test_the_oldest_turns_are_kept_and_given_in_the_next_session(target: str) ->
     with MemoryBlock(target, user="alice") as again:  # a new process's
         shown = given(again, "chat-2", "Anything vegetarian near the jazz club?")
         assert "I am vegetarian and I love jazz concerts in Lisbon." in shown
+        # The Memory's tag holds the block's, of another name: no tag within its own kind.
+        assert shown.startswith("<memory>\n<memories>\n") and shown.count("<memory>") == 1
     with MemoryBlock(target, user="bob") as other:
         assert "vegetarian" not in given(other, "chat-1", "Anything vegetarian near jazz?")
 
@@ -100,6 +113,3 @@ def test_bad_settings_are_refused(target: str) -> None:
     for options in ({"top_k": 0}, {"top_k": 11}, {"window": 0}, {"user": "Not An Id"}):
         with pytest.raises(ValueError):
             MemoryBlock(target, **{"user": "alice", **options})  # type: ignore[arg-type]
-
-
-pytestmark = pytest.mark.anyio

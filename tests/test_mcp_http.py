@@ -23,22 +23,34 @@ import threading
 import time
 import types
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from deferred import deferred, module, needs
 
-mcp = pytest.importorskip("mcp", reason="the MCP server needs the `mcp` extra")
-import httpx2  # noqa: E402
-import jwt  # noqa: E402
-from mcp import ClientSession  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser  # noqa: E402
-from mcp.server.auth.provider import AccessToken  # noqa: E402
+from helpers import ROOT
+from memory import MemoryStore, Scope
 
-import memory_mcp  # noqa: E402
-from helpers import ROOT  # noqa: E402
-from memory import MemoryStore, Scope  # noqa: E402
+# The tests' tokens are signed here with PyJWT, which the mcp extra brings.
+jwt = pytest.importorskip("jwt", reason="needs the `mcp` extra (python3 -m pip install -e"
+                          " '.[mcp]')")
 from tokens import AUDIENCE, ISSUER, Issuer, hmac_signed, unsigned  # noqa: E402
+
+pytestmark = needs("mcp", "mcp")
+if TYPE_CHECKING:
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    import memory_mcp
+else:
+    httpx2, memory_mcp = module("httpx2"), module("memory_mcp")
+    ClientSession, = deferred("mcp", "ClientSession")
+    streamable_http_client, = deferred("mcp.client.streamable_http", "streamable_http_client")
+    AuthenticatedUser, = deferred("mcp.server.auth.middleware.bearer_auth", "AuthenticatedUser")
+    AccessToken, = deferred("mcp.server.auth.provider", "AccessToken")
 
 START_SECONDS = 60
 SECRET_TEXT = "Alice's diagnosis is private-zq7"

@@ -11,16 +11,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pydantic_ai_harness.memory import (
+
+# The contract suite's tests are collected from its module, so it is imported here, at
+# collection (0.5 s), the one framework that is (tests/test_layout.py): the others'
+# names are deferred to their tests (tests/deferred.py).
+pytest.importorskip("pydantic_ai_memory_core.contract", reason="needs the `pydantic-ai` extra"
+                    " and pydantic-ai-memory-core (python3 -m pip install -e '.[test]')")
+from pydantic_ai_harness.memory import (  # noqa: E402
     MemoryConflictError,
     MemoryOperation,
     MemoryOperationConflictError,
 )
-from pydantic_ai_memory_core.contract import *  # noqa: F403
+from pydantic_ai_memory_core.contract import *  # noqa: E402, F403
 
-from helpers import all_finish
-from memory import MemoryStore, Scope
-from memory_frameworks.pydantic_ai import PydanticAIMemoryStore
+from helpers import all_finish  # noqa: E402
+from memory import MemoryStore, Scope  # noqa: E402
+from memory_frameworks.pydantic_ai import PydanticAIMemoryStore  # noqa: E402
 
 pytestmark = pytest.mark.anyio  # the suite's tests are coroutines: anyio runs them
 
