@@ -414,7 +414,8 @@ def test_a_line_of_error_words_and_a_few_signs_is_given_whole(target: str, line:
     "HtTp 429 too many requests",  # a case chosen letter by letter carries a bit a letter
     "HTTP 429 Too Many Requests: 4827",  # six other characters
     "HTTP 429 Too Many Requests for zoe",  # a word not of the list
-    "HTTP 429 Too Many Requests\u00e9",  # an escape is other characters
+    r"HTTP 429 Too Many Requests \u00e9",  # an escape is other characters
+    "HTTP 429 Too Many Requests\u00e9",  # not ASCII
     "HTTP 429 Trop de requêtes",  # not ASCII
 ])
 def test_a_line_with_more_than_error_words_and_a_few_signs_is_not_given(
