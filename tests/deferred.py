@@ -1,6 +1,6 @@
 """A framework's names, imported when a test first uses them rather than when pytest
 collects the test's module: every process of `pytest -n auto` collects every module, and
-the frameworks took most of the collection's seconds (tests/test_layout.py checks none is
+the frameworks took most of the collection's seconds (tests/test_collection.py checks none is
 imported then). Not a test module.
 
     pytestmark = needs("agent_framework", "agent-framework")

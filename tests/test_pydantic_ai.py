@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 # The contract suite's tests are collected from its module, so it is imported here, at
-# collection (0.5 s), the one framework that is (tests/test_layout.py): the others'
+# collection (0.5 s), the one framework that is (tests/test_collection.py): the others'
 # names are deferred to their tests (tests/deferred.py).
 pytest.importorskip("pydantic_ai_memory_core.contract", reason="needs the `pydantic-ai` extra"
                     " and pydantic-ai-memory-core (python3 -m pip install -e '.[test]')")
