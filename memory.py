@@ -2281,6 +2281,16 @@ class _Receipt(NamedTuple):
                                          self.fingerprint, json.dumps(result), self.now,
                                          _expiry(self.now, self.ttl)))
 
+    @staticmethod
+    def done_in(receipt: _Receipt | None, db: _Session) -> tuple[bool, Any]:
+        """Whether the call was done before under the receipt, and its result then."""
+        return (False, None) if receipt is None else receipt.done(db)
+
+    @staticmethod
+    def record_in(receipt: _Receipt | None, db: _Session, result: Any) -> None:
+        if receipt is not None:
+            receipt.record(db, result)
+
 
 def _given(row: _NewMemory) -> dict[str, Any]:
     """What a call gave of a row to write, by name, for its receipt's digest: an option
@@ -5772,7 +5782,7 @@ def _refuse_unless_recorded(embedder: Embedder, recorded: str | None) -> None:
 
 def _expired_of(db: _Session, key: _ScopeKey, now: str | None) -> set[int]:
     """The ids the scope would see but that are no longer live at `now` (none if None,
-    see MemoryStore._expiry_instant)."""
+    see _Time.expiry_instant)."""
     return _ask_expired(db, key, now)()
 
 
@@ -5808,6 +5818,25 @@ class _Page(NamedTuple):
     down: bool
 
 
+class _Asked(NamedTuple):
+    """What one recall asks, checked (MemoryStore.recall): the ranking from `start` to
+    `stop` is read."""
+
+    scope: Scope
+    query: str
+    rank: Rank
+    context: bool
+    explain: bool
+    where: dict[str, Any] | None  # as given, for a recall as_of in its private store
+    conditions: list[_Condition] | None
+    meant: bytes | None  # the query's vector
+    given: tuple[bytes, int] | None  # the caller's, with its dimensions
+    approximate: bool
+    as_of: str | None
+    start: int
+    stop: int
+
+
 class _Part:
     """A part of one store's work, reading its rule as the store follows it (another
     process may reindex the file, and the store adopts the rule at each transaction)."""
@@ -5822,6 +5851,329 @@ class _Part:
     @property
     def _index_from(self) -> int:
         return self._store._index_from
+
+
+class _Recording(_Part):
+    """What the file records of its store (the matching rule, the embedder, whether it
+    keeps history), and the store's following of it: read at open and again in each
+    transaction, since another process may reindex the file or move it to another
+    embedder."""
+
+    def connect(self, engine_type: type[_Engine], matching: Matching | None, create: bool,
+                options: dict[str, Any]) -> _Engine:
+        """Open and prepare the engine for the path, then follow its rule."""
+        store = self._store
+        engine = engine_type.open(store.path, read_only=store.read_only, durable=store.durable,
+                                  matching=matching, create=create, **options)
+        try:
+            store._file = engine.file
+            with engine.session() as db:
+                self.adopt_rule(db)
+                store._embedder_at_open = _recorded_embedder(db)
+            if matching is not None and matching != store.matching:
+                raise MemoryInputError(f"matching={matching!r} was asked for, but the store's"
+                                       f" word index uses matching={store.matching!r};"
+                                       " open it without matching, or run `memory reindex"
+                                       " PATH --matching ...` to rebuild it by another rule")
+        except BaseException:
+            engine.close()
+            raise
+        _log.info("opened a store on %s read_only=%s", engine.name, store.read_only)
+        return engine
+
+    def take(self, keep_history: bool | None) -> None:
+        """Bring the file to what the store was opened with: its embedder, its history,
+        and a word index of the rule's current version."""
+        store = self._store
+        self._take_embedder()
+        if keep_history is not None:
+            self._take_history(keep_history)
+        if _recorded_rule(store._recorded)[0] in _SUPERSEDED and not store.read_only:
+            # Built by a version of its rule that split words wrongly: brought up to date
+            # in one transaction, as `memory reindex` would. Read-only, it reads by that
+            # version.
+            _log.info("the word index was built by an earlier version of matching=%s:"
+                      " reindexing", store.matching)
+            store.reindex(store.matching)
+
+    def adopt_rule(self, db: _Session, found: Any = None) -> None:
+        """Use the file's matching rule, from the first column of `found` (a cursor that
+        has read it) or read now: another process may have reindexed it."""
+        store = self._store
+        recorded = db.recorded_rule(found)
+        if recorded is None:
+            raise SchemaError("the file records no matching rule")
+        if recorded != store._recorded:
+            rule, store._index_from = _recorded_rule(recorded)
+            store._rule, store._recorded = _rule_of(rule), recorded
+
+    def _take_embedder(self) -> None:
+        """Record the store's embedder in a file that records none; StoreError, the file
+        unchanged, if it records another. Without one, on a file that records one, say
+        at open that writes will leave memories that meaning cannot find."""
+        store = self._store
+        if store.embedder is None:
+            recorded = store._embedder_at_open
+            kept = None if recorded is None else json.loads(recorded)
+            if kept is not None and kept["name"] == _GIVEN:  # its callers' vectors
+                store.embedder = _GivenVectors(kept["dimensions"])
+            elif not store.read_only and kept is not None:
+                _log.warning(_WITHOUT_ITS_EMBEDDER, kept["dimensions"])
+            return
+        with store._snapshot(None) as db:
+            recorded = _recorded_embedder(db)
+        if recorded is None and not store.read_only:
+            with store._writing(None) as db:
+                recorded = _recorded_embedder(db)  # again, under the write lock
+                if recorded is None:
+                    db.execute(_SQL_SET_EMBEDDER, (_embedder_record(store.embedder),))
+                    _log.info("recorded the store's embedder (%d dimensions)",
+                              store.embedder.dimensions)
+                    return
+        _refuse_unless_recorded(store.embedder, recorded)
+
+    def _take_history(self, keep: bool) -> None:
+        """Record in the file whether the store keeps history; MemoryInputError where a
+        read-only store is asked for what its file does not record."""
+        wanted = "on" if keep else "off"
+        with self._store._snapshot(None) as db:
+            found = db.execute(_SQL_HISTORY).fetchone() if db.has_history else None
+        if (found[0] if found else "off") == wanted:
+            return
+        if self._store.read_only:
+            raise MemoryInputError(f"history={keep}: the store is read-only and its file"
+                                   f" records history {'off' if keep else 'on'}")
+        with self._store._writing(None) as db:
+            db.execute(_SQL_SET_HISTORY, (wanted,))
+        _log.info("the store keeps history: %s", wanted)
+
+    def take_given(self, db: _Session, given: set[int], write: bool = True) -> bool:
+        """Check the dimensions of vectors callers give against the store's: a store
+        without an embedder records them at the first write of some (then holds their
+        space, _GivenVectors), read again in each call's transaction; else they must be
+        its embedder's. MemoryInputError naming both where not. Whether the store has a
+        space to compare them in (a read before any vector: none)."""
+        store = self._store
+        if len(given) > 1:
+            raise MemoryInputError(f"the vectors given have {len(given)} dimension counts"
+                                   f" ({', '.join(map(str, sorted(given)))}): one store holds one")
+        (dimensions,) = given
+        if store.embedder is None or isinstance(store.embedder, _GivenVectors):
+            recorded = _recorded_embedder(db)
+            kept = None if recorded is None else json.loads(recorded)
+            if kept is not None and kept["name"] != _GIVEN:
+                raise StoreError("the store's vectors come from an embedder: open it with that"
+                                 " embedder to give vectors of its dimensions")
+            if kept is None and not write:
+                return False
+            if kept is None:
+                db.execute(_SQL_SET_EMBEDDER, (_embedder_record(_GivenVectors(dimensions)),))
+                _log.info("recorded the vectors callers give (%d dimensions)", dimensions)
+            store.embedder = _GivenVectors(dimensions if kept is None else kept["dimensions"])
+        if dimensions != store.embedder.dimensions:
+            raise MemoryInputError(f"the vectors given have {dimensions} dimensions; the"
+                                   f" store's have {store.embedder.dimensions}")
+        return True
+
+    def check_embedder_of(self, db: _Session) -> None:
+        """StoreError unless the file records the store's embedder (another process may
+        have moved it to another by reindex)."""
+        assert self._store.embedder is not None
+        recorded = _recorded_embedder(db)
+        if recorded is None and isinstance(self._store.embedder, _GivenVectors):
+            return  # a write that recorded them rolled back: none holds a vector
+        _refuse_unless_recorded(self._store.embedder, recorded)
+
+    def stats(self) -> dict[str, Any]:
+        """MemoryStore.stats: counts and what the file records; never text."""
+        store = self._store
+        with store._snapshot(None) as db:
+            total, task_level, users = db.execute(_SQL_STATS).fetchone()
+            version, size = db.version(), db.size()
+            recorded = _recorded_embedder(db)
+            (vectors,) = db.execute(_SQL_VECTOR_COUNT).fetchone() if db.has_vectors else (0,)
+            keeps = db.execute(_SQL_HISTORY).fetchone() if db.has_history else None
+        rule = _recorded_rule(store._recorded)[0]
+        embedder = None if recorded is None else json.loads(recorded)
+        return {
+            "schema_version": version,
+            "memories": total,
+            "user_level": total - task_level,
+            "task_level": task_level,
+            "users": users,
+            "file_bytes": size,
+            "matching": store.matching,
+            "matching_version": rule,
+            "matching_outdated": rule != _RECORDED[store.matching],
+            "ranks": list(RANKS),
+            "rank": store.rank,
+            "context": store.context,
+            "embedder": None if embedder is None else embedder["name"],
+            "dimensions": None if embedder is None else embedder["dimensions"],
+            "without_vectors": int(total) - int(vectors),
+            "history": keeps is not None and keeps[0] == "on",
+        }
+
+
+class _Time(_Part):
+    """Time in one store: the instant a read judges expiry by, and a scope as it read at
+    an instant before (history, as_of), from the versions a store that keeps history
+    holds."""
+
+    def read_instant(self) -> str | None:
+        """The time for a read, without a tick: a fixed-width UTC instant, or None when the
+        clock gives no UTC offset (then nothing can be judged expired)."""
+        reading = _check_timestamp("clock reading", self._store._clock_for_reads())
+        return _utc_form("clock reading", reading)
+
+    def expiry_instant(self, db: _Session, key: _ScopeKey) -> str | None:
+        """The time to judge the scope's memories at; None if none of them can expire."""
+        now = self.read_instant()
+        if now is None and db.execute(_SQL_ANY_EXPIRING, key).fetchone():
+            raise MemoryInputError("the clock's reading has no UTC offset, so whether"
+                                   " a memory has expired is unknown")
+        return now
+
+    def receipt(self, scope: Scope, operation: str | tuple[str, str] | None, call: str,
+                *arguments: Any) -> _Receipt | None:
+        """The receipt a call under `operation` reads and records (None without one)."""
+        if operation is None:
+            return None
+        wanted, fingerprint = _operation_of(operation)
+        done = json.dumps([call, *arguments], sort_keys=True, separators=(",", ":"),
+                          default=bytes.hex)  # a vector the caller gave
+        now = self.read_instant()
+        if now is None:
+            raise MemoryInputError("operation= needs the clock's reading to have a UTC offset"
+                                   " (a receipt expires)")
+        return _Receipt(scope.user, scope.task, wanted,
+                        fingerprint or hashlib.sha256(done.encode("utf-8")).hexdigest(), now,
+                        self._store.receipts_ttl)
+
+    def operation(self, scope: Scope, wanted: str) -> dict[str, Any] | None:
+        """MemoryStore.operation: the receipt kept under `wanted`, while it is kept."""
+        with self._store._snapshot({scope.user}) as db:
+            found = db.execute(_SQL_RECEIPT, (scope.user, scope.task, wanted)).fetchone() \
+                if db.has_receipts else None
+        now = self.read_instant()
+        if found is None or (now is not None and found[3] <= now):
+            return None
+        return {"operation": wanted, "fingerprint": found[0], "result": json.loads(found[1]),
+                "created_at": found[2], "expires_at": found[3]}
+
+    def get(self, scope: Scope, select: str, arguments: tuple[Any, ...],
+            as_of: str | None) -> Memory | None:
+        """MemoryStore.get: the memory the statement selects, live now or at `as_of`."""
+        if as_of is not None:  # the task's own over the user level's, as the statement
+            then = sorted((row for row, _ in self.then(scope, _as_of_instant(as_of))),
+                          key=lambda row: row.task_id is None)
+            by_key = select is not _SQL_VISIBLE_ID
+            return next((row.memory() for row in then if (
+                row.key == arguments[-1] if by_key else row.id == arguments[-1])), None)
+        key = _ScopeKey(scope.user, scope.task)
+        with self._store._snapshot({scope.user}) as db:
+            expired = _expired_of(db, key, self.expiry_instant(db, key))
+            rows = db.execute(select, arguments).fetchall()
+        return next((_MemoryRow(*row).memory() for row in rows
+                     if row[0] not in expired), None)
+
+    def history(self, scope: Scope, select: str, arguments: tuple[Any, ...],
+                by_id: bool) -> list[Memory]:
+        """MemoryStore.history: the versions of the memory the statement selects (by_id:
+        or whose version has the id), oldest first."""
+        key = _ScopeKey(scope.user, scope.task)
+        with self._store._snapshot({scope.user}) as db:
+            expired = _expired_of(db, key, self.expiry_instant(db, key))
+            rows = db.execute(select, arguments).fetchall()
+            if not rows and by_id and db.has_history:  # a version's id
+                head = db.execute(_SQL_HEAD_OF, (*key, arguments[-1])).fetchone()
+                rows = [] if head is None else db.execute(
+                    _SQL_VISIBLE_ID, (*key, head[0])).fetchall()
+            rows = [row for row in rows if row[0] not in expired]
+            if not rows:
+                return []
+            live = _MemoryRow(*rows[0])
+            past = db.execute(_SQL_HISTORY_OF, (*key, live.id)).fetchall() \
+                if db.has_history else []
+        return [*(_superseded(version.row, version.superseded_at)
+                  for version in map(_Version.read, past)), _superseded(live, None)]
+
+    def then(self, scope: Scope, instant: str, meant: bytes | None = None
+             ) -> list[tuple[_MemoryRow, bytes | None]]:
+        """The versions the scope saw live at `instant` (_as_of_instant) of its memories
+        live now, in id order (a forgotten or expired memory has no past), each with its
+        vector where the query has one (`meant`)."""
+        key = _ScopeKey(scope.user, scope.task)
+        with self._store._snapshot({scope.user}) as db:
+            now = self.expiry_instant(db, key)
+            found = db.execute(_SQL_VISIBLE_WITH_VECTORS if meant and db.has_vectors
+                               else _SQL_VISIBLE, key).fetchall()
+            past = db.execute(_SQL_SCOPE_HISTORY, key).fetchall() if db.has_history else []
+        width = len(_MemoryRow._fields)
+        current = [(_MemoryRow(*row[:width]), row[width] if len(row) > width else None)
+                   for row in found]
+        live = {row.id for row, _ in current
+                if now is None or row.expires_at is None or row.expires_at > now}
+        then = [(row, vector) for row, vector in current
+                if row.id in live and _live_at(row, None, instant)]
+        then += [(version.row, version.vector if meant else None)
+                 for version in map(_Version.read, past) if version.head_id in live
+                 and _live_at(version.row, version.superseded_at, instant)]
+        then.sort(key=lambda version: version[0].id)
+        return then
+
+    def rows_then(self, scope: Scope, as_of: str) -> list[_MemoryRow]:
+        """The scope's memories as they read at `as_of`, in id order."""
+        return [row for row, _ in self.then(scope, _as_of_instant(as_of))]
+
+    def recall(self, scope: Scope, as_of: str, meant: bytes | None, query: str,
+               start: int, stop: int, *, rank: Rank, **options: Any) -> list[Recalled]:
+        """recall as_of, the ranking from `start` to `stop`: in a store of the scope as it
+        read then (whose ranking stays as it is from page to page), by the query's vector
+        (`meant`) made here."""
+        if meant is None and rank == "meaning":
+            return []
+        found: list[Recalled] = []
+        with self._as_it_read(scope, as_of, meant) as (past, ids):
+            while start + len(found) < stop:
+                asked = min(MAX_LIMIT, stop - start - len(found))
+                page = past.recall(scope, query, asked, offset=start + len(found), rank=rank,
+                                   **options, vector=None if meant is None
+                                   else list(_floats(meant)))
+                found += page
+                if len(page) < asked:
+                    break
+        return [_renumbered(result, ids) for result in found]
+
+    @contextlib.contextmanager
+    def _as_it_read(self, scope: Scope, as_of: object,
+                    meant: bytes | None) -> Iterator[tuple[MemoryStore, list[int]]]:
+        """A private store in memory holding the scope's memories as they read at `as_of`
+        (then), with their vectors where the query has one (`meant`), and their ids here
+        in order (the private store's ids are 1 on, in the same order): a recall there
+        scores and ranks exactly as one here would have then."""
+        instant = _as_of_instant(as_of)
+        then = self.then(scope, instant, meant)
+        embedder = self._store.embedder
+        dimensions = None if meant is None or embedder is None else embedder.dimensions
+        store = MemoryStore(":memory:", clock=lambda: instant, matching=self._store.matching,
+                            max_text=self._store.max_text, embedder=None if dimensions is None
+                            else _GivenVectors(dimensions))
+        # Read once: its words are found as recall asks for them (as a small owner's
+        # are), not indexed at the write.
+        store._index_from = _MAX_ID
+        try:
+            rows = [_NewMemory(scope.user, row.task_id, row.text, row.source,
+                               created_at=row.created_at, expires_at=row.expires_at,
+                               vector=vector, key=row.key, metadata=row.metadata,
+                               updated_at=row.updated_at, version=row.version)
+                    for row, vector in then]
+            if rows:
+                with store._writing({scope.user}) as db:
+                    store._writes.write(db, rows)
+            yield store, [row.id for row, _ in then]
+        finally:
+            store.close()
 
 
 class _Writes(_Part):
@@ -5845,18 +6197,17 @@ class _Writes(_Part):
             raise MemoryInputError("records with a history are not deduplicated: import"
                                    " them without dedupe")
         with self._store._writing({row.user_id for row in rows}) as db:
-            if receipt is not None:
-                done, result = receipt.done(db)
-                if done:
-                    return [result] if one else cast(list[int], result)
+            done, result = _Receipt.done_in(receipt, db)
+            if done:
+                return [result] if one else cast(list[int], result)
             version_ids = self._reserve_versions(db, pasts)
             given = {row.given for row in rows if row.given is not None} | {
                 version.given for _, past in pasts for version, _ in past
                 if version.given is not None}
             if given:
-                self._store._take_given(db, given)
+                self._store._recording.take_given(db, given)
             if self._store.embedder is not None:
-                self._store._check_embedder_of(db)
+                self._store._recording.check_embedder_of(db)
             held_keys = self._held_keys(db, rows)
             # What the batch's keys replace is gone when the call returns: no row of it is
             # deduplicated to a memory it replaces.
@@ -5888,8 +6239,7 @@ class _Writes(_Part):
                      version.expires_at, version.metadata, version.embed, version.vector,
                      superseded_at)
                     for position, past in pasts for version, superseded_at in past])
-            if receipt is not None:
-                receipt.record(db, ids[0] if one else ids)
+            _Receipt.record_in(receipt, db, ids[0] if one else ids)
         written = [rows[p] for p in fresh]
         task_level = sum(row.task_id is not None for row in written)
         _log.info("remembered %d memories (%d user level, %d task level), ids %s;"
@@ -5937,7 +6287,7 @@ class _Writes(_Part):
         version (0: none) is VersionConflict, and nothing is written. Where the store
         keeps history, each live memory replaced is kept as a superseded version: with
         the rows, each such row's place among them and the id it supersedes (link)."""
-        now = self._store._read_instant() if held_keys else None
+        now = self._store._time.read_instant() if held_keys else None
         keep = bool(held_keys) and self.keeps_history(db)
         written: list[_NewMemory] = []
         succession: list[tuple[int, int]] = []  # (place in written, the id it supersedes)
@@ -6004,7 +6354,7 @@ class _Writes(_Part):
         """The rows (by position) whose text a live memory of the same user, level and task
         holds, one the batch does not replace, each with that memory's id, or ~p for a
         repeat of the batch's row p."""
-        now = self._store._read_instant()
+        now = self._store._time.read_instant()
         keys = [(row.user_id, row.task_id, _same_text(row.text)) for row in rows]
         distinct = dict(zip(keys, rows, strict=True))  # each key's last row: the same key
         with db.batch():
@@ -6043,7 +6393,7 @@ class _Writes(_Part):
         more writes them all. A batch of the engine's sends_rows_first_from rows or more
         asks for its ids first and sends its rows with the asks, before their words are
         found, so that a server inserts them while the client stems."""
-        now = self._store._read_instant()
+        now = self._store._time.read_instant()
         rows = self._dated(rows)  # before the words are asked for: a rule may read the date
         positions: dict[str, list[int]] = collections.defaultdict(list)
         for position, row in enumerate(rows):
@@ -6368,6 +6718,68 @@ class _Writes(_Part):
         _log.info("reindexed %d users with matching=%s", len(users), matching)
 
 
+    def revise(self, scope: Scope, wanted: int, checked: _NewMemory, expected: int | None,
+               receipt: _Receipt | None) -> int | None:
+        """MemoryStore.revise: the memory `wanted` replaced by `checked`, at its level and
+        task; the new id, or None where the scope sees no such memory."""
+        store, key = self._store, _ScopeKey(scope.user, scope.task)
+        (new,) = self.with_vectors([checked])
+        with store._writing({scope.user}) as db:
+            done, result = _Receipt.done_in(receipt, db)
+            if done:
+                return cast(int | None, result)
+            if store.embedder is not None:
+                store._recording.check_embedder_of(db)
+            expired = _expired_of(db, key, store._time.expiry_instant(db, key))
+            found = db.execute(_SQL_VISIBLE_ID, (*key, wanted))
+            rows = [row for row in found if row[0] not in expired]
+            if not rows:
+                _Receipt.record_in(receipt, db, None)
+                return None
+            old = _MemoryRow(*rows[0])
+            old.expect_version(expected)
+            if old.text == new.text:
+                # Its vectors may be its caller's, which no embedder makes again.
+                embed, vector = db.execute(_SQL_EMBEDDED_AS, (*key, old.id)).fetchone()
+                new = new._replace(embed=embed, vector=vector)
+            revised = self.replace(db, key, old, new)
+            _Receipt.record_in(receipt, db, revised)
+        store._lifecycle.scrub()
+        _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
+        return revised
+
+    def rename(self, scope: Scope, old: str, new: str, expected: int | None,
+               receipt: _Receipt | None) -> int | None:
+        """MemoryStore.rename: the memory under `old` moved to `new`; its id, or None where
+        the scope sees none under `old`."""
+        store, owners = self._store, _ScopeKey(scope.user, scope.task)
+        with store._writing({scope.user}) as db:
+            done, result = _Receipt.done_in(receipt, db)
+            if done:
+                return cast(int | None, result)
+            expired = _expired_of(db, owners, store._time.expiry_instant(db, owners))
+            found = db.execute(_SQL_VISIBLE_KEY, (scope.user, scope.task, scope.task, old))
+            rows = [_MemoryRow(*row) for row in found if row[0] not in expired]
+            held = rows[0] if rows else None
+            if held is not None:
+                held.expect_version(expected)
+            _Receipt.record_in(receipt, db, None if held is None else held.id)
+            if held is None or new == old:
+                return None if held is None else held.id
+            taken = db.execute(_SQL_KEYED, (scope.user, scope.task, held.task_id,
+                                            held.task_id or "", new)).fetchall()
+            if taken and taken[0][0] not in expired:
+                raise VersionConflict(_MemoryRow(*taken[0]).current_version, 0, "the new key")
+            self.delete(db, owners, taken)
+            reading = self.reading()
+            if self.keeps_history(db):
+                self.supersede(db, owners, [held.id], reading)
+            db.execute(_SQL_RENAME, (new, held.current_version + 1, reading, *owners, held.id))
+        if taken:
+            store._lifecycle.scrub()
+        _log.info("renamed the key of memory %d of user %s", held.id, scope.user)
+        return held.id
+
 class _Planner(_Part):
     """How a store's recall reads a scope: its words' postings, its vectors and
     conversations (copies of them kept while the scope is unchanged), the memories a
@@ -6393,8 +6805,8 @@ class _Planner(_Part):
         scoring's best; None where the filter admits no memory."""
         by_words: Rank = "idf" if rank == "hybrid" else rank
         if meant is not None:
-            self._store._check_embedder_of(db)
-        now = self._store._expiry_instant(db, key)
+            self._store._recording.check_embedder_of(db)
+        now = self._store._time.expiry_instant(db, key)
         listed = (json.dumps(sorted(wanted)), *key)
         with db.batch():  # sent together, the results read after
             # PostgreSQL sends a whole result at once, so there the rows' map comes
@@ -6438,7 +6850,7 @@ class _Planner(_Part):
 
     def page(self, db: _Session, key: _ScopeKey, page: _Page) -> list[Memory]:
         """The live memories of the scope on `page` (see MemoryStore.memories)."""
-        expired = _expired_of(db, key, self._store._expiry_instant(db, key))
+        expired = _expired_of(db, key, self._store._time.expiry_instant(db, key))
         first, below, most, talk = page.after, page.before, page.limit, page.conversation
         if page.newest_first or page.down or page.conditions is not None:
             rarest = walked = None
@@ -6491,7 +6903,7 @@ class _Planner(_Part):
         after `after`, in key order, each key as get finds it (the task's own over the user
         level's), at most `most`; with `conditions`, those the filter admits (every key
         of the range read)."""
-        expired = _expired_of(db, key, self._store._expiry_instant(db, key))
+        expired = _expired_of(db, key, self._store._time.expiry_instant(db, key))
         low, strict, high = _key_range(prefix, after)
         asked = _MAX_ID if most is None or conditions is not None \
             else min(_MAX_ID, most + len(expired))
@@ -6911,7 +7323,7 @@ class _Planner(_Part):
 
     def count(self, db: _Session, key: _ScopeKey, conditions: list[_Condition]) -> int:
         """How many live memories of the scope a filter admits."""
-        expired = _expired_of(db, key, self._store._expiry_instant(db, key))
+        expired = _expired_of(db, key, self._store._time.expiry_instant(db, key))
         admitted = self.admitted(db, key, conditions)
         if admitted.allowed is not None:
             return sum(memory_id in admitted for memory_id in admitted.allowed - expired)
@@ -6936,6 +7348,261 @@ class _Planner(_Part):
                 if row[0] not in expired and row[0] in admitted]
 
 
+    def recall(self, asked: _Asked) -> list[Recalled]:
+        """The ranking MemoryStore.recall asks for, from asked.start to asked.stop, each as
+        recall gives it: before a reranker's order and the cuts."""
+        store, scope, meant = self._store, asked.scope, asked.meant
+        if asked.as_of is not None:
+            return store._time.recall(scope, asked.as_of, meant, asked.query, asked.start,
+                                      asked.stop, rank=asked.rank, explain=asked.explain,
+                                      context=asked.context, where=asked.where)
+        key = _ScopeKey(scope.user, scope.task)
+        with store._snapshot({scope.user}) as db:
+            if asked.given is not None and not store._recording.take_given(
+                    db, {asked.given[1]}, write=False):
+                meant = None  # nothing holds a vector yet
+                if asked.rank == "meaning":
+                    return []
+            wanted = self._rule.words(asked.query)
+            if not wanted and meant is None:
+                return []
+            planned = self.plan(db, key, wanted, meant, asked.rank, asked.context,
+                                asked.conditions, asked.stop, asked.approximate)
+            if planned is None:  # the filter admits no memory
+                return []
+            weighed, scoring = planned
+            page = scoring.best[asked.start:asked.stop]
+            read = db.last_statement(_SQL_RECALLED, (*key, json.dumps([i for _, i in page])))
+            rows = {row[0]: _MemoryRow(*row) for row in read}
+        found = []
+        for score, memory_id in page:
+            row = rows.get(memory_id)
+            if row is None:
+                continue
+            result = row.recalled(score)
+            if asked.explain:
+                holds = sorted(wanted & self._rule.of_memory(row.text, row.created_at))
+                result["why"] = scoring.why(memory_id, {word: weighed.weights.get(word, 1)
+                                                        for word in holds})
+            found.append(result)
+        return found
+
+    def reranker_for(self, rerank: object, query: str) -> Reranker | None:
+        """The reranker a recall reorders by: rerank=None asks for the store's where the
+        query has words to read beside each memory."""
+        reranker = self._store.reranker
+        if rerank is None:
+            return reranker if query.strip() else None
+        if not _check_flag("rerank", rerank):
+            return None
+        if reranker is None:
+            raise MemoryInputError("rerank=True needs the store's reranker:"
+                                   " MemoryStore(..., reranker=...)")
+        if not query.strip():
+            raise MemoryInputError("rerank=True reads the query beside each memory: it"
+                                   " must have words")
+        return reranker
+
+    @staticmethod
+    def paged(reranker: Reranker | None, query: str, found: list[Recalled], offset: int,
+              limit: int, min_score: float | None, budget: int | None) -> list[Recalled]:
+        """Of the ranking's first memories (`found`), the page recall gives: reordered by
+        the reranker, if any, and cut to its place; then those scoring `min_score` or
+        more whose texts fit the `budget`, best first."""
+        if reranker is not None:
+            found = _reranked(reranker, query, found)[offset : offset + limit]
+        kept, left = [], _MAX_ID if budget is None else budget
+        for result in found:
+            if (min_score is not None and result["score"] < min_score) \
+                    or len(result["text"]) > left:
+                continue
+            left -= len(result["text"])
+            kept.append(result)
+        return kept
+
+    def counted(self, scope: Scope, conditions: list[_Condition] | None,
+                prefix: str | None) -> int:
+        """MemoryStore.count: the live memories of the scope, those the filter admits or
+        those keyed under the prefix."""
+        key = _ScopeKey(scope.user, scope.task)
+        with self._store._snapshot({scope.user}) as db:
+            if prefix is not None:
+                return len(self.keyed(db, key, prefix, None, None, conditions))
+            if conditions is not None:
+                return self.count(db, key, conditions)
+            (stored,) = db.execute(_SQL_COUNT, key).fetchone()
+            now = self._store._time.expiry_instant(db, key)
+            if now is None:
+                return int(stored)
+            (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*key, now)).fetchone()
+            return int(stored) - int(expired)
+
+    def listed_by_key(self, scope: Scope, prefix: str, since: str | None, most: int | None,
+                      conditions: list[_Condition] | None, as_of: str | None) -> list[Memory]:
+        """MemoryStore.memories by key_prefix: the keyed memories in key order."""
+        if as_of is not None:
+            return [row.memory() for row in _keyed_among(
+                self._store._time.rows_then(scope, as_of), prefix, since, most, conditions)]
+        with self._store._snapshot({scope.user}) as db:
+            return [row.memory() for row in self.keyed(
+                db, _ScopeKey(scope.user, scope.task), prefix, since, most, conditions)]
+
+    def listed(self, scope: Scope, page: _Page, as_of: str | None) -> list[Memory]:
+        """MemoryStore.memories: the page of the scope's live memories (at `as_of`)."""
+        if as_of is not None:
+            return [row.memory() for row in _paged_among(
+                self._store._time.rows_then(scope, as_of), page)]
+        with self._store._snapshot({scope.user}) as db:
+            return self.page(db, _ScopeKey(scope.user, scope.task), page)
+
+
+class _Lifecycle(_Part):
+    """How memories end: forgotten (by id, key, filter, source or conversation), expired
+    and purged, or erased with their user; what was deleted then scrubbed from the file's
+    bytes, or the whole file compacted."""
+
+    def forget(self, scope: Scope, select: str, arguments: tuple[Any, ...],
+               first: bool = False, expected: int | None = None,
+               receipt: _Receipt | None = None) -> int:
+        """Delete the live memories the statement selects (`first`: the first of them);
+        how many."""
+        store, key = self._store, _ScopeKey(scope.user, scope.task)
+        with store._writing({scope.user}) as db:
+            done, result = _Receipt.done_in(receipt, db)
+            if done:
+                return int(result)
+            now = store._time.expiry_instant(db, key)
+            with db.batch():
+                expired, found = _ask_expired(db, key, now), db.ask(select, arguments)
+            gone = expired()
+            rows = [row for row in found() if row[0] not in gone]
+            rows = rows[:1] if first else rows
+            if rows:
+                _MemoryRow(*rows[0]).expect_version(expected)
+            deleted = store._writes.delete(db, key, rows, last=True)
+            _Receipt.record_in(receipt, db, deleted)
+        self.scrub()
+        _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
+                  [row[0] for row in rows])
+        return deleted
+
+    def forget_where(self, scope: Scope, conditions: list[_Condition],
+                     receipt: _Receipt | None) -> int:
+        """Delete the live memories of the scope that the filter admits; how many."""
+        store, key = self._store, _ScopeKey(scope.user, scope.task)
+        with store._writing({scope.user}) as db:
+            done, result = _Receipt.done_in(receipt, db)
+            if done:
+                return int(result)
+            expired = _expired_of(db, key, store._time.expiry_instant(db, key))
+            rows = store._planner.visible_where(db, key, conditions, expired)
+            deleted = store._writes.delete(db, key, rows)
+            _Receipt.record_in(receipt, db, deleted)
+        self.scrub()
+        _log.info("forgot %d memories of user %s by a filter", deleted, scope.user)
+        return deleted
+
+    def renew(self, scope: Scope, ids: list[int], seconds: float | None) -> int:
+        """Give the live memories `ids` of the scope a new expiry; how many it renewed."""
+        store, key = self._store, _ScopeKey(scope.user, scope.task)
+        with store._writing({scope.user}) as db:
+            now = store._time.expiry_instant(db, key)
+            until = None if seconds is None else _expiry(store._writes.reading(), seconds)
+            renewed = int(db.execute(_SQL_RENEW, (until, *key, json.dumps(ids), now)).rowcount)
+        _log.info("renewed %d of %d memories of user %s", renewed, len(ids), scope.user)
+        return renewed
+
+    def purge_expired(self) -> int:
+        """Delete every memory no longer live, and the expired receipts; how many."""
+        store = self._store
+        store._writable()
+        now = store._time.read_instant()
+        if now is None:
+            raise MemoryInputError("the clock's reading has no UTC offset, so whether a memory"
+                                   " has expired is unknown")
+        with store._writing(None) as db:
+            purged = store._writes.purge_expired(db, now)
+            for (user,) in db.execute(_SQL_EXPIRED_RECEIPT_USERS, (now,)).fetchall():
+                db.execute(_SQL_PURGE_RECEIPTS, (user, now))
+        self.scrub()
+        _log.info("purged %d expired memories", purged)
+        return purged
+
+    def erase_user(self, user: str) -> int:
+        """Delete every row the user owns, in every table; how many memories."""
+        with self._store._writing({user}) as db:
+            db.execute(_SQL_ERASE_POSTINGS, (user,))
+            _erase_vectors(db, user)
+            db.execute(_SQL_ERASE_FIELDS, (user,))
+            db.execute(_SQL_ERASE_COUNTS, (user,))
+            db.execute(_SQL_ERASE_RECEIPTS, (user,))
+            db.execute(_SQL_ERASE_HISTORY, (user,))
+            erased = db.execute(_SQL_ERASE, (user,)).rowcount
+        self.scrub()
+        _log.info("erased %d memories of user %s", erased, user)
+        return int(erased)
+
+    def scrub(self) -> None:
+        with self._store._reading() as db:
+            db.scrub()
+
+
+class _Transfer(_Part):
+    """Export: a user's memories as records, their versions and vectors included (import
+    reads them back through the write path)."""
+
+    def export_user(self, user: str) -> list[Record]:
+        """MemoryStore.export_user: every memory the user still stores, oldest first."""
+        with self._store._snapshot({user}) as db:
+            rows = db.execute(_SQL_OWNED, (user,)).fetchall()
+            given = [row[0] for row in rows if row[-1] == _GIVEN_EMBED]
+            vectors = dict(db.execute(_SQL_OWNED_VECTORS, (user, json.dumps(given)))
+                           ) if given else {}
+            past = db.execute(_SQL_OWNED_HISTORY, (user,)).fetchall() if db.has_history else []
+        history: dict[int, list[_Version]] = collections.defaultdict(list)
+        for version in map(_Version.read, past):
+            history[version.head_id].append(version)
+        records = []
+        for *columns, embed in rows:
+            row = _MemoryRow(*columns)
+            record = Record(id=row.id, user=user, task=row.task_id,
+                            level=_level_of(row.task_id), text=row.text, source=row.source,
+                            created_at=row.created_at, expires_at=row.expires_at)
+            record.update(cast(Record, row.record()))
+            record.update(cast(Record, self._embedding(embed, vectors.get(row.id))))
+            if row.id in history:
+                record["version"] = row.current_version
+                record["history"] = [
+                    {"id": kept.row.id, "text": kept.row.text, "source": kept.row.source,
+                     "created_at": kept.row.created_at, "expires_at": kept.row.expires_at,
+                     "superseded_at": kept.superseded_at, **kept.row.record(),
+                     "version": kept.row.current_version,
+                     **self._embedding(kept.embed, kept.vector)}
+                    for kept in history[row.id]]
+            records.append(record)
+        return records
+
+    def _embedding(self, embed: str | None, vector: bytes | None) -> dict[str, Any]:
+        """What a record says of a memory's vectors: those its caller gave, or what its
+        embedder embedded other than its text; nothing for its text."""
+        if embed == _GIVEN_EMBED:
+            return {"vectors": self._unpacked(vector)}
+        if embed is not None:
+            return {"embed": False if embed == "false" else json.loads(embed)}
+        return {}
+
+    def _unpacked(self, blob: bytes | None) -> list[list[float]]:
+        """A memory's vectors as lists of numbers (none where it holds none)."""
+        embedder = self._store.embedder
+        if blob is None or embedder is None:
+            return []
+        numbers = array.array("f", blob)
+        if sys.byteorder == "big":
+            numbers.byteswap()
+        width = embedder.dimensions
+        return [list(numbers[start:start + width]) for start in range(0, len(numbers), width)]
+
+
 class MemoryStore:
     """Memories of many users in one SQLite file or one PostgreSQL database (a
     postgresql:// URL), each operation confined to a scope.
@@ -6944,7 +7611,10 @@ class MemoryStore:
     `read_only` opens an existing store without writing to it. `durable=False` trades the
     last commits before a power loss (never before a process crash) for faster writes.
     `create=False` refuses a path or database that holds no store yet, instead of making
-    one (a mistyped name then fails rather than starting an empty store).
+    one (a mistyped name then fails rather than starting an empty store). Each method
+    checks its arguments and hands the work to one part: _Writes, _Planner, _Time,
+    _Lifecycle, _Transfer, _Recording (docs/architecture.md); docs/api.md says each call
+    in full.
     """
 
     def __init__(
@@ -6992,8 +7662,26 @@ class MemoryStore:
         self.clock = _check_clock(clock)
         # Reads need the time (to tell what has expired) but must not take a tick.
         self._clock_for_reads: Callable[[], str] = getattr(clock, "now", clock)
-        self.read_only = bool(read_only)
-        self.durable = bool(durable)
+        self.read_only, self.durable = bool(read_only), bool(durable)
+        self._calls_in_flight()
+        self._writes, self._planner = _Writes(self), _Planner(self)
+        self._time, self._lifecycle = _Time(self), _Lifecycle(self)
+        self._recording, self._transfer = _Recording(self), _Transfer(self)
+        self._recorded = "exact"  # the rule as the file records it, with its version
+        self._rule = _RULES["exact"]
+        self._index_from = 0  # the file's: from how many memories an owner is indexed
+        self._embedder_at_open: str | None = None  # what the file recorded when opened
+        self._file: tuple[int, int] | None = None
+        self._db: _Engine | None = self._recording.connect(engine, matching, bool(create),
+                                                           given)
+        _OPEN_STORES.add(self)
+        try:
+            self._recording.take(keep_history)
+        except BaseException:
+            self.close()
+            raise
+
+    def _calls_in_flight(self) -> None:
         self._lock = threading.RLock()
         # close() waits for the calls in flight (but those of its own thread, which would
         # wait for it), so a call another thread started ends as it would have.
@@ -7001,134 +7689,6 @@ class MemoryStore:
         self._calls = 0
         self._own = threading.local()
         self._pid = os.getpid()
-        self._file: tuple[int, int] | None = None
-        self._writes, self._planner = _Writes(self), _Planner(self)
-        self._recorded = "exact"  # the rule as the file records it, with its version
-        self._rule = _RULES["exact"]
-        self._index_from = 0  # the file's: from how many memories an owner is indexed
-        self._embedder_at_open: str | None = None  # what the file recorded when opened
-        self._db: _Engine | None = self._connect(engine, matching, bool(create), given)
-        _OPEN_STORES.add(self)
-        try:
-            self._take_embedder()
-            if keep_history is not None:
-                self._take_history(keep_history)
-            if _recorded_rule(self._recorded)[0] in _SUPERSEDED and not self.read_only:
-                # Built by a version of its rule that split words wrongly: brought up to
-                # date in one transaction, as `memory reindex` would. Read-only, it reads
-                # by that version.
-                _log.info("the word index was built by an earlier version of matching=%s:"
-                          " reindexing", self.matching)
-                self.reindex(self.matching)
-        except BaseException:
-            self.close()
-            raise
-
-    def _connect(self, engine_type: type[_Engine], matching: Matching | None, create: bool,
-                 options: dict[str, Any]) -> _Engine:
-        """Open and prepare the engine for the path, then follow its rule."""
-        engine = engine_type.open(self.path, read_only=self.read_only, durable=self.durable,
-                                  matching=matching, create=create, **options)
-        try:
-            self._file = engine.file
-            with engine.session() as db:
-                self._adopt_rule(db)
-                self._embedder_at_open = _recorded_embedder(db)
-            if matching is not None and matching != self.matching:
-                raise MemoryInputError(f"matching={matching!r} was asked for, but the store's"
-                                       f" word index uses matching={self.matching!r};"
-                                       " open it without matching, or run `memory reindex"
-                                       " PATH --matching ...` to rebuild it by another rule")
-        except BaseException:
-            engine.close()
-            raise
-        _log.info("opened a store on %s read_only=%s", engine.name, self.read_only)
-        return engine
-
-    def _adopt_rule(self, db: _Session, found: Any = None) -> None:
-        """Use the file's matching rule, from the first column of `found` (a cursor that
-        has read it) or read now: another process may have reindexed it."""
-        recorded = db.recorded_rule(found)
-        if recorded is None:
-            raise SchemaError("the file records no matching rule")
-        if recorded != self._recorded:
-            rule, self._index_from = _recorded_rule(recorded)
-            self._rule, self._recorded = _rule_of(rule), recorded
-
-    def _take_embedder(self) -> None:
-        """Record the store's embedder in a file that records none; StoreError, the file
-        unchanged, if it records another. Without one, on a file that records one, say
-        at open that writes will leave memories that meaning cannot find."""
-        if self.embedder is None:
-            recorded = self._embedder_at_open
-            kept = None if recorded is None else json.loads(recorded)
-            if kept is not None and kept["name"] == _GIVEN:  # its callers' vectors
-                self.embedder = _GivenVectors(kept["dimensions"])
-            elif not self.read_only and kept is not None:
-                _log.warning(_WITHOUT_ITS_EMBEDDER, kept["dimensions"])
-            return
-        with self._snapshot(None) as db:
-            recorded = _recorded_embedder(db)
-        if recorded is None and not self.read_only:
-            with self._writing(None) as db:
-                recorded = _recorded_embedder(db)  # again, under the write lock
-                if recorded is None:
-                    db.execute(_SQL_SET_EMBEDDER, (_embedder_record(self.embedder),))
-                    _log.info("recorded the store's embedder (%d dimensions)",
-                              self.embedder.dimensions)
-                    return
-        _refuse_unless_recorded(self.embedder, recorded)
-
-    def _take_history(self, keep: bool) -> None:
-        """Record in the file whether the store keeps history; MemoryInputError where a
-        read-only store is asked for what its file does not record."""
-        wanted = "on" if keep else "off"
-        with self._snapshot(None) as db:
-            found = db.execute(_SQL_HISTORY).fetchone() if db.has_history else None
-        if (found[0] if found else "off") == wanted:
-            return
-        if self.read_only:
-            raise MemoryInputError(f"history={keep}: the store is read-only and its file"
-                                   f" records history {'off' if keep else 'on'}")
-        with self._writing(None) as db:
-            db.execute(_SQL_SET_HISTORY, (wanted,))
-        _log.info("the store keeps history: %s", wanted)
-
-    def _take_given(self, db: _Session, given: set[int], write: bool = True) -> bool:
-        """Check the dimensions of vectors callers give against the store's: a store
-        without an embedder records them at the first write of some (then holds their
-        space, _GivenVectors), read again in each call's transaction; else they must be
-        its embedder's. MemoryInputError naming both where not. Whether the store has a
-        space to compare them in (a read before any vector: none)."""
-        if len(given) > 1:
-            raise MemoryInputError(f"the vectors given have {len(given)} dimension counts"
-                                   f" ({', '.join(map(str, sorted(given)))}): one store holds one")
-        (dimensions,) = given
-        if self.embedder is None or isinstance(self.embedder, _GivenVectors):
-            recorded = _recorded_embedder(db)
-            kept = None if recorded is None else json.loads(recorded)
-            if kept is not None and kept["name"] != _GIVEN:
-                raise StoreError("the store's vectors come from an embedder: open it with that"
-                                 " embedder to give vectors of its dimensions")
-            if kept is None and not write:
-                return False
-            if kept is None:
-                db.execute(_SQL_SET_EMBEDDER, (_embedder_record(_GivenVectors(dimensions)),))
-                _log.info("recorded the vectors callers give (%d dimensions)", dimensions)
-            self.embedder = _GivenVectors(dimensions if kept is None else kept["dimensions"])
-        if dimensions != self.embedder.dimensions:
-            raise MemoryInputError(f"the vectors given have {dimensions} dimensions; the"
-                                   f" store's have {self.embedder.dimensions}")
-        return True
-
-    def _check_embedder_of(self, db: _Session) -> None:
-        """StoreError unless the file records the store's embedder (another process may
-        have moved it to another by reindex)."""
-        assert self.embedder is not None
-        recorded = _recorded_embedder(db)
-        if recorded is None and isinstance(self.embedder, _GivenVectors):
-            return  # a write that recorded them rolled back: none holds a vector
-        _refuse_unless_recorded(self.embedder, recorded)
 
     # -- the object ----------------------------------------------------------------
 
@@ -7200,31 +7760,20 @@ class MemoryStore:
         """A write transaction for `users` (None: every user, an operator's call)."""
         self._writable()
         with self._reading() as db, _transaction(db, write=True):
-            self._adopt_rule(db, db.confine(users, write=True))
+            self._recording.adopt_rule(db, db.confine(users, write=True))
             yield db
 
     @contextlib.contextmanager
     def _snapshot(self, users: set[str] | None) -> Iterator[_Session]:
         """A read transaction for `users`: one consistent view, under the current rule."""
         with self._reading() as db, _transaction(db, write=False):
-            self._adopt_rule(db, db.confine(users, write=False))
+            self._recording.adopt_rule(db, db.confine(users, write=False))
             yield db
 
     def _receipt(self, scope: Scope, operation: str | tuple[str, str] | None, call: str,
                  *arguments: Any) -> _Receipt | None:
         """The receipt a call under `operation` reads and records (None without one)."""
-        if operation is None:
-            return None
-        wanted, fingerprint = _operation_of(operation)
-        done = json.dumps([call, *arguments], sort_keys=True, separators=(",", ":"),
-                          default=bytes.hex)  # a vector the caller gave
-        now = self._read_instant()
-        if now is None:
-            raise MemoryInputError("operation= needs the clock's reading to have a UTC offset"
-                                   " (a receipt expires)")
-        return _Receipt(scope.user, scope.task, wanted,
-                        fingerprint or hashlib.sha256(done.encode("utf-8")).hexdigest(), now,
-                        self.receipts_ttl)
+        return self._time.receipt(scope, operation, call, *arguments)
 
     def _writable(self) -> None:
         if self.read_only:
@@ -7239,39 +7788,12 @@ class MemoryStore:
                  embed: bool | Sequence[str] = True, if_version: int | None = None,
                  operation: str | tuple[str, str] | None = None,
                  vectors: Sequence[Sequence[float]] | None = None) -> int:
-        """Keep `text` at `level` for the scope's user; return its new id. With `ttl`, the
-        memory stops being live `ttl` seconds after it is written. With `dedupe`, a live
-        memory of the same user, level (and task, at task level) whose text is the same
-        (NFKC, case folded, whitespace collapsed) is kept instead: its id is returned and
-        nothing is written (a keyed memory is never deduplicated: its key decides).
-
-        `key` names the memory within its owner (the user level, or the task): a live
-        memory the owner holds under it is replaced in the same transaction, the new one
-        keeping its created_at and updated now. `metadata`, a JSON object, is kept with
-        it for `where` filters. `embed`: True embeds the text, False nothing (meaning
-        never finds it), a list of texts each (its cosine is the best of theirs).
-
-        A keyed memory is at version 1 when its key holds no live memory, else at one
-        more than the one it replaces. With `if_version` (and a key), it is written only
-        where the key's live memory is at that version (0: where it holds none): else
-        VersionConflict, naming the version it is at, and nothing is written.
-
-        With `operation` (an id of 1 to 128 printable characters), at most once: the
-        store records the call's result under the id, with a digest of its arguments, in
-        its transaction (a receipt, kept receipts_ttl seconds); the call made again with
-        the same arguments returns that result and writes nothing; with others,
-        OperationConflict. A caller that fingerprints its own calls (an agent framework's
-        tool call) gives (id, fingerprint), also 1 to 128 printable characters: the
-        receipt keeps that fingerprint instead of the digest, and a call is the same
-        where its fingerprint is. remember_many, forget, forget_where, revise and rename
-        take it too; operation() reads a receipt.
-
-        `vectors` (1 to 16, each a list of numbers; instead of `embed`) are the memory's
-        own, which the store keeps as it keeps its embedder's: its cosine with a query's
-        is the best of theirs. A store without an embedder records their dimensions at
-        the first (one count per store; another is refused naming both), then holds the
-        vectors callers give and embeds nothing; a store with one takes vectors of its
-        dimensions."""
+        """Keep `text` at `level` for the scope's user; return its new id. `ttl`: live for
+        that many seconds. `dedupe`: a live memory of the same owner and text is kept
+        instead. `key` names it within its owner, replacing the memory held there (at its
+        next version; `if_version` compares first). `metadata`, a JSON object, for `where`
+        filters; `embed` what is embedded (or `vectors`, its own). With `operation`, done
+        at most once. docs/api.md says each in full."""
         row = _new_row(scope, level, text, source, ttl, key=key, metadata=metadata,
                        embed=embed, if_version=if_version, vectors=vectors,
                        max_text=self.max_text)
@@ -7306,20 +7828,6 @@ class MemoryStore:
         return self._writes.insert(_each_valid(records, lambda record: _record_row(
             record, self.max_text), "record"), "record", dedupe)
 
-    def _read_instant(self) -> str | None:
-        """The time for a read, without a tick: a fixed-width UTC instant, or None when the
-        clock gives no UTC offset (then nothing can be judged expired)."""
-        reading = _check_timestamp("clock reading", self._clock_for_reads())
-        return _utc_form("clock reading", reading)
-
-    def _expiry_instant(self, db: _Session, key: _ScopeKey) -> str | None:
-        """The time to judge the scope's memories at; None if none of them can expire."""
-        now = self._read_instant()
-        if now is None and db.execute(_SQL_ANY_EXPIRING, key).fetchone():
-            raise MemoryInputError("the clock's reading has no UTC offset, so whether"
-                                   " a memory has expired is unknown")
-        return now
-
     @_read_again_if_cut_off
     def recall(self, scope: Scope, query: str, limit: int = 3, *, rank: Rank | None = None,
                min_score: float | None = None, budget: int | None = None,
@@ -7328,65 +7836,14 @@ class MemoryStore:
                vector: Sequence[float] | None = None,
                as_of: str | None = None, rerank: bool | None = None,
                approximate: bool = False) -> list[Recalled]:
-        """The memories visible in the scope that match `query` best. rank="shared":
-        a memory's score is the number of distinct words it shares with the query;
-        rank="idf": the sum, over those words in sorted order, of ln(1 + (N - df + 0.5) /
-        (df + 0.5)), N the memories the scope sees, df those of them holding the word;
-        None: the store's rank. Ties: the newer memory first. With `min_score`, a memory
-        scoring below it is left out. With `budget`, the texts of those returned total at
-        most that many characters: best first, one that does not fit what is left is
-        skipped. With `explain`, each result has `why`: `matched`, the query's words (in
-        the rule's form) that it holds, each with what it added to the score.
-
-        With `context` (None: the store's), a memory's score is its own plus, for each
-        of its neighbours in ascending id order, 0.6 times the neighbour's own score for
-        each of the two written before it and 0.4 for each of the two after it: its
-        neighbours are the nearest live memories the scope sees of its conversation
-        (its source up to the last "/"; a memory whose source has none has none). A
-        memory can then score by its neighbours alone; explain's `why` gives `lent`,
-        each neighbour's id with what it added, where one did.
-
-        rank="meaning" (which needs the store's embedder): a memory's score is the cosine
-        of its vector with the query's, over every live memory the scope sees that has
-        one. rank="hybrid": with an embedder, the cosine (0 without a vector) plus the
-        memory's idf score, where it holds at least two of the query's words whose idf
-        is 0.1 or more (else nothing; with context, the neighbours' likewise), over the
-        weight of all the query's words, the idf of each; over every memory the scope
-        sees. Without an embedder, as rank="idf".
-
-        With `where`, the best of the memories the filter admits, each scored as without
-        it: {path: value} is equality, {path: {op: value}} a test by $eq $ne $gt $gte $lt
-        $lte $in $nin $contains (ordering compares numbers with numbers, strings with
-        strings; $contains: a list at the path holds the value); a path is a metadata key
-        or a dotted path into nested objects, or the memory's own $created_at,
-        $updated_at (ISO times with an offset, compared as instants), $key, $source or
-        $level ("user" or "task");
-        every path must hold; $ne and $nin hold where the path is missing; $and and $or
-        take lists of filters, $not a filter, at any level. With
-        `offset`, the ranking from that place on (an int to 10,000): pages of one query
-        concatenate to the unpaged ranking.
-
-        With `vector` (rank "meaning" or "hybrid"), that is the query's vector, of the
-        store's dimensions, instead of the embedder's of the query: on a store of vectors
-        its callers give (remember's vectors=), the way to recall by meaning; `query`
-        may then be "" under "meaning" (under "hybrid" its words count as ever).
-
-        With `as_of` (an ISO time with a UTC offset), over the memories the scope saw
-        live then, as they read then (see history), scored as a recall then would have
-        scored them.
-
-        With `rerank` (None: where the store has a reranker and the query has words),
-        the store's reranker reorders the rank's best RERANK_DEPTH memories (those the
-        scope sees and `where` admits) by its scores for the query and each text, the
-        best first, a tie in the rank's order; recall then gives none past them, each
-        scored by the reranker (`min_score` compares that, and may be below 0), and
-        explain's `why` gives `ranked`, the rank's score, as well.
-
-        With `approximate` (rank "meaning" alone; the `ann` extra), a scope of ANN_FROM
-        memories or more is ranked by an HNSW index of its vectors, kept by the store
-        and brought up to date as recalls find the scope changed (on PostgreSQL with
-        pgvector, by the server, through an HNSW index where one is built): faster, but
-        it may miss some of the best (docs/speed.md); below ANN_FROM, exactly."""
+        """The memories visible in the scope that match `query` best, at most `limit`,
+        best first (a tie: the newer first), scored by `rank` (None: the store's):
+        "shared", "idf", "meaning" or "hybrid". `min_score` and `budget` cut the results;
+        `explain` says why each scored; `context` lends a memory its conversation's
+        scores; `where` filters by metadata; `offset` pages; `vector` is the query's
+        meaning; `as_of` recalls as the store read then; `rerank` reorders by the store's
+        reranker; `approximate` ranks a large scope by an HNSW index. docs/api.md says
+        each in full."""
         scope = _check_scope(scope)
         _check_limit(limit)
         conditions = _check_where(where)
@@ -7394,12 +7851,11 @@ class MemoryStore:
         ranked = self.rank if rank is None else _check_choice("rank", rank, RANKS)
         in_context = self.context if context is None else _check_flag("context", context)
         _check_text("query", query, MAX_QUERY, blank=True)
-        reranker = self._reranker_for(rerank, query)
+        reranker = self._planner.reranker_for(rerank, query)
         _check_approximate(approximate, ranked, as_of,
                            self._db is not None and self._db.serves_vectors)
         min_score, budget = _check_cuts(min_score, budget, reranker is not None)
         _check_flag("explain", explain)
-        key = _ScopeKey(scope.user, scope.task)
         given = None if vector is None else _caller_vectors([vector], "vector")
         if given is not None and ranked not in ("meaning", "hybrid"):
             raise MemoryInputError("vector= is the query's meaning: it ranks by 'meaning' or"
@@ -7407,89 +7863,10 @@ class MemoryStore:
         meant = self._planner.query_vector(ranked, query) if given is None else given[0]
         # The ranking's place to begin and to stop: a reranker reorders its first ones.
         start, stop = (offset, offset + limit) if reranker is None else (0, RERANK_DEPTH)
-        if as_of is not None:
-            found = self._recall_then(scope, as_of, meant, query, start, stop, rank=ranked,
-                                      explain=explain, context=in_context, where=where)
-            return self._paged(reranker, query, found, offset, limit, min_score, budget)
-        with self._snapshot({scope.user}) as db:
-            if given is not None and not self._take_given(db, {given[1]}, write=False):
-                meant = None  # nothing holds a vector yet
-                if ranked == "meaning":
-                    return []
-            wanted = self._rule.words(query)
-            if not wanted and meant is None:
-                return []
-            planned = self._planner.plan(db, key, wanted, meant, ranked, in_context,
-                                         conditions, stop, approximate)
-            if planned is None:  # the filter admits no memory
-                return []
-            asked, scoring = planned
-            page = scoring.best[start:stop]
-            read = db.last_statement(_SQL_RECALLED, (*key, json.dumps([i for _, i in page])))
-            rows = {row[0]: _MemoryRow(*row) for row in read}
-        found = []
-        for score, memory_id in page:
-            row = rows.get(memory_id)
-            if row is None:
-                continue
-            result = row.recalled(score)
-            if explain:
-                holds = sorted(wanted & self._rule.of_memory(row.text, row.created_at))
-                result["why"] = scoring.why(memory_id, {word: asked.weights.get(word, 1)
-                                                        for word in holds})
-            found.append(result)
-        return self._paged(reranker, query, found, offset, limit, min_score, budget)
-
-    def _reranker_for(self, rerank: object, query: str) -> Reranker | None:
-        """The reranker a recall reorders by: rerank=None asks for the store's where the
-        query has words to read beside each memory."""
-        if rerank is None:
-            return self.reranker if query.strip() else None
-        if not _check_flag("rerank", rerank):
-            return None
-        if self.reranker is None:
-            raise MemoryInputError("rerank=True needs the store's reranker:"
-                                   " MemoryStore(..., reranker=...)")
-        if not query.strip():
-            raise MemoryInputError("rerank=True reads the query beside each memory: it"
-                                   " must have words")
-        return self.reranker
-
-    @staticmethod
-    def _paged(reranker: Reranker | None, query: str, found: list[Recalled], offset: int,
-              limit: int, min_score: float | None, budget: int | None) -> list[Recalled]:
-        """Of the ranking's first memories (`found`), the page recall gives: reordered by
-        the reranker, if any, and cut to its place; then those scoring `min_score` or
-        more whose texts fit the `budget`, best first."""
-        if reranker is not None:
-            found = _reranked(reranker, query, found)[offset : offset + limit]
-        kept, left = [], _MAX_ID if budget is None else budget
-        for result in found:
-            if (min_score is not None and result["score"] < min_score) \
-                    or len(result["text"]) > left:
-                continue
-            left -= len(result["text"])
-            kept.append(result)
-        return kept
-
-    def _recall_then(self, scope: Scope, as_of: str, meant: bytes | None, query: str,
-                     start: int, stop: int, *, rank: Rank, **options: Any) -> list[Recalled]:
-        """recall as_of, the ranking from `start` to `stop`: in a store of the scope as it
-        read then (whose ranking stays as it is from page to page), by the query's vector
-        (`meant`) made here."""
-        if meant is None and rank == "meaning":
-            return []
-        found: list[Recalled] = []
-        with self._as_it_read(scope, as_of, meant) as (past, ids):
-            while start + len(found) < stop:
-                asked = min(MAX_LIMIT, stop - start - len(found))
-                page = past.recall(scope, query, asked, offset=start + len(found), rank=rank,
-                                   **options, vector=None if meant is None
-                                   else list(_floats(meant)))
-                found += page
-                if len(page) < asked:
-                    break
-        return [_renumbered(result, ids) for result in found]
+        found = self._planner.recall(_Asked(scope, query, ranked, in_context, explain, where,
+                                            conditions, meant, given, approximate, as_of,
+                                            start, stop))
+        return self._planner.paged(reranker, query, found, offset, limit, min_score, budget)
 
     @_read_again_if_cut_off
     def count(self, scope: Scope, *, where: dict[str, Any] | None = None,
@@ -7499,33 +7876,19 @@ class MemoryStore:
         whose metadata the filter admits (see recall). With `key_prefix`, the keys that
         begin with it (see memories)."""
         scope = _check_scope(scope)
-        key = _ScopeKey(scope.user, scope.task)
         conditions = _check_where(where)
-        if key_prefix is not None:
-            prefix = _check_text("key_prefix", key_prefix, _MAX_KEY, blank=True)
-            with self._snapshot({scope.user}) as db:
-                return len(self._planner.keyed(db, key, prefix, None, None, conditions))
-        if conditions is not None:
-            with self._snapshot({scope.user}) as db:
-                return self._planner.count(db, key, conditions)
-        with self._snapshot({scope.user}) as db:
-            (stored,) = db.execute(_SQL_COUNT, key).fetchone()
-            now = self._expiry_instant(db, key)
-            if now is None:
-                return int(stored)
-            (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*key, now)).fetchone()
-            return int(stored) - int(expired)
+        prefix = None if key_prefix is None else _check_text("key_prefix", key_prefix,
+                                                             _MAX_KEY, blank=True)
+        return self._planner.counted(scope, conditions, prefix)
 
     def reindex(self, matching: Matching | None = None,
                 progress: Callable[[int, int], None] | None = None, *,
                 embedder: Embedder | None = None) -> None:
         """Rebuild the word index under the `matching` rule, user by user, in one
         transaction; `progress(users done, users)` is called after each user. With
-        `embedder`, first give every memory a vector from it: each memory is embedded,
-        EMBED_BATCH at a time (`progress(memories done, memories)` after each batch),
-        outside any transaction, then one transaction replaces every vector and records
-        the embedder, which the store uses from then on; until it commits, the old
-        vectors serve. A memory written meanwhile is embedded in that transaction."""
+        `embedder`, first give every memory a vector from it, EMBED_BATCH at a time
+        outside any transaction, then replace every vector and record the embedder in
+        one; until it commits, the old vectors serve (docs/api.md)."""
         if matching is None and embedder is None:
             raise MemoryInputError("reindex needs matching, embedder or both")
         if embedder is not None:
@@ -7544,99 +7907,19 @@ class MemoryStore:
         time with a UTC offset), as the scope saw it then (see history)."""
         scope = _check_scope(scope)
         select, arguments = _by_id_or_key(scope, memory_id, key)
-        if as_of is not None:  # the task's own over the user level's, as below
-            then = sorted((row for row, _ in self._then(scope, _as_of_instant(as_of))),
-                          key=lambda row: row.task_id is None)
-            return next((row.memory() for row in then if (
-                row.key == key if memory_id is None else row.id == arguments[-1])), None)
-        scope_key = _ScopeKey(scope.user, scope.task)
-        with self._snapshot({scope.user}) as db:
-            expired = _expired_of(db, scope_key, self._expiry_instant(db, scope_key))
-            rows = db.execute(select, arguments).fetchall()
-        return next((_MemoryRow(*row).memory() for row in rows
-                     if row[0] not in expired), None)
+        return self._time.get(scope, select, arguments, as_of)
 
     @_read_again_if_cut_off
     def history(self, scope: Scope, memory_id: int | None = None, *,
                 key: str | None = None) -> list[Memory]:
         """The versions of the live memory `memory_id` (the id of any of its versions) or
-        of the one holding `key` (as get finds it), oldest first, each with its version:
-        those it superseded, each with `superseded_at` (when the next was written), then
-        itself (superseded_at None). [] for any id or key the scope cannot see. A store
-        keeps the versions a memory supersedes (replaced under its key, revised or
-        renamed) where it keeps history (MemoryStore's history=True), until the memory
-        goes: forgetting or expiring erases every version."""
+        of the one holding `key` (as get finds it), oldest first: those it superseded,
+        each with `superseded_at`, then itself (superseded_at None); [] for any id or key
+        the scope cannot see. Versions are kept where the store keeps history, until the
+        memory goes (docs/api.md)."""
         scope = _check_scope(scope)
         select, arguments = _by_id_or_key(scope, memory_id, key)
-        scope_key = _ScopeKey(scope.user, scope.task)
-        with self._snapshot({scope.user}) as db:
-            expired = _expired_of(db, scope_key, self._expiry_instant(db, scope_key))
-            rows = db.execute(select, arguments).fetchall()
-            if not rows and memory_id is not None and db.has_history:  # a version's id
-                head = db.execute(_SQL_HEAD_OF, (*scope_key, arguments[-1])).fetchone()
-                rows = [] if head is None else db.execute(
-                    _SQL_VISIBLE_ID, (*scope_key, head[0])).fetchall()
-            rows = [row for row in rows if row[0] not in expired]
-            if not rows:
-                return []
-            live = _MemoryRow(*rows[0])
-            past = db.execute(_SQL_HISTORY_OF, (*scope_key, live.id)).fetchall() \
-                if db.has_history else []
-        return [*(_superseded(version.row, version.superseded_at)
-                  for version in map(_Version.read, past)), _superseded(live, None)]
-
-    def _then(self, scope: Scope, instant: str, meant: bytes | None = None
-              ) -> list[tuple[_MemoryRow, bytes | None]]:
-        """The versions the scope saw live at `instant` (_as_of_instant) of its memories
-        live now, in id order (a forgotten or expired memory has no past), each with its
-        vector where the query has one (`meant`)."""
-        key = _ScopeKey(scope.user, scope.task)
-        with self._snapshot({scope.user}) as db:
-            now = self._expiry_instant(db, key)
-            found = db.execute(_SQL_VISIBLE_WITH_VECTORS if meant and db.has_vectors
-                               else _SQL_VISIBLE, key).fetchall()
-            past = db.execute(_SQL_SCOPE_HISTORY, key).fetchall() if db.has_history else []
-        width = len(_MemoryRow._fields)
-        current = [(_MemoryRow(*row[:width]), row[width] if len(row) > width else None)
-                   for row in found]
-        live = {row.id for row, _ in current
-                if now is None or row.expires_at is None or row.expires_at > now}
-        then = [(row, vector) for row, vector in current
-                if row.id in live and _live_at(row, None, instant)]
-        then += [(version.row, version.vector if meant else None)
-                 for version in map(_Version.read, past) if version.head_id in live
-                 and _live_at(version.row, version.superseded_at, instant)]
-        then.sort(key=lambda version: version[0].id)
-        return then
-
-    @contextlib.contextmanager
-    def _as_it_read(self, scope: Scope, as_of: object,
-                    meant: bytes | None) -> Iterator[tuple[MemoryStore, list[int]]]:
-        """A private store in memory holding the scope's memories as they read at `as_of`
-        (_then), with their vectors where the query has one (`meant`), and their ids here
-        in order (the private store's ids are 1 on, in the same order): a recall there
-        scores and ranks exactly as one here would have then."""
-        instant = _as_of_instant(as_of)
-        then = self._then(scope, instant, meant)
-        dimensions = None if meant is None or self.embedder is None else self.embedder.dimensions
-        store = MemoryStore(":memory:", clock=lambda: instant, matching=self.matching,
-                            max_text=self.max_text, embedder=None if dimensions is None
-                            else _GivenVectors(dimensions))
-        # Read once: its words are found as recall asks for them (as a small owner's
-        # are), not indexed at the write.
-        store._index_from = _MAX_ID
-        try:
-            rows = [_NewMemory(scope.user, row.task_id, row.text, row.source,
-                               created_at=row.created_at, expires_at=row.expires_at,
-                               vector=vector, key=row.key, metadata=row.metadata,
-                               updated_at=row.updated_at, version=row.version)
-                    for row, vector in then]
-            if rows:
-                with store._writing({scope.user}) as db:
-                    store._writes.write(db, rows)
-            yield store, [row.id for row, _ in then]
-        finally:
-            store.close()
+        return self._time.history(scope, select, arguments, memory_id is not None)
 
     @_read_again_if_cut_off
     def operation(self, scope: Scope, operation: str) -> dict[str, Any] | None:
@@ -7645,15 +7928,7 @@ class MemoryStore:
         its arguments), "result" (what the call returned), "created_at", "expires_at"};
         None for any other id, another scope's included."""
         scope = _check_scope(scope)
-        wanted = _check_operation(operation)
-        with self._snapshot({scope.user}) as db:
-            found = db.execute(_SQL_RECEIPT, (scope.user, scope.task, wanted)).fetchone() \
-                if db.has_receipts else None
-        now = self._read_instant()
-        if found is None or (now is not None and found[3] <= now):
-            return None
-        return {"operation": wanted, "fingerprint": found[0], "result": json.loads(found[1]),
-                "created_at": found[2], "expires_at": found[3]}
+        return self._time.operation(scope, _check_operation(operation))
 
     @_read_again_if_cut_off
     def memories(self, scope: Scope, *, after: int | None = None, limit: int | None = None,
@@ -7662,22 +7937,11 @@ class MemoryStore:
                  key_prefix: str | None = None, after_key: str | None = None,
                  as_of: str | None = None) -> list[Memory]:
         """Every live memory visible in the scope, oldest first, with its expires_at; or
-        a page of them: those with ids above `after` (an int from 0, the first page's),
-        at most `limit` (an int from 1). Paging on from the last id of each page gives
-        memories(scope) exactly. With `conversation`, only that conversation's (a source
-        up to its last "/": "chat-42" for "chat-42/turn-3"). With `newest_first`, newest
-        first, paging down with `before` (ids below it). With `where`, only the memories
-        whose metadata the filter admits (see recall).
-
-        With `key_prefix` (or `after_key` alone, "" its prefix), the keyed memories whose
-        keys begin with it, in key order (code points), each key once, as get finds it:
-        the task's own over the user level's; paged by `after_key` (keys after it) and
-        `limit`, not by ids, conversation or newest_first.
-
-        With `as_of` (an ISO time with a UTC offset), those the scope saw live then, as
-        they read then (see history)."""
+        a page of them: ids above `after`, at most `limit`; `conversation`'s alone;
+        `newest_first`, paging down with `before`; those `where` admits. With `key_prefix`
+        (or `after_key`), the keyed memories in key order, paged by `after_key` and
+        `limit`. With `as_of`, as the scope saw them then. docs/api.md says each."""
         scope = _check_scope(scope)
-        owners = _ScopeKey(scope.user, scope.task)
         if key_prefix is not None or after_key is not None:
             if (after, before, conversation, newest_first) != (None, None, None, False):
                 raise MemoryInputError("a listing by key_prefix pages with after_key and limit,"
@@ -7687,13 +7951,7 @@ class MemoryStore:
             most = None if limit is None else _check_id(limit, "limit")
             conditions = _check_where(where)
             since = None if after_key is None else _check_key(after_key)
-            if as_of is not None:
-                return [row.memory() for row in _keyed_among(
-                    [row for row, _ in self._then(scope, _as_of_instant(as_of))], prefix,
-                    since, most, conditions)]
-            with self._snapshot({scope.user}) as db:
-                return [row.memory() for row in self._planner.keyed(
-                    db, owners, prefix, since, most, conditions)]
+            return self._planner.listed_by_key(scope, prefix, since, most, conditions, as_of)
         page = _Page(0 if after is None else _check_id(after, "after", least=0),
                      _MAX_ID if before is None else _check_id(before, "before"),
                      None if limit is None else _check_id(limit, "limit"),
@@ -7701,11 +7959,7 @@ class MemoryStore:
                      _check_flag("newest_first", newest_first), _check_where(where),
                      after is not None or limit is not None,
                      before is not None)
-        if as_of is not None:
-            return [row.memory() for row in _paged_among(
-                [row for row, _ in self._then(scope, _as_of_instant(as_of))], page)]
-        with self._snapshot({scope.user}) as db:
-            return self._planner.page(db, owners, page)
+        return self._planner.listed(scope, page, as_of)
 
     def forget(self, scope: Scope, memory_id: int | None = None, *,
                key: str | None = None, if_version: int | None = None,
@@ -7718,8 +7972,8 @@ class MemoryStore:
         select, arguments = _by_id_or_key(scope, memory_id, key)
         expected = _check_if_version(if_version)
         receipt = self._receipt(scope, operation, "forget", memory_id, key, expected)
-        return bool(self._forget(scope, select, arguments, first=True, expected=expected,
-                                 receipt=receipt))
+        return bool(self._lifecycle.forget(scope, select, arguments, first=True,
+                                           expected=expected, receipt=receipt))
 
     def forget_where(self, scope: Scope, where: dict[str, Any], *,
                      operation: str | tuple[str, str] | None = None) -> int:
@@ -7731,26 +7985,13 @@ class MemoryStore:
         if conditions is None:
             raise MemoryInputError("forget_where needs a filter (a dict of paths)")
         receipt = self._receipt(scope, operation, "forget_where", where)
-        key = _ScopeKey(scope.user, scope.task)
-        with self._writing({scope.user}) as db:
-            if receipt is not None:
-                done, result = receipt.done(db)
-                if done:
-                    return int(result)
-            expired = _expired_of(db, key, self._expiry_instant(db, key))
-            rows = self._planner.visible_where(db, key, conditions, expired)
-            deleted = self._writes.delete(db, key, rows)
-            if receipt is not None:
-                receipt.record(db, deleted)
-        self._scrub()
-        _log.info("forgot %d memories of user %s by a filter", deleted, scope.user)
-        return deleted
+        return self._lifecycle.forget_where(scope, conditions, receipt)
 
     def forget_source(self, scope: Scope, source: str) -> int:
         """Delete every memory visible in the scope that came from `source`."""
         scope = _check_scope(scope)
         arguments = (scope.user, scope.task, _check_text("source", source, MAX_TEXT))
-        return self._forget(scope, _SQL_VISIBLE_SOURCE, arguments)
+        return self._lifecycle.forget(scope, _SQL_VISIBLE_SOURCE, arguments)
 
     def forget_conversation(self, scope: Scope, conversation: str) -> int:
         """Delete every memory visible in the scope from one conversation: those whose
@@ -7758,83 +7999,25 @@ class MemoryStore:
         and "chat-42/turn-2"; a trailing "/" is the same), in one transaction."""
         scope = _check_scope(scope)
         arguments = (scope.user, scope.task, _check_conversation(conversation), 0, _MAX_ID)
-        return self._forget(scope, _SQL_VISIBLE_CONVERSATION, arguments)
-
-    def _forget(self, scope: Scope, select: str, arguments: tuple[Any, ...],
-                first: bool = False, expected: int | None = None,
-                receipt: _Receipt | None = None) -> int:
-        key = _ScopeKey(scope.user, scope.task)
-        with self._writing({scope.user}) as db:
-            if receipt is not None:
-                done, result = receipt.done(db)
-                if done:
-                    return int(result)
-            now = self._expiry_instant(db, key)
-            with db.batch():
-                expired, found = _ask_expired(db, key, now), db.ask(select, arguments)
-            gone = expired()
-            rows = [row for row in found() if row[0] not in gone]
-            rows = rows[:1] if first else rows
-            if rows:
-                _MemoryRow(*rows[0]).expect_version(expected)
-            deleted = self._writes.delete(db, key, rows, last=True)
-            if receipt is not None:
-                receipt.record(db, deleted)
-        self._scrub()
-        _log.info("forgot %d memories of user %s, ids %s", deleted, scope.user,
-                  [row[0] for row in rows])
-        return deleted
+        return self._lifecycle.forget(scope, _SQL_VISIBLE_CONVERSATION, arguments)
 
     def revise(self, scope: Scope, memory_id: int, text: str, source: str, *,
                ttl: float | None = None, if_version: int | None = None,
                operation: str | tuple[str, str] | None = None,
                metadata: dict[str, Any] | None = None) -> int | None:
-        """Correct a memory: in one transaction, forget the memory `memory_id` if the scope
-        can see it and remember `text` at its level and task, expiring when it did unless
-        `ttl` is given (then `ttl` seconds from now); the new id (the newest), or None,
-        with nothing changed, for an id the scope cannot see. The new memory keeps the
-        old one's key (and so its created_at) and metadata (unless `metadata` is given,
-        which replaces it), is embedded from its text (where the text is the old one's,
-        it keeps the old one's vectors, or none, as they were: its caller's too), and is
-        the next version of it.
-        With `if_version`, only where the memory is at that version: else
-        VersionConflict, and nothing changed. With `operation`, at most once (see
-        remember)."""
+        """Correct a memory: in one transaction, forget `memory_id` if the scope can see
+        it and remember `text` at its level and task, as its next version, keeping its
+        key, metadata (unless `metadata` is given) and expiry (unless `ttl` is given);
+        the new id, or None, nothing changed, for an id the scope cannot see. With
+        `if_version` and `operation`, as remember's (docs/api.md)."""
         scope = _check_scope(scope)
-        key = _ScopeKey(scope.user, scope.task)
         wanted = _check_id(memory_id)
         expected = _check_if_version(if_version)
-        # Validated before the transaction; its level (task) is the old memory's, set below.
+        # Validated before the transaction; its level (task) is the old memory's.
         checked = _new_row(scope, "user", text, source, ttl, metadata=metadata,
                            max_text=self.max_text)
         receipt = self._receipt(scope, operation, "revise", wanted, _given(checked), expected)
-        (new,) = self._writes.with_vectors([checked])
-        with self._writing({scope.user}) as db:
-            if receipt is not None:
-                done, result = receipt.done(db)
-                if done:
-                    return cast(int | None, result)
-            if self.embedder is not None:
-                self._check_embedder_of(db)
-            expired = _expired_of(db, key, self._expiry_instant(db, key))
-            found = db.execute(_SQL_VISIBLE_ID, (*key, wanted))
-            rows = [row for row in found if row[0] not in expired]
-            if not rows:
-                if receipt is not None:
-                    receipt.record(db, None)
-                return None
-            old = _MemoryRow(*rows[0])
-            old.expect_version(expected)
-            if old.text == new.text:
-                # Its vectors may be its caller's, which no embedder makes again.
-                embed, vector = db.execute(_SQL_EMBEDDED_AS, (*key, old.id)).fetchone()
-                new = new._replace(embed=embed, vector=vector)
-            revised = self._writes.replace(db, key, old, new)
-            if receipt is not None:
-                receipt.record(db, revised)
-        self._scrub()
-        _log.info("revised memory %d of user %s as %d", wanted, scope.user, revised)
-        return revised
+        return self._writes.revise(scope, wanted, checked, expected, receipt)
 
     def rename(self, scope: Scope, key: str, new_key: str, *,
                if_version: int | None = None,
@@ -7849,35 +8032,7 @@ class MemoryStore:
         old, new = _check_key(_required("key", key)), _check_key(_required("new_key", new_key))
         expected = _check_if_version(if_version)
         receipt = self._receipt(scope, operation, "rename", old, new, expected)
-        owners = _ScopeKey(scope.user, scope.task)
-        with self._writing({scope.user}) as db:
-            if receipt is not None:
-                done, result = receipt.done(db)
-                if done:
-                    return cast(int | None, result)
-            expired = _expired_of(db, owners, self._expiry_instant(db, owners))
-            found = db.execute(_SQL_VISIBLE_KEY, (scope.user, scope.task, scope.task, old))
-            rows = [_MemoryRow(*row) for row in found if row[0] not in expired]
-            held = rows[0] if rows else None
-            if held is not None:
-                held.expect_version(expected)
-            if receipt is not None:
-                receipt.record(db, None if held is None else held.id)
-            if held is None or new == old:
-                return None if held is None else held.id
-            taken = db.execute(_SQL_KEYED, (scope.user, scope.task, held.task_id,
-                                            held.task_id or "", new)).fetchall()
-            if taken and taken[0][0] not in expired:
-                raise VersionConflict(_MemoryRow(*taken[0]).current_version, 0, "the new key")
-            self._writes.delete(db, owners, taken)
-            reading = self._writes.reading()
-            if self._writes.keeps_history(db):
-                self._writes.supersede(db, owners, [held.id], reading)
-            db.execute(_SQL_RENAME, (new, held.current_version + 1, reading, *owners, held.id))
-        if taken:
-            self._scrub()
-        _log.info("renamed the key of memory %d of user %s", held.id, scope.user)
-        return held.id
+        return self._writes.rename(scope, cast(str, old), cast(str, new), expected, receipt)
 
     def renew(self, scope: Scope, memory_ids: Sequence[int], ttl: float | None) -> int:
         """Make the live memories `memory_ids` that the scope sees stop being live `ttl`
@@ -7889,99 +8044,23 @@ class MemoryStore:
             raise MemoryInputError("memory_ids must be a sequence of ints, got"
                                    f" {_described(memory_ids)}")
         ids = sorted({_check_id(memory_id) for memory_id in memory_ids})
-        seconds = _check_ttl(ttl)
-        key = _ScopeKey(scope.user, scope.task)
-        with self._writing({scope.user}) as db:
-            now = self._expiry_instant(db, key)
-            until = None if seconds is None else _expiry(self._writes.reading(), seconds)
-            renewed = int(db.execute(_SQL_RENEW, (until, *key, json.dumps(ids), now)).rowcount)
-        _log.info("renewed %d of %d memories of user %s", renewed, len(ids), scope.user)
-        return renewed
+        return self._lifecycle.renew(scope, ids, _check_ttl(ttl))
 
     def purge_expired(self) -> int:
         """Delete every memory that is no longer live, with its postings and counts; how
         many. Their text leaves the file's bytes as a forgotten memory's does."""
-        self._writable()
-        now = self._read_instant()
-        if now is None:
-            raise MemoryInputError("the clock's reading has no UTC offset, so whether a memory"
-                                   " has expired is unknown")
-        with self._writing(None) as db:
-            purged = self._writes.purge_expired(db, now)
-            for (user,) in db.execute(_SQL_EXPIRED_RECEIPT_USERS, (now,)).fetchall():
-                db.execute(_SQL_PURGE_RECEIPTS, (user, now))
-        self._scrub()
-        _log.info("purged %d expired memories", purged)
-        return purged
+        return self._lifecycle.purge_expired()
 
     def erase_user(self, user: str) -> int:
         """Delete every memory the user owns, at every level and in every task."""
-        user = _check_identifier("user", user)
-        with self._writing({user}) as db:
-            db.execute(_SQL_ERASE_POSTINGS, (user,))
-            _erase_vectors(db, user)
-            db.execute(_SQL_ERASE_FIELDS, (user,))
-            db.execute(_SQL_ERASE_COUNTS, (user,))
-            db.execute(_SQL_ERASE_RECEIPTS, (user,))
-            db.execute(_SQL_ERASE_HISTORY, (user,))
-            erased = db.execute(_SQL_ERASE, (user,)).rowcount
-        self._scrub()
-        _log.info("erased %d memories of user %s", erased, user)
-        return int(erased)
+        return self._lifecycle.erase_user(_check_identifier("user", user))
 
     @_read_again_if_cut_off
     def export_user(self, user: str) -> list[Record]:
         """Every memory the user still stores, oldest first, expired ones not yet purged
         included, as records `import_memories` reads (keys RECORD_KEYS; task None at user
         level, expires_at None for never)."""
-        user = _check_identifier("user", user)
-        with self._snapshot({user}) as db:
-            rows = db.execute(_SQL_OWNED, (user,)).fetchall()
-            given = [row[0] for row in rows if row[-1] == _GIVEN_EMBED]
-            vectors = dict(db.execute(_SQL_OWNED_VECTORS, (user, json.dumps(given)))
-                           ) if given else {}
-            past = db.execute(_SQL_OWNED_HISTORY, (user,)).fetchall() if db.has_history else []
-        history: dict[int, list[_Version]] = collections.defaultdict(list)
-        for version in map(_Version.read, past):
-            history[version.head_id].append(version)
-        records = []
-        for *columns, embed in rows:
-            row = _MemoryRow(*columns)
-            record = Record(id=row.id, user=user, task=row.task_id,
-                            level=_level_of(row.task_id), text=row.text, source=row.source,
-                            created_at=row.created_at, expires_at=row.expires_at)
-            record.update(cast(Record, row.record()))
-            record.update(cast(Record, self._embedding(embed, vectors.get(row.id))))
-            if row.id in history:
-                record["version"] = row.current_version
-                record["history"] = [
-                    {"id": kept.row.id, "text": kept.row.text, "source": kept.row.source,
-                     "created_at": kept.row.created_at, "expires_at": kept.row.expires_at,
-                     "superseded_at": kept.superseded_at, **kept.row.record(),
-                     "version": kept.row.current_version,
-                     **self._embedding(kept.embed, kept.vector)}
-                    for kept in history[row.id]]
-            records.append(record)
-        return records
-
-    def _embedding(self, embed: str | None, vector: bytes | None) -> dict[str, Any]:
-        """What a record says of a memory's vectors: those its caller gave, or what its
-        embedder embedded other than its text; nothing for its text."""
-        if embed == _GIVEN_EMBED:
-            return {"vectors": self._unpacked(vector)}
-        if embed is not None:
-            return {"embed": False if embed == "false" else json.loads(embed)}
-        return {}
-
-    def _unpacked(self, blob: bytes | None) -> list[list[float]]:
-        """A memory's vectors as lists of numbers (none where it holds none)."""
-        if blob is None or self.embedder is None:
-            return []
-        numbers = array.array("f", blob)
-        if sys.byteorder == "big":
-            numbers.byteswap()
-        width = self.embedder.dimensions
-        return [list(numbers[start:start + width]) for start in range(0, len(numbers), width)]
+        return self._transfer.export_user(_check_identifier("user", user))
 
     def compact(self) -> None:
         """Rebuild the file so that no byte of what was deleted before remains in it or in
@@ -7991,46 +8070,16 @@ class MemoryStore:
         with self._reading() as db:
             db.compact()
 
-    def _scrub(self) -> None:
-        with self._reading() as db:
-            db.scrub()
-
     # -- operating -------------------------------------------------------------------
 
     @_read_again_if_cut_off
     def stats(self) -> dict[str, Any]:
         """Counts by level and users, schema version and bytes on disk (PostgreSQL: of the
-        store's tables and indexes), the matching rule the word index was built with (and
-        the version of it the file records, outdated when `reindex` would move it to a
-        newer one), the ranks recall offers on it (with the store's default), the
-        embedder the file records (name and dimensions), how many memories have no
+        store's tables and indexes), the matching rule and its version (outdated where
+        `reindex` would move it to a newer one), the ranks recall offers (with the
+        store's default), the embedder the file records, how many memories have no
         vector from it, and whether it keeps history; never text."""
-        with self._snapshot(None) as db:
-            total, task_level, users = db.execute(_SQL_STATS).fetchone()
-            version, size = db.version(), db.size()
-            recorded = _recorded_embedder(db)
-            (vectors,) = db.execute(_SQL_VECTOR_COUNT).fetchone() if db.has_vectors else (0,)
-            keeps = db.execute(_SQL_HISTORY).fetchone() if db.has_history else None
-        rule = _recorded_rule(self._recorded)[0]
-        embedder = None if recorded is None else json.loads(recorded)
-        return {
-            "schema_version": version,
-            "memories": total,
-            "user_level": total - task_level,
-            "task_level": task_level,
-            "users": users,
-            "file_bytes": size,
-            "matching": self.matching,
-            "matching_version": rule,
-            "matching_outdated": rule != _RECORDED[self.matching],
-            "ranks": list(RANKS),
-            "rank": self.rank,
-            "context": self.context,
-            "embedder": None if embedder is None else embedder["name"],
-            "dimensions": None if embedder is None else embedder["dimensions"],
-            "without_vectors": int(total) - int(vectors),
-            "history": keeps is not None and keeps[0] == "on",
-        }
+        return self._recording.stats()
 
     def check(self) -> dict[str, Any]:
         """The engine's integrity check of the whole store, and its schema version
