@@ -6176,6 +6176,19 @@ class _Time(_Part):
             store.close()
 
 
+def _each_id(count: int, fresh_ids: list[int], same: dict[int, int]) -> list[int]:
+    """Each row's id in turn: its new id, a held memory's (`same`, above 0), or an earlier
+    row's (`same`, ~its position)."""
+    if not same:
+        return fresh_ids
+    new_ids = iter(fresh_ids)
+    ids: list[int] = []
+    for position in range(count):
+        kept = same.get(position)
+        ids.append(next(new_ids) if kept is None else kept if kept > 0 else ids[~kept])
+    return ids
+
+
 class _Writes(_Part):
     """A store's write path: new memories embedded, deduplicated, replacing their keys'
     holders, dated, purging some expired ones of their scopes, and written with their
@@ -6201,13 +6214,7 @@ class _Writes(_Part):
             if done:
                 return [result] if one else cast(list[int], result)
             version_ids = self._reserve_versions(db, pasts)
-            given = {row.given for row in rows if row.given is not None} | {
-                version.given for _, past in pasts for version, _ in past
-                if version.given is not None}
-            if given:
-                self._store._recording.take_given(db, given)
-            if self._store.embedder is not None:
-                self._store._recording.check_embedder_of(db)
+            self._check_vectors(db, rows, pasts)
             held_keys = self._held_keys(db, rows)
             # What the batch's keys replace is gone when the call returns: no row of it is
             # deduplicated to a memory it replaces.
@@ -6221,24 +6228,9 @@ class _Writes(_Part):
             if succession:
                 self.link(db, [(_ScopeKey(written[at].user_id, written[at].task_id or ""),
                                 old, fresh_ids[at]) for at, old in succession])
-            new_ids = iter(fresh_ids)
-            if same:  # each row's in turn: its new id, a held memory's, or an earlier row's
-                ids: list[int] = []
-                for position in range(len(rows)):
-                    kept = same.get(position)
-                    ids.append(next(new_ids) if kept is None else kept if kept > 0
-                               else ids[~kept])
-            else:
-                ids = list(new_ids)
+            ids = _each_id(len(rows), fresh_ids, same)
             if pasts:
-                db.executemany(_SQL_INSERT_VERSION, [
-                    (version.user_id, ids[position], version.version, next(version_ids),
-                     version.task_id, version.key, version.text, version.source,
-                     version.created_at, version.updated_at or (
-                         version.created_at if version.key or version.metadata else None),
-                     version.expires_at, version.metadata, version.embed, version.vector,
-                     superseded_at)
-                    for position, past in pasts for version, superseded_at in past])
+                self._write_versions(db, ids, pasts, version_ids)
             _Receipt.record_in(receipt, db, ids[0] if one else ids)
         written = [rows[p] for p in fresh]
         task_level = sum(row.task_id is not None for row in written)
@@ -6246,6 +6238,30 @@ class _Writes(_Part):
                   " %d already held", len(written), len(written) - task_level, task_level,
                   _id_span(ids), len(same))
         return ids
+
+    def _check_vectors(self, db: _Session, rows: list[_NewMemory],
+                       pasts: list[tuple[int, Any]]) -> None:
+        """The vectors callers give, and the store's embedder, checked against the file's."""
+        given = {row.given for row in rows if row.given is not None} | {
+            version.given for _, past in pasts for version, _ in past
+            if version.given is not None}
+        if given:
+            self._store._recording.take_given(db, given)
+        if self._store.embedder is not None:
+            self._store._recording.check_embedder_of(db)
+
+    @staticmethod
+    def _write_versions(db: _Session, ids: list[int], pasts: list[tuple[int, Any]],
+                        version_ids: Iterator[int]) -> None:
+        """The versions imported records carry, each under its memory's new id."""
+        db.executemany(_SQL_INSERT_VERSION, [
+            (version.user_id, ids[position], version.version, next(version_ids),
+             version.task_id, version.key, version.text, version.source,
+             version.created_at, version.updated_at or (
+                 version.created_at if version.key or version.metadata else None),
+             version.expires_at, version.metadata, version.embed, version.vector,
+             superseded_at)
+            for position, past in pasts for version, superseded_at in past])
 
     def with_vectors(self, rows: list[_NewMemory]) -> list[_NewMemory]:
         """The rows with their vectors from the store's embedder, if it has one: embedded
@@ -6432,24 +6448,28 @@ class _Writes(_Part):
                 db.narrow(group.users)
                 if not rows_first:
                     db.executemany(_SQL_INSERT, [values[p] for p in group.positions])
-                vectors = [(values[p][0], rows[p].user_id, rows[p].task_id, vector)
-                           for p in group.positions if (vector := rows[p].vector) is not None]
-                if vectors:
-                    assert self._store.embedder is not None  # the vectors are its
-                    db.add_vectors(vectors, self._store.embedder.dimensions)
-                    for user, task in dict.fromkeys((row[1], row[2]) for row in vectors):
-                        _seal_vector_blocks(db, user, [task], self._store.embedder.dimensions)
-                fields = [(rows[p].user_id, term, values[p][0], rows[p].task_id)
-                          for p in group.positions if rows[p].metadata is not None
-                          for term in sorted(set(_terms(json.loads(
-                              cast(str, rows[p].metadata)))))]
-                if fields:
-                    db.executemany(_SQL_INSERT_FIELDS, fields)
+                self._write_vectors_and_terms(db, rows, values, group.positions)
                 _add_postings(db, added, {owner: held[owner].newest for owner in added})
                 db.executemany(_SQL_COUNT_ADD, [(user, task or "", n, group.weighed[user, task])
                                                 for (user, task), n in group.added.items()])
             db.finish()
         return [value[0] for value in values]
+
+    def _write_vectors_and_terms(self, db: _Session, rows: list[_NewMemory],
+                                 values: list[tuple[Any, ...]], positions: list[int]) -> None:
+        """The vectors and metadata terms of the rows at `positions`, under their new ids."""
+        vectors = [(values[p][0], rows[p].user_id, rows[p].task_id, vector)
+                   for p in positions if (vector := rows[p].vector) is not None]
+        if vectors:
+            assert self._store.embedder is not None  # the vectors are its
+            db.add_vectors(vectors, self._store.embedder.dimensions)
+            for user, task in dict.fromkeys((row[1], row[2]) for row in vectors):
+                _seal_vector_blocks(db, user, [task], self._store.embedder.dimensions)
+        fields = [(rows[p].user_id, term, values[p][0], rows[p].task_id)
+                  for p in positions if rows[p].metadata is not None
+                  for term in sorted(set(_terms(json.loads(cast(str, rows[p].metadata)))))]
+        if fields:
+            db.executemany(_SQL_INSERT_FIELDS, fields)
 
     def _ask_group(self, db: _Session, rows: list[_NewMemory], users: list[str],
                    mine: list[int], now: str | None) -> _Group:
@@ -7663,15 +7683,7 @@ class MemoryStore:
         # Reads need the time (to tell what has expired) but must not take a tick.
         self._clock_for_reads: Callable[[], str] = getattr(clock, "now", clock)
         self.read_only, self.durable = bool(read_only), bool(durable)
-        self._calls_in_flight()
-        self._writes, self._planner = _Writes(self), _Planner(self)
-        self._time, self._lifecycle = _Time(self), _Lifecycle(self)
-        self._recording, self._transfer = _Recording(self), _Transfer(self)
-        self._recorded = "exact"  # the rule as the file records it, with its version
-        self._rule = _RULES["exact"]
-        self._index_from = 0  # the file's: from how many memories an owner is indexed
-        self._embedder_at_open: str | None = None  # what the file recorded when opened
-        self._file: tuple[int, int] | None = None
+        self._parts()
         self._db: _Engine | None = self._recording.connect(engine, matching, bool(create),
                                                            given)
         _OPEN_STORES.add(self)
@@ -7681,7 +7693,17 @@ class MemoryStore:
             self.close()
             raise
 
-    def _calls_in_flight(self) -> None:
+    def _parts(self) -> None:
+        """The parts that do the store's work, and what they share: the calls in flight,
+        and the rule the file records (read at open)."""
+        self._writes, self._planner = _Writes(self), _Planner(self)
+        self._time, self._lifecycle = _Time(self), _Lifecycle(self)
+        self._recording, self._transfer = _Recording(self), _Transfer(self)
+        self._recorded = "exact"  # the rule as the file records it, with its version
+        self._rule = _RULES["exact"]
+        self._index_from = 0  # the file's: from how many memories an owner is indexed
+        self._embedder_at_open: str | None = None  # what the file recorded when opened
+        self._file: tuple[int, int] | None = None
         self._lock = threading.RLock()
         # close() waits for the calls in flight (but those of its own thread, which would
         # wait for it), so a call another thread started ends as it would have.
@@ -8771,6 +8793,253 @@ def _open_ranked(args: argparse.Namespace, embedder: Embedder | None) -> MemoryS
                        history=keep, reranker=reranker, **ranking)
 
 
+_HELP_EMBEDDER = ("the embedder for recall by meaning: FACTORY() of the importable module"
+                  " MODULE (default: $MEMORY_EMBEDDER)")
+_HELP_RERANKER = (f"the reranker that reorders recall's best {RERANK_DEPTH}: FACTORY() of the"
+                  " importable module MODULE (default: $MEMORY_RERANKER)")
+_HELP_WHERE = ("only the memories the JSON filter admits: {\"path\": value}, or"
+               " {\"path\": {\"$op\": value}} with $eq $ne $gt $gte $lt $lte $in $nin"
+               " $contains; paths $created_at $updated_at $key $source $level; $and $or $not")
+_HELP_AS_OF = ("as the scope read at TIME (ISO 8601 with a UTC offset): superseded versions"
+               " the store keeps included, forgotten memories never")
+_HELP_HISTORY = ("keep, from now on, the version each memory replaced or revised supersedes,"
+                 " until the memory goes (recorded in the store: later opens keep it too)")
+_HELP_IF_VERSION = ("only where the memory is at version N (with --key, 0: where the key"
+                    " holds none); else exit 1, nothing changed")
+_HELP_MAX_TEXT = (f"the longest text the store takes ({MAX_TEXT} to {_LONGEST_TEXT},"
+                  f" default {MAX_TEXT})")
+
+
+class _Commands:
+    """The subcommands of `memory`, added in the order --help lists them."""
+
+    def __init__(self, commands: Any) -> None:
+        self._commands = commands
+
+    def add(self, name: str, run: Callable[[MemoryStore, argparse.Namespace], int], opens: str,
+                summary: str, user: bool = False, task: bool = False, embeds: bool = False,
+                reranks: bool = False) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = self._commands.add_parser(name, help=summary,
+                                                                 description=summary)
+        sub.add_argument("path", metavar="PATH",
+                         help="the store: an SQLite file, or a postgresql:// URL")
+        if user:
+            sub.add_argument("--user", required=True, type=_identifier, help="the user id")
+        if task:
+            sub.add_argument("--task", required=True, type=_identifier, help="the task id")
+        if embeds:
+            sub.add_argument("--embedder", metavar="MODULE:FACTORY", help=_HELP_EMBEDDER)
+        if reranks:
+            sub.add_argument("--reranker", metavar="MODULE:FACTORY", help=_HELP_RERANKER)
+        sub.set_defaults(run=run, opens=opens, load=None, usage=sub, embedder=None,
+                         embeds=embeds, reranker=None, reranks=reranks)
+        return sub
+
+    def listing(self) -> None:
+        """stats, list and history."""
+        command = self.add
+        command("stats", _run_stats, _READS, "counts by level and users, schema version, file size")
+        listing = command("list", _run_list, _READS,
+                          "every memory the scope sees, oldest first, as JSON Lines (or a page of"
+                          " them, with --after and --limit)", user=True, task=True)
+        listing.add_argument("--after", type=_bounded_int(0, _MAX_ID), metavar="ID",
+                             help="only those with ids above ID (the last of the page before;"
+                             " 0 for the first)")
+        listing.add_argument("--limit", type=_bounded_int(1, _MAX_ID), help="at most this many")
+        listing.add_argument("--conversation", metavar="CONVERSATION", help="only the memories"
+                             " whose source, up to its last /, is CONVERSATION")
+        listing.add_argument("--newest-first", action="store_true", help="newest first (page"
+                             " down with --before)")
+        listing.add_argument("--before", type=_bounded_int(1, _MAX_ID), metavar="ID",
+                             help="only those with ids below ID (the last of the page before)")
+        listing.add_argument("--where", type=_json_argument, metavar="JSON", help=_HELP_WHERE)
+        listing.add_argument("--key-prefix", metavar="PREFIX", help="only keyed memories whose"
+                             " keys begin with PREFIX, in key order (page with --after-key)")
+        listing.add_argument("--after-key", metavar="KEY", help="with --key-prefix: only keys after"
+                             " KEY (the last of the page before)")
+        listing.add_argument("--as-of", metavar="TIME", help=_HELP_AS_OF)
+        past = command("history", _run_history, _READS, "the versions of the memory --id ID (or"
+                       " of the one the scope sees under --key), oldest first, as JSON Lines:"
+                       " those it superseded, where the store keeps history, then itself",
+                       user=True, task=True)
+        which = past.add_mutually_exclusive_group(required=True)
+        which.add_argument("--id", type=_bounded_int(1, _MAX_ID), metavar="ID",
+                           help="the id of the memory or of any of its versions")
+        which.add_argument("--key", metavar="KEY", help="the key the scope sees it under")
+
+    def recalling(self) -> None:
+        """recall and export."""
+        command = self.add
+        recall = command("recall", _run_recall, _READS,
+                         "the memories that best match QUERY, as JSON Lines", user=True, task=True,
+                         embeds=True, reranks=True)
+        recall.add_argument("query", metavar="QUERY")
+        recall.add_argument("--limit", type=_bounded_int(1, MAX_LIMIT), default=3,
+                            help=f"at most this many (1 to {MAX_LIMIT}, default 3)")
+        recall.add_argument("--rank", type=_one_of(RANKS), metavar="{" + ",".join(RANKS) + "}",
+                            help="hybrid (default, as memory mcp): words by idf, and meaning given"
+                            " an embedder; idf: weigh rare words more; shared: count shared"
+                            " words; meaning: the embedder's cosine alone")
+        recall.add_argument("--budget", type=_bounded_int(1, _MAX_ID), metavar="CHARACTERS",
+                            help="the texts total at most this many characters, best first")
+        recall.add_argument("--context", action=argparse.BooleanOptionalAction,
+                            help="score each memory with its neighbours in its conversation too"
+                            " (default, as memory mcp; --no-context: alone)")
+        recall.add_argument("--where", type=_json_argument, metavar="JSON", help=_HELP_WHERE)
+        recall.add_argument("--offset", type=_bounded_int(0, _MAX_OFFSET), default=0,
+                            help=f"the ranking from this place on (0 to {_MAX_OFFSET}, default 0)")
+        recall.add_argument("--as-of", metavar="TIME", help=_HELP_AS_OF)
+        recall.add_argument("--explain", action="store_true",
+                            help="give each memory `why`: the query words it matched, with what"
+                            " each added to its score")
+        recall.add_argument("--rerank", action=argparse.BooleanOptionalAction,
+                            help="reorder the best by the reranker (default: where one is given)")
+        command("export", _run_export, _READS, "every memory of the user, as JSON Lines on stdout",
+                user=True)
+
+    def keeping(self) -> None:
+        """remember and import."""
+        command = self.add
+        remember = command("remember", _run_remember, _CREATES,
+                           "keep TEXT for the user (or the task, with --level task) and print its"
+                           " id; creates the store if it does not exist", user=True, task=True,
+                           embeds=True)
+        remember.add_argument("text", metavar="TEXT", help="the text, or - to read it from stdin")
+        remember.add_argument("--history", action="store_true", help=_HELP_HISTORY)
+        remember.add_argument("--level", type=_one_of(LEVELS), default="user",
+                              metavar="{" + ",".join(LEVELS) + "}", help="user (default) or task")
+        remember.add_argument("--source", default="cli", help="where it came from (default cli)")
+        remember.add_argument("--ttl", type=_seconds,
+                              help="seconds until it expires (default never)")
+        remember.add_argument("--key", help="the memory's key within its owner: a memory the owner"
+                              " holds under it is replaced")
+        remember.add_argument("--metadata", type=_json_argument, metavar="JSON",
+                              help="a JSON object kept with it, for --where")
+        remember.add_argument("--no-embed", dest="embed", action="store_false",
+                              help="give it no vector: recall by meaning never finds it")
+        remember.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                              help=_HELP_IF_VERSION)
+        remember.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
+                              metavar="CHARACTERS", help=_HELP_MAX_TEXT)
+        remember.set_defaults(load=_load_text)
+        importing = command("import", _run_import, _CREATES,
+                            "add JSON Lines records (as export writes them), all or none;"
+                            " creates the store if it does not exist", embeds=True)
+        importing.add_argument("file", metavar="FILE", nargs="?",
+                               help="a JSON Lines file, or - for standard input (the default"
+                               " where that is not a terminal)")
+        sources = ("records", _SERVER_MEMORY)
+        importing.add_argument("--from", dest="format", type=_one_of(sources), default="records",
+                               metavar="{" + ",".join(sources) + "}",
+                               help="records (default, as export writes them) or server-memory"
+                               " (the reference MCP memory server's memory.jsonl, for --user:"
+                               " each observation and relation a memory, none twice)")
+        importing.add_argument("--user", type=_identifier, help="with --from server-memory: whose")
+        importing.add_argument("--task", type=_identifier, help="with --from server-memory: task"
+                               " memories of this task (default: the user's own level)")
+        importing.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
+                               metavar="CHARACTERS", help=_HELP_MAX_TEXT)
+        importing.set_defaults(load=_load_records)
+        importing.add_argument("--history", action="store_true", help=_HELP_HISTORY)
+
+    def forgetting(self) -> None:
+        """The calls that forget or rename."""
+        command = self.add
+        forget = command("forget", _run_forget, _WRITES, "forget one memory the scope sees",
+                         user=True, task=True)
+        forget.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
+        forget.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                            help=_HELP_IF_VERSION)
+        by_key = command("forget-key", _run_forget_key, _WRITES, "forget the memory the scope"
+                         " sees under KEY (the task's, else the user level's)", user=True,
+                         task=True)
+        by_key.add_argument("key", metavar="KEY")
+        by_key.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                            help=_HELP_IF_VERSION)
+        rename = command("rename", _run_rename, _WRITES, "move the memory the scope sees under KEY"
+                         " to NEW_KEY in its owner, in one transaction; exit 1 where NEW_KEY is"
+                         " held", user=True, task=True)
+        rename.add_argument("key", metavar="KEY")
+        rename.add_argument("new_key", metavar="NEW_KEY")
+        rename.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                            help=_HELP_IF_VERSION)
+        by_filter = command("forget-where", _run_forget_where, _WRITES, "forget every memory the"
+                            " scope sees whose metadata the JSON filter admits, in one"
+                            " transaction", user=True, task=True)
+        by_filter.add_argument("where", metavar="JSON", type=_json_argument, help=_HELP_WHERE)
+        conversation = command("forget-conversation", _run_forget_conversation, _WRITES,
+                               "forget every memory the scope sees of one conversation, in one"
+                               " transaction", user=True, task=True)
+        conversation.add_argument("conversation", metavar="CONVERSATION", help="the sources up to"
+                                  " their last /: chat-42 for chat-42/turn-1 and chat-42/turn-2")
+
+    def operating(self) -> None:
+        """revise, and the operator's calls."""
+        command = self.add
+        revise = command("revise", _run_revise, _WRITES,
+                         "correct one memory the scope sees: forget it and remember TEXT at its"
+                         " level and task, in one transaction", user=True, task=True, embeds=True)
+        revise.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
+        revise.add_argument("text", metavar="TEXT")
+        revise.add_argument("--source", required=True, help="where the correction came from")
+        revise.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
+        revise.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                            help=_HELP_IF_VERSION)
+        revise.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
+                            metavar="CHARACTERS", help=_HELP_MAX_TEXT)
+        command("purge", _run_purge, _WRITES, "delete every memory that has expired")
+        erase = command("erase-user", _run_erase_user, _WRITES,
+                        "forget every memory of the user, in every task", user=True)
+        erase.add_argument("--yes", action="store_true", help="confirm the erasure")
+        command("check", _run_check, _READS, "integrity check and schema version; exit 1 unless ok")
+        reindex = command("reindex", _run_reindex, _WRITES,
+                          "rebuild the word index under another matching rule, in one"
+                          " transaction; with --embedder, first give every memory a vector from"
+                          " that embedder, which the store then records", embeds=True)
+        reindex.add_argument("--matching", type=_one_of(MATCHING),
+                             metavar="{" + ",".join(MATCHING) + "}")
+        command("compact", _run_compact, _WRITES,
+                "rebuild the file so that no byte of anything deleted remains in it")
+        backup = command("backup", _run_backup, _READS,
+                         "copy the store, consistently, while others may write to it")
+        backup.add_argument("destination", metavar="DEST", help="a file that does not exist yet")
+
+    def serving(self) -> None:
+        """mcp: the store served to an assistant."""
+        serving = ("serve the store to an assistant as MCP tools, on stdio for one user and task"
+                   " fixed here, or with --http over Streamable HTTP; creates the store if it does"
+                   " not exist")
+        serve = self._commands.add_parser("mcp", help=serving, description=serving)
+        serve.add_argument("path", metavar="PATH", nargs="?",
+                           help="an SQLite file or a postgresql:// URL (default: $MEMORY_STORE)")
+        serve.add_argument("--user", type=_identifier, help="the user id (default: $MEMORY_USER)")
+        serve.add_argument("--task", type=_identifier, help="the task id (default: $MEMORY_TASK,"
+                           f" else {_MCP_DEFAULT_TASK})")
+        serve.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP at"
+                           " http://HOST:PORT/mcp instead of stdio: with --issuer, for the users"
+                           " its tokens name; without it, on a loopback address alone")
+        serve.add_argument("--issuer", metavar="URL", help="with --http: accept bearer JWTs of"
+                           " this issuer only, each request's user the token's")
+        serve.add_argument("--audience", metavar="AUD", help="with --issuer: the audience tokens"
+                           " must name (aud)")
+        serve.add_argument("--jwks", metavar="FILE_OR_URL", help="with --issuer: the issuer's"
+                           " signing keys, a JWKS file or URL")
+        serve.add_argument("--user-claim", default="sub", metavar="CLAIM", help="with --issuer:"
+                           " the claim that names the user (default sub)")
+        serve.add_argument("--embedder", metavar="MODULE:FACTORY", help=_HELP_EMBEDDER)
+        serve.add_argument("--reranker", metavar="MODULE:FACTORY", help=_HELP_RERANKER)
+        serve.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
+                           metavar="CHARACTERS", help=_HELP_MAX_TEXT)
+        serve.add_argument("--history", action="store_true", help=_HELP_HISTORY)
+        serve.add_argument("--print-config", action="store_true",
+                           help="print the mcpServers entry that starts this server as these"
+                           " settings say (this interpreter's memory command, the store's"
+                           " absolute path), and exit without opening the store")
+        serve.set_defaults(run=_beside("memory_mcp", "run", "mcp"), opens=_CREATES, embeds=True,
+                           reranks=True, load=_beside("memory_mcp", "settings", "mcp"),
+                           usage=serve)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memory",
@@ -8779,222 +9048,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log what the store does (ids, levels, counts) on stderr")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    embedding = ("the embedder for recall by meaning: FACTORY() of the importable module"
-                 " MODULE (default: $MEMORY_EMBEDDER)")
-    reranking = (f"the reranker that reorders recall's best {RERANK_DEPTH}: FACTORY() of the"
-                 " importable module MODULE (default: $MEMORY_RERANKER)")
 
-    def command(name: str, run: Callable[[MemoryStore, argparse.Namespace], int], opens: str,
-                summary: str, user: bool = False, task: bool = False, embeds: bool = False,
-                reranks: bool = False) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=summary, description=summary)
-        sub.add_argument("path", metavar="PATH",
-                         help="the store: an SQLite file, or a postgresql:// URL")
-        if user:
-            sub.add_argument("--user", required=True, type=_identifier, help="the user id")
-        if task:
-            sub.add_argument("--task", required=True, type=_identifier, help="the task id")
-        if embeds:
-            sub.add_argument("--embedder", metavar="MODULE:FACTORY", help=embedding)
-        if reranks:
-            sub.add_argument("--reranker", metavar="MODULE:FACTORY", help=reranking)
-        sub.set_defaults(run=run, opens=opens, load=None, usage=sub, embedder=None,
-                         embeds=embeds, reranker=None, reranks=reranks)
-        return sub
-
-    command("stats", _run_stats, _READS, "counts by level and users, schema version, file size")
-    listing = command("list", _run_list, _READS,
-                      "every memory the scope sees, oldest first, as JSON Lines (or a page of"
-                      " them, with --after and --limit)", user=True, task=True)
-    listing.add_argument("--after", type=_bounded_int(0, _MAX_ID), metavar="ID",
-                         help="only those with ids above ID (the last of the page before;"
-                         " 0 for the first)")
-    listing.add_argument("--limit", type=_bounded_int(1, _MAX_ID), help="at most this many")
-    listing.add_argument("--conversation", metavar="CONVERSATION", help="only the memories"
-                         " whose source, up to its last /, is CONVERSATION")
-    listing.add_argument("--newest-first", action="store_true", help="newest first (page"
-                         " down with --before)")
-    listing.add_argument("--before", type=_bounded_int(1, _MAX_ID), metavar="ID",
-                         help="only those with ids below ID (the last of the page before)")
-    where = ("only the memories the JSON filter admits: {\"path\": value}, or"
-             " {\"path\": {\"$op\": value}} with $eq $ne $gt $gte $lt $lte $in $nin"
-             " $contains; paths $created_at $updated_at $key $source $level; $and $or $not")
-    listing.add_argument("--where", type=_json_argument, metavar="JSON", help=where)
-    listing.add_argument("--key-prefix", metavar="PREFIX", help="only keyed memories whose"
-                         " keys begin with PREFIX, in key order (page with --after-key)")
-    listing.add_argument("--after-key", metavar="KEY", help="with --key-prefix: only keys after"
-                         " KEY (the last of the page before)")
-    as_of = ("as the scope read at TIME (ISO 8601 with a UTC offset): superseded versions"
-             " the store keeps included, forgotten memories never")
-    listing.add_argument("--as-of", metavar="TIME", help=as_of)
-    past = command("history", _run_history, _READS, "the versions of the memory --id ID (or"
-                   " of the one the scope sees under --key), oldest first, as JSON Lines:"
-                   " those it superseded, where the store keeps history, then itself",
-                   user=True, task=True)
-    which = past.add_mutually_exclusive_group(required=True)
-    which.add_argument("--id", type=_bounded_int(1, _MAX_ID), metavar="ID",
-                       help="the id of the memory or of any of its versions")
-    which.add_argument("--key", metavar="KEY", help="the key the scope sees it under")
-    recall = command("recall", _run_recall, _READS,
-                     "the memories that best match QUERY, as JSON Lines", user=True, task=True,
-                     embeds=True, reranks=True)
-    recall.add_argument("query", metavar="QUERY")
-    recall.add_argument("--limit", type=_bounded_int(1, MAX_LIMIT), default=3,
-                        help=f"at most this many (1 to {MAX_LIMIT}, default 3)")
-    recall.add_argument("--rank", type=_one_of(RANKS), metavar="{" + ",".join(RANKS) + "}",
-                        help="hybrid (default, as memory mcp): words by idf, and meaning given"
-                        " an embedder; idf: weigh rare words more; shared: count shared"
-                        " words; meaning: the embedder's cosine alone")
-    recall.add_argument("--budget", type=_bounded_int(1, _MAX_ID), metavar="CHARACTERS",
-                        help="the texts total at most this many characters, best first")
-    recall.add_argument("--context", action=argparse.BooleanOptionalAction,
-                        help="score each memory with its neighbours in its conversation too"
-                        " (default, as memory mcp; --no-context: alone)")
-    recall.add_argument("--where", type=_json_argument, metavar="JSON", help=where)
-    recall.add_argument("--offset", type=_bounded_int(0, _MAX_OFFSET), default=0,
-                        help=f"the ranking from this place on (0 to {_MAX_OFFSET}, default 0)")
-    recall.add_argument("--as-of", metavar="TIME", help=as_of)
-    recall.add_argument("--explain", action="store_true",
-                        help="give each memory `why`: the query words it matched, with what"
-                        " each added to its score")
-    recall.add_argument("--rerank", action=argparse.BooleanOptionalAction,
-                        help="reorder the best by the reranker (default: where one is given)")
-    command("export", _run_export, _READS, "every memory of the user, as JSON Lines on stdout",
-            user=True)
-    remember = command("remember", _run_remember, _CREATES,
-                       "keep TEXT for the user (or the task, with --level task) and print its"
-                       " id; creates the store if it does not exist", user=True, task=True,
-                       embeds=True)
-    remember.add_argument("text", metavar="TEXT", help="the text, or - to read it from stdin")
-    keeping = ("keep, from now on, the version each memory replaced or revised supersedes,"
-               " until the memory goes (recorded in the store: later opens keep it too)")
-    remember.add_argument("--history", action="store_true", help=keeping)
-    remember.add_argument("--level", type=_one_of(LEVELS), default="user",
-                          metavar="{" + ",".join(LEVELS) + "}", help="user (default) or task")
-    remember.add_argument("--source", default="cli", help="where it came from (default cli)")
-    remember.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
-    remember.add_argument("--key", help="the memory's key within its owner: a memory the owner"
-                          " holds under it is replaced")
-    remember.add_argument("--metadata", type=_json_argument, metavar="JSON",
-                          help="a JSON object kept with it, for --where")
-    remember.add_argument("--no-embed", dest="embed", action="store_false",
-                          help="give it no vector: recall by meaning never finds it")
-    if_version = ("only where the memory is at version N (with --key, 0: where the key"
-                  " holds none); else exit 1, nothing changed")
-    remember.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
-                          help=if_version)
-    longest = (f"the longest text the store takes ({MAX_TEXT} to {_LONGEST_TEXT},"
-               f" default {MAX_TEXT})")
-    remember.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
-                          metavar="CHARACTERS", help=longest)
-    remember.set_defaults(load=_load_text)
-    importing = command("import", _run_import, _CREATES,
-                        "add JSON Lines records (as export writes them), all or none;"
-                        " creates the store if it does not exist", embeds=True)
-    importing.add_argument("file", metavar="FILE", nargs="?",
-                           help="a JSON Lines file, or - for standard input (the default"
-                           " where that is not a terminal)")
-    sources = ("records", _SERVER_MEMORY)
-    importing.add_argument("--from", dest="format", type=_one_of(sources), default="records",
-                           metavar="{" + ",".join(sources) + "}",
-                           help="records (default, as export writes them) or server-memory"
-                           " (the reference MCP memory server's memory.jsonl, for --user:"
-                           " each observation and relation a memory, none twice)")
-    importing.add_argument("--user", type=_identifier, help="with --from server-memory: whose")
-    importing.add_argument("--task", type=_identifier, help="with --from server-memory: task"
-                           " memories of this task (default: the user's own level)")
-    importing.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
-                           metavar="CHARACTERS", help=longest)
-    importing.set_defaults(load=_load_records)
-    forget = command("forget", _run_forget, _WRITES, "forget one memory the scope sees",
-                     user=True, task=True)
-    forget.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
-    forget.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
-                        help=if_version)
-    by_key = command("forget-key", _run_forget_key, _WRITES, "forget the memory the scope"
-                     " sees under KEY (the task's, else the user level's)", user=True, task=True)
-    by_key.add_argument("key", metavar="KEY")
-    by_key.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
-                        help=if_version)
-    rename = command("rename", _run_rename, _WRITES, "move the memory the scope sees under KEY"
-                     " to NEW_KEY in its owner, in one transaction; exit 1 where NEW_KEY is"
-                     " held", user=True, task=True)
-    rename.add_argument("key", metavar="KEY")
-    rename.add_argument("new_key", metavar="NEW_KEY")
-    rename.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
-                        help=if_version)
-    by_filter = command("forget-where", _run_forget_where, _WRITES, "forget every memory the"
-                        " scope sees whose metadata the JSON filter admits, in one"
-                        " transaction", user=True, task=True)
-    by_filter.add_argument("where", metavar="JSON", type=_json_argument, help=where)
-    conversation = command("forget-conversation", _run_forget_conversation, _WRITES,
-                           "forget every memory the scope sees of one conversation, in one"
-                           " transaction", user=True, task=True)
-    conversation.add_argument("conversation", metavar="CONVERSATION", help="the sources up to"
-                              " their last /: chat-42 for chat-42/turn-1 and chat-42/turn-2")
-    revise = command("revise", _run_revise, _WRITES,
-                     "correct one memory the scope sees: forget it and remember TEXT at its"
-                     " level and task, in one transaction", user=True, task=True, embeds=True)
-    revise.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
-    revise.add_argument("text", metavar="TEXT")
-    revise.add_argument("--source", required=True, help="where the correction came from")
-    revise.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
-    revise.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
-                        help=if_version)
-    revise.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
-                        metavar="CHARACTERS", help=longest)
-    command("purge", _run_purge, _WRITES, "delete every memory that has expired")
-    erase = command("erase-user", _run_erase_user, _WRITES,
-                    "forget every memory of the user, in every task", user=True)
-    erase.add_argument("--yes", action="store_true", help="confirm the erasure")
-    command("check", _run_check, _READS, "integrity check and schema version; exit 1 unless ok")
-    reindex = command("reindex", _run_reindex, _WRITES,
-                      "rebuild the word index under another matching rule, in one"
-                      " transaction; with --embedder, first give every memory a vector from"
-                      " that embedder, which the store then records", embeds=True)
-    reindex.add_argument("--matching", type=_one_of(MATCHING),
-                         metavar="{" + ",".join(MATCHING) + "}")
-    command("compact", _run_compact, _WRITES,
-            "rebuild the file so that no byte of anything deleted remains in it")
-    backup = command("backup", _run_backup, _READS,
-                     "copy the store, consistently, while others may write to it")
-    backup.add_argument("destination", metavar="DEST", help="a file that does not exist yet")
-    importing.add_argument("--history", action="store_true", help=keeping)
-    serving = ("serve the store to an assistant as MCP tools, on stdio for one user and task"
-               " fixed here, or with --http over Streamable HTTP; creates the store if it does"
-               " not exist")
-    serve = commands.add_parser("mcp", help=serving, description=serving)
-    serve.add_argument("path", metavar="PATH", nargs="?",
-                       help="an SQLite file or a postgresql:// URL (default: $MEMORY_STORE)")
-    serve.add_argument("--user", type=_identifier, help="the user id (default: $MEMORY_USER)")
-    serve.add_argument("--task", type=_identifier, help="the task id (default: $MEMORY_TASK,"
-                       f" else {_MCP_DEFAULT_TASK})")
-    serve.add_argument("--http", metavar="HOST:PORT", help="serve Streamable HTTP at"
-                       " http://HOST:PORT/mcp instead of stdio: with --issuer, for the users"
-                       " its tokens name; without it, on a loopback address alone")
-    serve.add_argument("--issuer", metavar="URL", help="with --http: accept bearer JWTs of"
-                       " this issuer only, each request's user the token's")
-    serve.add_argument("--audience", metavar="AUD", help="with --issuer: the audience tokens"
-                       " must name (aud)")
-    serve.add_argument("--jwks", metavar="FILE_OR_URL", help="with --issuer: the issuer's"
-                       " signing keys, a JWKS file or URL")
-    serve.add_argument("--user-claim", default="sub", metavar="CLAIM", help="with --issuer:"
-                       " the claim that names the user (default sub)")
-    serve.add_argument("--embedder", metavar="MODULE:FACTORY", help=embedding)
-    serve.add_argument("--reranker", metavar="MODULE:FACTORY", help=reranking)
-    serve.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
-                       metavar="CHARACTERS", help=longest)
-    serve.add_argument("--history", action="store_true", help=keeping)
-    serve.add_argument("--print-config", action="store_true",
-                       help="print the mcpServers entry that starts this server as these"
-                       " settings say (this interpreter's memory command, the store's"
-                       " absolute path), and exit without opening the store")
-    serve.set_defaults(run=_beside("memory_mcp", "run", "mcp"), opens=_CREATES, embeds=True,
-                       reranks=True, load=_beside("memory_mcp", "settings", "mcp"),
-                       usage=serve)
+    commands = _Commands(parser.add_subparsers(dest="command", required=True,
+                                               metavar="COMMAND"))
+    commands.listing()
+    commands.recalling()
+    commands.keeping()
+    commands.forgetting()
+    commands.operating()
+    commands.serving()
     return parser
-
 
 def main(argv: list[str] | None = None) -> int:
     """The `memory` command: 0 on success, 2 on a usage error, 1 on a store error."""
