@@ -14,17 +14,20 @@ MCP server (`memory mcp`), each needing an extra. Two rules keep the boundary:
       nothing of theirs and finds them by module name (_ENGINES, _beside) when a URL or
       a command needs them.
 
-The module reads top to bottom:
+The module reads top to bottom (docs/architecture.md is the map, part by part):
     constants       limits, rules and sizes
     statements      each statement of the store in both dialects (_Sql), SQLite's
                     layouts version by version, SQLite's own statements
     errors          MemoryInputError, StoreError and its kinds
-    scope           Scope and the validation of every input
+    scope           Scope and the validation of every input; filters; a write's rows
+    models          embedders and rerankers, called and checked; records
     clocks, words   clock readings, expiry instants, the exact and stems rules
     word index      packing postings, adding and removing a write's postings
     engines         the engine and session seams; the SQLite engine; engines by scheme
+    vectors         the kept copies, the vector blocks, the approximate index, the file
     recall          the map of a query's rows, the full scoring and the top-k search
-    the store       MemoryStore, and AsyncMemoryStore over it for asyncio
+    the parts       _Recording, _Time, _Writes, _Planner, _Lifecycle, _Transfer
+    the store       MemoryStore, its verbs, and AsyncMemoryStore over it for asyncio
     command line    the `memory` command
 """
 
@@ -2193,6 +2196,8 @@ class _Admitted:
         return admitted
 
 
+# -- what a write is given: new rows, bulk items, receipts -----------------------------
+
 class _NewMemory(NamedTuple):
     """A validated memory to write; created_at None: read the clock as it is written."""
 
@@ -2385,6 +2390,8 @@ def _each_valid(items: object, check: Callable[[Any], _Row], noun: str) -> list[
                 position) from None
     return rows
 
+
+# -- embedders and rerankers: checked, called, failures told without a text ------------
 
 def _check_named(model: object, kind: str) -> None:
     """What an embedder and a reranker (`kind`) share: an instance, with a name."""
@@ -2672,6 +2679,8 @@ def _rerank_scores(reranker: Reranker, query: str, texts: list[str]) -> array.ar
         raise StoreError("the reranker gave a score that is not a finite number")
     return scores
 
+
+# -- records: the shape export writes and import reads ---------------------------------
 
 # The one record shape: export_user writes it, import_memories reads it, and so does the
 # command line. `id` is written for the reader and ignored on import (ids are the store's).
@@ -4090,179 +4099,7 @@ def _engine_for(path: str) -> type[_Engine]:
     return engine
 
 
-# -- recall ----------------------------------------------------------------------------
-# A recall reads the map of its words' postings rows, then either scores every posting at
-# once (few postings) or runs _TopK over the rows, newest first, reading as it asks.
-
-class _Recall(NamedTuple):
-    """One recall's inputs, read once at the start of its transaction."""
-
-    key: _ScopeKey
-    #: The statement parameters naming the query's words under the scope.
-    listed: tuple[str, str, str]
-    rank: str
-    limit: int
-    #: Memories the scope would see that are no longer live.
-    expired: set[int]
-    #: How many live memories the scope sees (idf's N; 0 for the shared rank).
-    visible: int
-    #: Each word's weight as the scoring used it, filled in as it scores (the idf rank;
-    #: each word weighs 1 under the shared rank): what explain reports.
-    weights: dict[str, float]
-    #: The memories a filter admits to the best (None: every one): the others still
-    #: count in N and df and lend to their neighbours, as without the filter.
-    admitted: _Admitted | None = None
-
-
-class _WordRows:
-    """The postings rows of one query word under one task (or the user level): their
-    first ids ascending, and from which of them on they have been read."""
-
-    __slots__ = ("word", "firsts", "unread")
-
-    def __init__(self, word: str, firsts: list[int]) -> None:
-        self.word = word
-        self.firsts = sorted(firsts)
-        self.unread = len(self.firsts)  # rows [0, unread) are not read yet
-
-    def rows_down_to(self, boundary: int) -> list[int]:
-        """The unread rows that may hold an id at or above `boundary`, marked read."""
-        if self.unread < len(self.firsts) and self.firsts[self.unread] <= boundary:
-            return []  # the row holding `boundary` is read already
-        start = max(0, bisect.bisect_right(self.firsts, boundary, 0, self.unread) - 1)
-        rows, self.unread = self.firsts[start:self.unread], start
-        return rows
-
-    def row_holding(self, memory_id: int) -> int | None:
-        """The first id of the only row that can hold `memory_id`."""
-        at = bisect.bisect_right(self.firsts, memory_id) - 1
-        return self.firsts[at] if at >= 0 else None
-
-    def rows_for(self, ids: Collection[int]) -> set[int]:
-        """The rows that can hold `ids`: every row across their span where those are no
-        more than the ids, else each id's own row."""
-        start = max(0, bisect.bisect_right(self.firsts, min(ids)) - 1)
-        end = bisect.bisect_right(self.firsts, max(ids))
-        if end - start <= len(ids):
-            return set(self.firsts[start:end])
-        return {first for first in map(self.row_holding, ids) if first is not None}
-
-
-def _postings_map(rows: Iterable[tuple[str, str, str, int, int]]
-                  ) -> tuple[collections.Counter[str], list[_WordRows]]:
-    """Each query word's number of postings, and its rows grouped by task."""
-    held: collections.Counter[str] = collections.Counter()
-    groups: list[_WordRows] = []
-    for word, *by_task, size, sound in rows:
-        if not sound:
-            raise SchemaError(_DAMAGED_POSTINGS)
-        held[word] = size
-        groups += [_WordRows(word, firsts) for firsts in map(json.loads, by_task) if firsts]
-    return held, groups
-
-
-# Recall's reader: the postings rows of each word's listed first ids.
-_Fetch = Callable[[dict[str, list[int]]], Iterable[tuple[str, int, bytes]]]
-
-
-def _expired_holders(groups: list[_WordRows], expired: set[int],
-                     fetch: _Fetch) -> collections.Counter[str]:
-    """How many of the `expired` ids each word's postings hold, from the rows that can
-    hold them (at most all of the word's)."""
-    wanted: dict[str, list[int]] = collections.defaultdict(list)
-    for group in groups:
-        wanted[group.word] += sorted(group.rows_for(expired))
-    held: collections.Counter[str] = collections.Counter()
-    for word, _, blob in fetch(wanted):
-        held[word] += len(expired.intersection(_unpack(blob)))
-    return held
-
-
-def _idf(visible: int, df: int) -> float:
-    """A word's weight under the idf rank: N the live memories the scope sees, df those
-    of them holding the word."""
-    return math.log(1 + (visible - df + 0.5) / (df + 0.5))
-
-
-def _scores_of_all(postings: list[tuple[str, array.array[int]]],
-                   recall: _Recall) -> list[tuple[float, int]]:
-    """The `limit` best (score, id) pairs, best first, scoring every id of the query
-    words' `postings` (all of their rows): the rule as written, counting at C speed."""
-    scores = _own_scores(postings, recall)
-    admitted = recall.admitted
-    return heapq.nlargest(recall.limit, ((score, memory_id) for memory_id, score
-                                         in scores.items()
-                                         if admitted is None or memory_id in admitted))
-
-
-def _own_scores(postings: list[tuple[str, array.array[int]]],
-                recall: _Recall) -> Mapping[int, float]:
-    """The score of every live id of the query words' `postings` (all of their rows)."""
-    expired = recall.expired
-    scores: dict[int, float] | collections.Counter[int]
-    if recall.rank == "shared":  # an id sits in one row per word: its count is the words shared
-        scores = collections.Counter(itertools.chain.from_iterable(ids for _, ids in postings))
-        for memory_id in expired.intersection(scores):
-            del scores[memory_id]
-    else:  # each id's weights added in sorted word order, as the rule adds them
-        by_word: dict[str, list[int]] = collections.defaultdict(list)
-        for word, ids in postings:
-            by_word[word] += ids
-        scores = {}
-        for word in sorted(by_word):
-            held = [i for i in by_word[word] if i not in expired] if expired else by_word[word]
-            weight = recall.weights[word] = _idf(recall.visible, len(held))
-            for memory_id in held:
-                scores[memory_id] = scores.get(memory_id, 0.0) + weight
-    return scores
-
-
-# The ids nearest a memory in its conversation, before it and after it, as _SQL_AROUND
-# gives them (an aggregate's order is not promised); and where a memory sits among the
-# ids of its conversation around it, ascending.
-_Nearest = tuple[list[int], list[int]]
-_Placed = tuple[list[int], int]
-
-
-def _scores_in_context(own: Mapping[int, float], limit: int, nearest: _Nearby,
-                       admitted: _Admitted | None = None
-                       ) -> tuple[list[tuple[float, int]], dict[int, _Placed]]:
-    """The `limit` best (score, id) pairs, best first, where a memory's score is its
-    `own` (0 if absent) plus, for each of its neighbours in ascending id order, the
-    neighbour's own times its side's weight; and where each memory scored sits.
-    Only memories that match or neighbour one that does can score, and a memory whose
-    own score and whose neighbours' are all below the limit-th best over _CONTEXT_REACH
-    cannot reach it: so the memories are taken best own score first, a growing batch at
-    a time (`nearest` gives the ids nearest each of a batch), until the next cannot.
-    Only the `admitted` are among the best."""
-    order = sorted(own, key=lambda memory_id: (own[memory_id], memory_id), reverse=True)
-    mine = own.get
-    window = _CONTEXT_WINDOW
-    placed: dict[int, _Placed] = {}
-    best: list[tuple[float, int]] = []  # a heap of the limit best so far
-    at, step = 0, 2 * limit
-    while at < len(order):
-        if len(best) == limit and own[order[at]] * _CONTEXT_REACH * (1 + 1e-9) < best[0][0]:
-            break
-        batch, at, step = order[at : at + step], at + step, 2 * step
-        for memory_id, (before, after) in nearest(batch).items():
-            line = [*sorted(before), memory_id, *sorted(after)]
-            here = len(before)
-            for place in range(max(0, here - window), min(len(line), here + window + 1)):
-                scored = line[place]
-                if scored in placed:
-                    continue
-                placed[scored] = (line, place)
-                score = float(mine(scored, 0))
-                for neighbour, weight in _lenders((line, place)):
-                    score += weight * mine(neighbour, 0)
-                if score > 0 and (admitted is None or scored in admitted):
-                    if len(best) < limit:
-                        heapq.heappush(best, (score, scored))
-                    else:
-                        heapq.heappushpop(best, (score, scored))
-    return sorted(best, reverse=True), placed
-
+# -- vectors: the kept copies, the vector blocks, the approximate index ----------------
 
 @functools.cache
 def _numpy() -> Any:
@@ -4692,7 +4529,7 @@ def _erase_vectors(db: _Session, user: str) -> None:
     db.execute(_SQL_ERASE_VECTORS, (user,))
 
 
-# -- the vectors file beside an SQLite store ---------------------------------------------
+# -- the vectors file beside an SQLite store -------------------------------------------
 
 # Each owner's sealed blocks are also kept in a file beside an SQLite store (PATH-vectors),
 # read with preadv: SQLite reads a 1 MiB blob through a chain of overflow pages, and a
@@ -4964,6 +4801,180 @@ class _VectorFile:
     def _synced(self) -> None:
         if self.durable:
             os.fsync(self.fd)
+
+
+# -- recall ----------------------------------------------------------------------------
+# A recall reads the map of its words' postings rows, then either scores every posting at
+# once (few postings) or runs _TopK over the rows, newest first, reading as it asks.
+
+class _Recall(NamedTuple):
+    """One recall's inputs, read once at the start of its transaction."""
+
+    key: _ScopeKey
+    #: The statement parameters naming the query's words under the scope.
+    listed: tuple[str, str, str]
+    rank: str
+    limit: int
+    #: Memories the scope would see that are no longer live.
+    expired: set[int]
+    #: How many live memories the scope sees (idf's N; 0 for the shared rank).
+    visible: int
+    #: Each word's weight as the scoring used it, filled in as it scores (the idf rank;
+    #: each word weighs 1 under the shared rank): what explain reports.
+    weights: dict[str, float]
+    #: The memories a filter admits to the best (None: every one): the others still
+    #: count in N and df and lend to their neighbours, as without the filter.
+    admitted: _Admitted | None = None
+
+
+class _WordRows:
+    """The postings rows of one query word under one task (or the user level): their
+    first ids ascending, and from which of them on they have been read."""
+
+    __slots__ = ("word", "firsts", "unread")
+
+    def __init__(self, word: str, firsts: list[int]) -> None:
+        self.word = word
+        self.firsts = sorted(firsts)
+        self.unread = len(self.firsts)  # rows [0, unread) are not read yet
+
+    def rows_down_to(self, boundary: int) -> list[int]:
+        """The unread rows that may hold an id at or above `boundary`, marked read."""
+        if self.unread < len(self.firsts) and self.firsts[self.unread] <= boundary:
+            return []  # the row holding `boundary` is read already
+        start = max(0, bisect.bisect_right(self.firsts, boundary, 0, self.unread) - 1)
+        rows, self.unread = self.firsts[start:self.unread], start
+        return rows
+
+    def row_holding(self, memory_id: int) -> int | None:
+        """The first id of the only row that can hold `memory_id`."""
+        at = bisect.bisect_right(self.firsts, memory_id) - 1
+        return self.firsts[at] if at >= 0 else None
+
+    def rows_for(self, ids: Collection[int]) -> set[int]:
+        """The rows that can hold `ids`: every row across their span where those are no
+        more than the ids, else each id's own row."""
+        start = max(0, bisect.bisect_right(self.firsts, min(ids)) - 1)
+        end = bisect.bisect_right(self.firsts, max(ids))
+        if end - start <= len(ids):
+            return set(self.firsts[start:end])
+        return {first for first in map(self.row_holding, ids) if first is not None}
+
+
+def _postings_map(rows: Iterable[tuple[str, str, str, int, int]]
+                  ) -> tuple[collections.Counter[str], list[_WordRows]]:
+    """Each query word's number of postings, and its rows grouped by task."""
+    held: collections.Counter[str] = collections.Counter()
+    groups: list[_WordRows] = []
+    for word, *by_task, size, sound in rows:
+        if not sound:
+            raise SchemaError(_DAMAGED_POSTINGS)
+        held[word] = size
+        groups += [_WordRows(word, firsts) for firsts in map(json.loads, by_task) if firsts]
+    return held, groups
+
+
+# Recall's reader: the postings rows of each word's listed first ids.
+_Fetch = Callable[[dict[str, list[int]]], Iterable[tuple[str, int, bytes]]]
+
+
+def _expired_holders(groups: list[_WordRows], expired: set[int],
+                     fetch: _Fetch) -> collections.Counter[str]:
+    """How many of the `expired` ids each word's postings hold, from the rows that can
+    hold them (at most all of the word's)."""
+    wanted: dict[str, list[int]] = collections.defaultdict(list)
+    for group in groups:
+        wanted[group.word] += sorted(group.rows_for(expired))
+    held: collections.Counter[str] = collections.Counter()
+    for word, _, blob in fetch(wanted):
+        held[word] += len(expired.intersection(_unpack(blob)))
+    return held
+
+
+def _idf(visible: int, df: int) -> float:
+    """A word's weight under the idf rank: N the live memories the scope sees, df those
+    of them holding the word."""
+    return math.log(1 + (visible - df + 0.5) / (df + 0.5))
+
+
+def _scores_of_all(postings: list[tuple[str, array.array[int]]],
+                   recall: _Recall) -> list[tuple[float, int]]:
+    """The `limit` best (score, id) pairs, best first, scoring every id of the query
+    words' `postings` (all of their rows): the rule as written, counting at C speed."""
+    scores = _own_scores(postings, recall)
+    admitted = recall.admitted
+    return heapq.nlargest(recall.limit, ((score, memory_id) for memory_id, score
+                                         in scores.items()
+                                         if admitted is None or memory_id in admitted))
+
+
+def _own_scores(postings: list[tuple[str, array.array[int]]],
+                recall: _Recall) -> Mapping[int, float]:
+    """The score of every live id of the query words' `postings` (all of their rows)."""
+    expired = recall.expired
+    scores: dict[int, float] | collections.Counter[int]
+    if recall.rank == "shared":  # an id sits in one row per word: its count is the words shared
+        scores = collections.Counter(itertools.chain.from_iterable(ids for _, ids in postings))
+        for memory_id in expired.intersection(scores):
+            del scores[memory_id]
+    else:  # each id's weights added in sorted word order, as the rule adds them
+        by_word: dict[str, list[int]] = collections.defaultdict(list)
+        for word, ids in postings:
+            by_word[word] += ids
+        scores = {}
+        for word in sorted(by_word):
+            held = [i for i in by_word[word] if i not in expired] if expired else by_word[word]
+            weight = recall.weights[word] = _idf(recall.visible, len(held))
+            for memory_id in held:
+                scores[memory_id] = scores.get(memory_id, 0.0) + weight
+    return scores
+
+
+# The ids nearest a memory in its conversation, before it and after it, as _SQL_AROUND
+# gives them (an aggregate's order is not promised); and where a memory sits among the
+# ids of its conversation around it, ascending.
+_Nearest = tuple[list[int], list[int]]
+_Placed = tuple[list[int], int]
+
+
+def _scores_in_context(own: Mapping[int, float], limit: int, nearest: _Nearby,
+                       admitted: _Admitted | None = None
+                       ) -> tuple[list[tuple[float, int]], dict[int, _Placed]]:
+    """The `limit` best (score, id) pairs, best first, where a memory's score is its
+    `own` (0 if absent) plus, for each of its neighbours in ascending id order, the
+    neighbour's own times its side's weight; and where each memory scored sits.
+    Only memories that match or neighbour one that does can score, and a memory whose
+    own score and whose neighbours' are all below the limit-th best over _CONTEXT_REACH
+    cannot reach it: so the memories are taken best own score first, a growing batch at
+    a time (`nearest` gives the ids nearest each of a batch), until the next cannot.
+    Only the `admitted` are among the best."""
+    order = sorted(own, key=lambda memory_id: (own[memory_id], memory_id), reverse=True)
+    mine = own.get
+    window = _CONTEXT_WINDOW
+    placed: dict[int, _Placed] = {}
+    best: list[tuple[float, int]] = []  # a heap of the limit best so far
+    at, step = 0, 2 * limit
+    while at < len(order):
+        if len(best) == limit and own[order[at]] * _CONTEXT_REACH * (1 + 1e-9) < best[0][0]:
+            break
+        batch, at, step = order[at : at + step], at + step, 2 * step
+        for memory_id, (before, after) in nearest(batch).items():
+            line = [*sorted(before), memory_id, *sorted(after)]
+            here = len(before)
+            for place in range(max(0, here - window), min(len(line), here + window + 1)):
+                scored = line[place]
+                if scored in placed:
+                    continue
+                placed[scored] = (line, place)
+                score = float(mine(scored, 0))
+                for neighbour, weight in _lenders((line, place)):
+                    score += weight * mine(neighbour, 0)
+                if score > 0 and (admitted is None or scored in admitted):
+                    if len(best) < limit:
+                        heapq.heappush(best, (score, scored))
+                    else:
+                        heapq.heappushpop(best, (score, scored))
+    return sorted(best, reverse=True), placed
 
 
 def _limit_th_best(scores: Any, limit: int) -> float:
@@ -5836,6 +5847,8 @@ class _Asked(NamedTuple):
     start: int
     stop: int
 
+
+# -- the store's parts: each capability in one place -----------------------------------
 
 class _Part:
     """A part of one store's work, reading its rule as the store follows it (another
@@ -7623,6 +7636,8 @@ class _Transfer(_Part):
         return [list(numbers[start:start + width]) for start in range(0, len(numbers), width)]
 
 
+# -- the store: its verbs --------------------------------------------------------------
+
 class MemoryStore:
     """Memories of many users in one SQLite file or one PostgreSQL database (a
     postgresql:// URL), each operation confined to a scope.
@@ -8133,6 +8148,16 @@ def _in_a_thread(call: Callable[Concatenate[MemoryStore, _Arguments], _Result]
     return run
 
 
+def _taking_the_arguments_of(source: Callable[Concatenate[Any, _Arguments], None]
+                             ) -> Callable[[Callable[..., None]],
+                                           Callable[Concatenate[Any, _Arguments], None]]:
+    """An __init__ that takes `source`'s arguments: a type checker checks a call's against
+    them, and inspect.signature (help()) gives them."""
+    def taking(init: Callable[..., None]) -> Callable[Concatenate[Any, _Arguments], None]:
+        return functools.wraps(source, assigned=())(init)
+    return taking
+
+
 class AsyncMemoryStore:
     """MemoryStore's calls as coroutines, for asyncio: each runs in a worker thread over
     one MemoryStore (on PostgreSQL the pool runs them side by side; on SQLite the store's
@@ -8145,32 +8170,9 @@ class AsyncMemoryStore:
     write commits or rolls back as a whole, and the cancelled caller is not told which.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        clock: Callable[[], str] = system_clock,
-        *,
-        read_only: bool = False,
-        durable: bool = True,
-        matching: Matching | None = None,
-        create: bool = True,
-        statement_timeout: float | None = None,
-        pool_size: int | None = None,
-        pool_timeout: float | None = None,
-        rank: Rank | None = None,
-        context: bool | None = None,
-        embedder: Embedder | None = None,
-        max_text: int = MAX_TEXT,
-        receipts_ttl: float = 86_400,
-        history: bool | None = None,
-        reranker: Reranker | None = None,
-    ) -> None:
-        # MemoryStore's keywords written out, so that a type checker checks them here too.
-        self._opening = functools.partial(
-            MemoryStore, path, clock, read_only=read_only, durable=durable, matching=matching,
-            create=create, statement_timeout=statement_timeout, pool_size=pool_size,
-            pool_timeout=pool_timeout, rank=rank, context=context, embedder=embedder,
-            max_text=max_text, receipts_ttl=receipts_ttl, history=history, reranker=reranker)
+    @_taking_the_arguments_of(MemoryStore.__init__)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._opening = functools.partial(MemoryStore, *args, **kwargs)
         self._store: MemoryStore | None = None
         # Thread primitives, not asyncio's: open, the calls and close may come from any
         # loop. One store is opened whoever opens it, and close() waits for the calls

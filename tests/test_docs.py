@@ -12,6 +12,7 @@ so are the languages no test can run here: sh (sudo apt-get), sql (Citus), json 
 from __future__ import annotations
 
 import argparse
+import ast
 import doctest
 import importlib.util
 import os
@@ -202,3 +203,54 @@ def test_the_limits_table_names_every_rank() -> None:
     (row,) = [line for line in (ROOT / "docs" / "api.md").read_text().splitlines()
               if line.startswith("| rank |")]
     assert all(f"'{rank}'" in row for rank in memory.RANKS)
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+CODE_NAME = re.compile(r"`((?:memory_\w+\.)?[A-Za-z_]\w*(?:\.\w+)?)`")
+FILE_NAME = re.compile(r"`([\w./-]+\.(?:py|toml|md))`")
+
+
+def defined_in(path: pathlib.Path) -> set[str]:
+    """The names a module defines at its top level, and `Class.member` for each class's."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef):
+            found.add(node.name)
+            found.update(f"{node.name}.{member}" for member in defined_by(node.body))
+        else:
+            found.update(defined_by([node]))
+    return found
+
+
+def defined_by(nodes: list[ast.stmt]) -> set[str]:
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def test_the_architecture_map_names_only_parts_that_exist() -> None:
+    """docs/architecture.md, the map a newcomer reads first: every part it names in code
+    (a name of memory.py, Class.member, a satellite's memory_x.Name, a file) is there, and
+    it reads in one sitting."""
+    text = ARCHITECTURE.read_text()
+    assert len(text.splitlines()) <= 150
+    names = {"memory": defined_in(ROOT / "memory.py")}
+    named = [name for name in CODE_NAME.findall(text)
+             if (name.startswith("memory_") or name[0] == "_" or name[0].isupper())
+             and not FILE_NAME.fullmatch(f"`{name}`")]
+    assert len(named) > 50, "the map names the parts"
+    for name in named:
+        module, _, rest = name.partition(".") if name.startswith("memory_") else ("memory", "",
+                                                                                 name)
+        if module not in names:
+            names[module] = defined_in(ROOT / f"{module}.py")
+        held = names[module]
+        assert rest in held or (rest.endswith("_") and any(
+            part.startswith(rest) for part in held)), f"docs/architecture.md names {name}"
+    for file in FILE_NAME.findall(text):
+        assert (ROOT / file).is_file(), f"docs/architecture.md names {file}"
