@@ -5907,7 +5907,7 @@ class _Recording(_Part):
             # version.
             _log.info("the word index was built by an earlier version of matching=%s:"
                       " reindexing", store.matching)
-            store.reindex(store.matching)
+            store._writes.reindex_words(store.matching, None)
 
     def adopt_rule(self, db: _Session, found: Any = None) -> None:
         """Use the file's matching rule, from the first column of `found` (a cursor that
