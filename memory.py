@@ -8812,6 +8812,11 @@ _HELP_MAX_TEXT = (f"the longest text the store takes ({MAX_TEXT} to {_LONGEST_TE
                   f" default {MAX_TEXT})")
 
 
+def _takes_if_version(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
+                         help=_HELP_IF_VERSION)
+
+
 class _Commands:
     """The subcommands of `memory`, added in the order --help lists them."""
 
@@ -8919,8 +8924,7 @@ class _Commands:
                               help="a JSON object kept with it, for --where")
         remember.add_argument("--no-embed", dest="embed", action="store_false",
                               help="give it no vector: recall by meaning never finds it")
-        remember.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
-                              help=_HELP_IF_VERSION)
+        _takes_if_version(remember)
         remember.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
                               metavar="CHARACTERS", help=_HELP_MAX_TEXT)
         remember.set_defaults(load=_load_text)
@@ -8950,21 +8954,18 @@ class _Commands:
         forget = command("forget", _run_forget, _WRITES, "forget one memory the scope sees",
                          user=True, task=True)
         forget.add_argument("id", metavar="ID", type=_bounded_int(1, _MAX_ID))
-        forget.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
-                            help=_HELP_IF_VERSION)
+        _takes_if_version(forget)
         by_key = command("forget-key", _run_forget_key, _WRITES, "forget the memory the scope"
                          " sees under KEY (the task's, else the user level's)", user=True,
                          task=True)
         by_key.add_argument("key", metavar="KEY")
-        by_key.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
-                            help=_HELP_IF_VERSION)
+        _takes_if_version(by_key)
         rename = command("rename", _run_rename, _WRITES, "move the memory the scope sees under KEY"
                          " to NEW_KEY in its owner, in one transaction; exit 1 where NEW_KEY is"
                          " held", user=True, task=True)
         rename.add_argument("key", metavar="KEY")
         rename.add_argument("new_key", metavar="NEW_KEY")
-        rename.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
-                            help=_HELP_IF_VERSION)
+        _takes_if_version(rename)
         by_filter = command("forget-where", _run_forget_where, _WRITES, "forget every memory the"
                             " scope sees whose metadata the JSON filter admits, in one"
                             " transaction", user=True, task=True)
@@ -8985,8 +8986,7 @@ class _Commands:
         revise.add_argument("text", metavar="TEXT")
         revise.add_argument("--source", required=True, help="where the correction came from")
         revise.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
-        revise.add_argument("--if-version", type=_bounded_int(0, _MAX_ID), metavar="N",
-                            help=_HELP_IF_VERSION)
+        _takes_if_version(revise)
         revise.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
                             metavar="CHARACTERS", help=_HELP_MAX_TEXT)
         command("purge", _run_purge, _WRITES, "delete every memory that has expired")
