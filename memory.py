@@ -656,6 +656,11 @@ _VERSION_1_COLUMNS = [
 # The one scope predicate: user-level rows (task_id IS NULL) and this task's rows,
 # both under this user, so no branch can reach another user's row.
 _IN_SCOPE = "WHERE user_id = ? AND (task_id IS NULL OR task_id = ?)"
+# Its PostgreSQL form, for the statements whose PostgreSQL text is written out, and its
+# form for the statements run once for each row of parameters (`wanted`, _each_row).
+_IN_SCOPE_PG = "WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
+_IN_SCOPE_OF_WANTED = ("WHERE user_id = wanted.user_id"
+                       " AND (task_id IS NULL OR task_id = wanted.task_key)")
 
 # A column that may be NULL takes '' for NULL too in SQLite (none holds an empty text),
 # which binds it at less cost (_Session.null).
@@ -691,7 +696,7 @@ _SQL_FIELD_COUNTS = _sql(
     "SELECT value, (SELECT count(*) FROM (SELECT 1 FROM memory_fields"
     f" {_IN_SCOPE} AND term = value LIMIT ?)) FROM json_each(?)",
     postgresql="SELECT value, (SELECT count(*) FROM (SELECT 1 FROM memory_fields"
-    " WHERE user_id = %s AND (task_id IS NULL OR task_id = %s) AND term = value LIMIT %s)"
+    f" {_IN_SCOPE_PG} AND term = value LIMIT %s)"
     " AS held) FROM jsonb_array_elements_text(%s::jsonb) AS value")
 _SQL_FIELD_IDS_AMONG = _sql(
     f"SELECT term, id FROM memory_fields {_IN_SCOPE}"
@@ -800,8 +805,8 @@ _SQL_KEYED = _sql(
     " = %s AND key = %s",
     postgresql_each=_each_row(
         "user_id text, task_key text, task_id text, owner text, key text",
-        f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = wanted.user_id AND (task_id"
-        " IS NULL OR task_id = wanted.task_key) AND task_id IS NOT DISTINCT FROM"
+        f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE_OF_WANTED} AND task_id IS NOT"
+        " DISTINCT FROM"
         " wanted.task_id AND coalesce(task_id, '') = wanted.owner AND key = wanted.key"))
 # The memories the scope sees that hold a key: its task's, then the user level's.
 _SQL_VISIBLE_KEY = _sql(
@@ -916,8 +921,8 @@ _SQL_OWNED_HISTORY = _sql(
 # returned as one JSON array, since a row apiece costs more than the lookup.
 _SQL_EXPIRED = _sql(
     f"SELECT json_group_array(id) FROM memories {_IN_SCOPE} AND expires_at <= ?",
-    postgresql="SELECT coalesce(json_agg(id), '[]')::text FROM memories WHERE user_id = %s"
-    " AND (task_id IS NULL OR task_id = %s) AND expires_at <= %s")
+    postgresql="SELECT coalesce(json_agg(id), '[]')::text FROM memories"
+    f" {_IN_SCOPE_PG} AND expires_at <= %s")
 _SQL_EXPIRED_COUNT = _sql(f"SELECT count(*) FROM memories {_IN_SCOPE} AND expires_at <= ?")
 _SQL_ANY_EXPIRING = _sql(
     f"SELECT 1 FROM memories {_IN_SCOPE} AND expires_at IS NOT NULL LIMIT 1")
@@ -926,8 +931,8 @@ _SQL_EXPIRED_ROWS = _sql(
     " ORDER BY expires_at, id LIMIT ?",
     postgresql_each=_each_row(
         "user_id text, task_key text, due text, most bigint",
-        f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = wanted.user_id AND (task_id"
-        " IS NULL OR task_id = wanted.task_key) AND expires_at <= wanted.due"
+        f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE_OF_WANTED}"
+        " AND expires_at <= wanted.due"
         " ORDER BY expires_at, id LIMIT wanted.most"))
 _SQL_EXPIRED_OF_USER = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND expires_at <= ?")
@@ -1042,12 +1047,11 @@ _SQL_POSTINGS = _sql(
 # time of the three columns of the query's rows in one statement.
 _SQL_WORD_POSTINGS = _sql(
     f"SELECT {_SOUND_IDS} FROM memory_words {_IN_SCOPE} AND word = ?",
-    postgresql=f"SELECT {_SOUND_IDS_PG} FROM memory_words WHERE user_id = %s"
-    " AND (task_id IS NULL OR task_id = %s) AND word = %s",
+    postgresql=f"SELECT {_SOUND_IDS_PG} FROM memory_words {_IN_SCOPE_PG} AND word = %s",
     postgresql_each=_each_row(
         "user_id text, task_key text, word text",
-        f"SELECT {_SOUND_IDS_PG} FROM memory_words WHERE user_id = wanted.user_id"
-        " AND (task_id IS NULL OR task_id = wanted.task_key) AND word = wanted.word"))
+        f"SELECT {_SOUND_IDS_PG} FROM memory_words {_IN_SCOPE_OF_WANTED}"
+        " AND word = wanted.word"))
 # The rows recall needs, by key: one statement a round, its (word, first id) pairs a
 # JSON list walked first, each pair one look-up of the primary key (on PostgreSQL a
 # lateral subquery, as above, or the plan may scan the user's whole index for them).
@@ -1056,8 +1060,8 @@ _SQL_POSTINGS_ROWS = _sql(
     f"SELECT word, first_id, ids FROM json_each(?) CROSS JOIN memory_words {_IN_SCOPE}"
     " AND word = json_extract(value, '$[0]') AND first_id = json_extract(value, '$[1]')",
     postgresql="SELECT word, first_id, ids FROM jsonb_array_elements(%s::jsonb) AS wanted (pair),"
-    " LATERAL (SELECT word, first_id, ids FROM memory_words WHERE user_id = %s AND"
-    " (task_id IS NULL OR task_id = %s) AND word = wanted.pair ->> 0 AND first_id ="
+    f" LATERAL (SELECT word, first_id, ids FROM memory_words {_IN_SCOPE_PG}"
+    " AND word = wanted.pair ->> 0 AND first_id ="
     " (wanted.pair ->> 1)::bigint OFFSET 0) AS found")
 # Each listed memory the scope sees, with the ids of the live memories of its
 # conversation the scope sees that come nearest before it and after it: twice the
@@ -1184,8 +1188,8 @@ _SQL_OWNER_TEXTS = _sql(
     f"SELECT id, text, created_at FROM memories {_IN_SCOPE} AND task_id IS ? ORDER BY id",
     postgresql_each=_each_row(
         "user_id text, task_key text, task_id text",
-        "SELECT id, text, created_at FROM memories WHERE user_id = wanted.user_id AND"
-        " (task_id IS NULL OR task_id = wanted.task_key) AND task_id IS NOT DISTINCT FROM"
+        f"SELECT id, text, created_at FROM memories {_IN_SCOPE_OF_WANTED}"
+        " AND task_id IS NOT DISTINCT FROM"
         " wanted.task_id"
         " ORDER BY id"))
 _SQL_OWNED = _sql(

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from memory import (
+    _IN_SCOPE_PG,
     _RECEIPTS_TABLE,
     _SQL_EMBEDDER,
     _SQL_MATCHING,
@@ -301,7 +302,7 @@ _PG_ADMITTED_ALL = ""
 _PG_ADMITTED_SOME = " AND id = ANY (%b::bigint[])"
 _PG_NEAREST = (
     "SELECT id, part FROM memory_embeddings"
-    " WHERE user_id = %s AND (task_id IS NULL OR task_id = %s) AND id <> ALL (%b::bigint[])"
+    f" {_IN_SCOPE_PG} AND id <> ALL (%b::bigint[])"
     "{admitted} ORDER BY embedding <=> %b::float4[]::vector, id DESC LIMIT %s")
 # Hybrid's: each cosine with the words' evidence of its id added (`given`), and the ids
 # of the evidence that have no vector, scored by it alone (no part).
@@ -310,10 +311,10 @@ _PG_NEAREST_WITH = (
     " SELECT id, part FROM (SELECT id, part,"
     " 1 - (embedding <=> %b::float4[]::vector) + coalesce(more, 0) AS score"
     " FROM memory_embeddings LEFT JOIN given USING (id)"
-    " WHERE user_id = %s AND (task_id IS NULL OR task_id = %s) AND id <> ALL (%b::bigint[])"
+    f" {_IN_SCOPE_PG} AND id <> ALL (%b::bigint[])"
     "{admitted} UNION ALL SELECT id, NULL, more FROM given WHERE id <> ALL (%b::bigint[])"
-    "{admitted} AND NOT EXISTS (SELECT 1 FROM memory_embeddings WHERE user_id = %s"
-    " AND (task_id IS NULL OR task_id = %s) AND id = given.id)) AS scored"
+    "{admitted} AND NOT EXISTS (SELECT 1 FROM memory_embeddings"
+    f" {_IN_SCOPE_PG} AND id = given.id)) AS scored"
     " ORDER BY score DESC, id DESC LIMIT %s")
 # By an HNSW index of the DBA's on the vectors of the store's dimensions (the cast is
 # the index's expression; a type modifier cannot be a parameter), scanned on past the
@@ -321,7 +322,7 @@ _PG_NEAREST_WITH = (
 # with ef_search candidates kept at each step.
 _PG_NEAREST_INDEXED = (
     "SELECT id, part FROM memory_embeddings"
-    " WHERE user_id = %s AND (task_id IS NULL OR task_id = %s) AND id <> ALL (%b::bigint[])"
+    f" {_IN_SCOPE_PG} AND id <> ALL (%b::bigint[])"
     "{admitted} ORDER BY embedding::vector({dimensions}) <=>"
     " %b::float4[]::vector({dimensions}) LIMIT %s")
 # The memories one of those chose, each with its vectors as memory_vectors holds them
@@ -329,8 +330,7 @@ _PG_NEAREST_INDEXED = (
 # vectors it reads; and how many rows it chose.
 _PG_CHOSEN = (
     "WITH best AS MATERIALIZED ({nearest}) SELECT id, vector, (SELECT count(*) FROM best)"
-    " FROM memory_vectors WHERE user_id = %s AND (task_id IS NULL OR task_id = %s)"
-    " AND id IN (SELECT id FROM best)"
+    f" FROM memory_vectors {_IN_SCOPE_PG} AND id IN (SELECT id FROM best)"
     " UNION ALL SELECT id, NULL, (SELECT count(*) FROM best) FROM best WHERE part IS NULL")
 _PG_HNSW_SCAN = ("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
                  " set_config('hnsw.ef_search', %s, true)")
