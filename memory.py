@@ -5678,7 +5678,7 @@ _Read = TypeVar("_Read", bound=Mapping[str, Any])
 
 
 def _renumbered(found: _Read, ids: list[int]) -> _Read:
-    """A memory read from an as-of store (_as_it_read) with the ids it has here."""
+    """A memory read from an as-of store (_Time._as_it_read) with the ids it has here."""
     result: dict[str, Any] = {**found, "id": ids[found["id"] - 1]}
     why = result.get("why")
     if why is not None and "lent" in why:
