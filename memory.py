@@ -6078,15 +6078,14 @@ class _Time(_Part):
         return {"operation": wanted, "fingerprint": found[0], "result": json.loads(found[1]),
                 "created_at": found[2], "expires_at": found[3]}
 
-    def get(self, scope: Scope, select: str, arguments: tuple[Any, ...],
+    def get(self, scope: Scope, select: str, arguments: tuple[Any, ...], by_id: bool,
             as_of: str | None) -> Memory | None:
-        """MemoryStore.get: the memory the statement selects, live now or at `as_of`."""
+        """MemoryStore.get: the memory the statement selects (by_id: by its id, else by
+        its key, the last of the arguments), live now or at `as_of`."""
         if as_of is not None:  # the task's own over the user level's, as the statement
-            then = sorted((row for row, _ in self.then(scope, _as_of_instant(as_of))),
-                          key=lambda row: row.task_id is None)
-            by_key = select is not _SQL_VISIBLE_ID
+            then = sorted(self.rows_then(scope, as_of), key=lambda row: row.task_id is None)
             return next((row.memory() for row in then if (
-                row.key == arguments[-1] if by_key else row.id == arguments[-1])), None)
+                row.id if by_id else row.key) == arguments[-1]), None)
         key = _ScopeKey(scope.user, scope.task)
         with self._store._snapshot({scope.user}) as db:
             expired = _expired_of(db, key, self.expiry_instant(db, key))
@@ -7948,7 +7947,7 @@ class MemoryStore:
         time with a UTC offset), as the scope saw it then (see history)."""
         scope = _check_scope(scope)
         select, arguments = _by_id_or_key(scope, memory_id, key)
-        return self._time.get(scope, select, arguments, as_of)
+        return self._time.get(scope, select, arguments, memory_id is not None, as_of)
 
     @_read_again_if_cut_off
     def history(self, scope: Scope, memory_id: int | None = None, *,
