@@ -103,7 +103,7 @@ __all__ = [
     "VersionConflict", "WORD", "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -592,6 +592,19 @@ def _history_table(number: str, blob: str, document: str) -> str:
 _SQLITE_VERSION_13 = (*_SQLITE_VERSION_12,
                       _history_table("INTEGER", "BLOB", "TEXT") + " WITHOUT ROWID")
 
+# Version 14 indexes each owner's versions by their own ids and by their keys, so that an
+# as-of read of one id or key is an index descent and an as-of page walks its owners'
+# versions in id order, as the live memories are walked, not the scope's every version.
+# A WITHOUT ROWID table's index holds its primary key after the indexed columns, so the
+# versions of one id are in (head_id, version) order within it.
+_SQLITE_VERSION_14 = (
+    *_SQLITE_VERSION_13,
+    "CREATE INDEX memory_history_ids ON memory_history (user_id, task_id, id, head_id,"
+    " version, superseded_at, updated_at, created_at, expires_at)",
+    "CREATE INDEX memory_history_keys ON memory_history (user_id, task_id, key)"
+    " WHERE key IS NOT NULL",
+)
+
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
@@ -639,6 +652,7 @@ SQLITE_LAYOUTS = (
     _Layout(11, _SQLITE_VERSION_11),
     _Layout(12, _SQLITE_VERSION_12),
     _Layout(13, _SQLITE_VERSION_13),
+    _Layout(14, _SQLITE_VERSION_14),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -1262,6 +1276,58 @@ def _of_owner(user: str, task: str | None, of_user: _Sql, of_task: _Sql
 _SQL_OWNER_DOWN, _SQL_TASK_DOWN = _owner_forms(
     f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND task_id {{task}}"
     " AND id > ? AND id < ? ORDER BY id DESC LIMIT ?")
+# What an as-of page walks leaves out of its runs, of the rows that cannot have been live
+# at the instant: expired by then, or (a time in the system clock's form, UTC to the
+# second, whose text orders as its instant does) written after it or superseded by it.
+# A time of another form is left to the instants' comparison (_live_at), which decides
+# every row the runs give.
+_SYSTEM_FORM = "'____-__-__T__:__:__+00:00'"
+_WRITTEN_BY_THEN = (
+    " AND (expires_at IS NULL OR expires_at > ?) AND NOT (coalesce(updated_at, created_at)"
+    f" LIKE {_SYSTEM_FORM} AND substr(coalesce(updated_at, created_at), 1, 19) > ?)")
+_SUPERSEDED_AFTER = (f" AND NOT (coalesce(superseded_at, '') LIKE {_SYSTEM_FORM}"
+                     " AND substr(superseded_at, 1, 19) <= ?)")
+# An owner's memories up or down from an id, those an as-of page may find live then.
+_SQL_OWNER_THEN_UP, _SQL_TASK_THEN_UP = _owner_forms(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND task_id {{task}}"
+    f" AND id > ? AND id < ?{_WRITTEN_BY_THEN} ORDER BY id LIMIT ?")
+_SQL_OWNER_THEN_DOWN, _SQL_TASK_THEN_DOWN = _owner_forms(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND task_id {{task}}"
+    f" AND id > ? AND id < ?{_WRITTEN_BY_THEN} ORDER BY id DESC LIMIT ?")
+# An owner's versions whose memories are live now (expiring after the reading given, or
+# never): those of one id or one key, each a descent of its index (version 14), and a run
+# of them up or down from an id, a range of it, in the order an as-of read gives them (by
+# id, then as each memory's versions follow on).
+_THEN_COLUMNS = f"{_MEMORY_COLUMNS}, head_id, superseded_at"
+_HEAD_LIVE = (" AND EXISTS (SELECT 1 FROM memories WHERE user_id = memory_history.user_id"
+              " AND id = memory_history.head_id AND (expires_at IS NULL OR expires_at > ?))")
+# Without statistics, SQLite reads the user's whole primary key for an equality on an
+# index's columns rather than the index (whose every entry then costs a look-up in the
+# primary key): so the memories an id's or key's versions lead to are read from the
+# index alone, then each one's versions by the primary key.
+_SQL_OWNER_PAST_OF_ID, _SQL_TASK_PAST_OF_ID = _owner_forms(
+    f"SELECT {_THEN_COLUMNS} FROM memory_history WHERE user_id = ? AND task_id {{task}}"
+    " AND head_id IN (SELECT head_id FROM memory_history WHERE user_id = ? AND task_id"
+    f" {{task}} AND id = ?) AND id = ?{_HEAD_LIVE}")
+_SQL_OWNER_PAST_OF_KEY, _SQL_TASK_PAST_OF_KEY = _owner_forms(
+    f"SELECT {_THEN_COLUMNS} FROM memory_history WHERE user_id = ? AND task_id {{task}}"
+    " AND head_id IN (SELECT head_id FROM memory_history WHERE user_id = ? AND task_id"
+    f" {{task}} AND key = ?) AND key = ?{_HEAD_LIVE}")
+# A run is found in the index of ids alone, which holds every column its tests read
+# (SQLite reads a row of the table for each entry of an index that does not, 1 µs each
+# of the versions passed over), and then its versions are read by their primary key.
+def _past_run(order: str) -> tuple[_Sql, _Sql]:
+    return _owner_forms(
+        f"SELECT {_THEN_COLUMNS} FROM (SELECT head_id AS run_head, version AS run_version"
+        " FROM memory_history WHERE user_id = ? AND task_id {task} AND id > ? AND id < ?"
+        f"{_WRITTEN_BY_THEN}{_SUPERSEDED_AFTER}{_HEAD_LIVE} ORDER BY {order} LIMIT ?) AS run"
+        " CROSS JOIN memory_history WHERE user_id = ? AND task_id {task}"
+        f" AND head_id = run_head AND version = run_version ORDER BY {order}")
+
+
+_SQL_OWNER_PAST_UP, _SQL_TASK_PAST_UP = _past_run("id, head_id, version")
+_SQL_OWNER_PAST_DOWN, _SQL_TASK_PAST_DOWN = _past_run(
+    "id DESC, head_id DESC, version DESC")
 
 
 def _newest_down(db: _Session, key: _ScopeKey, after: int, before: int,
@@ -3671,13 +3737,18 @@ def _upgrade_to_13(db: _SqliteEngine) -> None:
     _execute_script(db, _SQLITE_VERSION_13[len(_SQLITE_VERSION_12):])
 
 
+def _upgrade_to_14(db: _SqliteEngine) -> None:
+    """Version 13's versions gain their indexes by id and by key."""
+    _execute_script(db, _SQLITE_VERSION_14[len(_SQLITE_VERSION_13):])
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
     _upgrade_to_6, _upgrade_to_7, _upgrade_to_8, _upgrade_to_9, _upgrade_to_10,
-    _upgrade_to_11, _upgrade_to_12, _upgrade_to_13,
+    _upgrade_to_11, _upgrade_to_12, _upgrade_to_13, _upgrade_to_14,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -5687,18 +5758,6 @@ def _renumbered(found: _Read, ids: list[int]) -> _Read:
     return cast(_Read, result)
 
 
-def _paged_among(rows: list[_MemoryRow], page: _Page) -> list[_MemoryRow]:
-    """The memories of `rows` (in id order) on `page`, as _Planner.page lists a scope's."""
-    admits = None if page.conditions is None else _admitting(page.conditions)
-    found = [row for row in rows if page.after < row.id < page.before
-             and (page.conversation is None
-                  or _conversation_of(row.source) == page.conversation)
-             and (admits is None or admits(row))]
-    if page.newest_first:
-        found.reverse()
-    return found if page.limit is None else found[:page.limit]
-
-
 def _keyed_among(rows: list[_MemoryRow], prefix: str, after: str | None, most: int | None,
                  conditions: list[_Condition] | None) -> list[_MemoryRow]:
     """The keyed memories of `rows` in the key range, as _Planner.keyed lists a scope's:
@@ -6082,16 +6141,61 @@ class _Time(_Part):
             as_of: str | None) -> Memory | None:
         """MemoryStore.get: the memory the statement selects (by_id: by its id, else by
         its key, the last of the arguments), live now or at `as_of`."""
-        if as_of is not None:  # the task's own over the user level's, as the statement
-            then = sorted(self.rows_then(scope, as_of), key=lambda row: row.task_id is None)
-            return next((row.memory() for row in then if (
-                row.id if by_id else row.key) == arguments[-1]), None)
+        if as_of is not None:
+            return self._one_then(scope, select, arguments, by_id, _as_of_instant(as_of))
         key = _ScopeKey(scope.user, scope.task)
         with self._store._snapshot({scope.user}) as db:
             expired = _expired_of(db, key, self.expiry_instant(db, key))
             rows = db.execute(select, arguments).fetchall()
         return next((_MemoryRow(*row).memory() for row in rows
                      if row[0] not in expired), None)
+
+    def _one_then(self, scope: Scope, select: str, arguments: tuple[Any, ...], by_id: bool,
+                  instant: str) -> Memory | None:
+        """get as of `instant`: of the live memories the statement selects and the versions
+        of the id or key (the last of the arguments), the one the scope saw live then, the
+        task's own over the user level's, each a descent of an index."""
+        key = _ScopeKey(scope.user, scope.task)
+        ofs = (_SQL_OWNER_PAST_OF_ID, _SQL_TASK_PAST_OF_ID) if by_id \
+            else (_SQL_OWNER_PAST_OF_KEY, _SQL_TASK_PAST_OF_KEY)
+        with self._store._snapshot({scope.user}) as db:
+            now = self.expiry_instant(db, key)
+            seen = [*_live_then(db.execute(select, arguments).fetchall(), now, instant)]
+            for task in (None, key.task) if db.has_history else ():
+                sql, owner = _of_owner(key.user, task, *ofs)
+                seen += _past_then(db.execute(sql, (*owner, *owner, arguments[-1],
+                                                    arguments[-1], now)).fetchall(), instant)
+        found = min(seen, key=lambda then: (then[1].task_id is None, then[0]), default=None)
+        return None if found is None else found[1].memory()
+
+    def page_then(self, scope: Scope, page: _Page, as_of: str) -> list[Memory]:
+        """MemoryStore.memories as of a time: the page of the versions the scope saw live
+        at `as_of`, read in runs from each owner's memories and versions in id order until
+        it is full, so that it costs its rows and those it passes over (written or
+        superseded since), not the scope."""
+        instant = _as_of_instant(as_of)
+        if page.limit == 0:
+            return []
+        key = _ScopeKey(scope.user, scope.task)
+        admits = None if page.conditions is None else _admitting(page.conditions)
+        run = _LONGEST_RUN if page.limit is None \
+            else min(_LONGEST_RUN, max(_FIRST_RUN, page.limit))
+        found: list[_MemoryRow] = []
+        with self._store._snapshot({scope.user}) as db:
+            now = self.expiry_instant(db, key)
+            runs = [owner_runs(db, key.user, task, page, run, now, instant)
+                    for task in (None, key.task)
+                    for owner_runs in ((_live_runs, _past_runs) if db.has_history
+                                       else (_live_runs,))]
+            for _, row in heapq.merge(*runs, key=operator.itemgetter(0),
+                                      reverse=page.newest_first):
+                if (page.conversation is None
+                        or _conversation_of(row.source) == page.conversation) \
+                        and (admits is None or admits(row)):
+                    found.append(row)
+                    if len(found) == page.limit:
+                        break
+        return [row.memory() for row in found]
 
     def history(self, scope: Scope, select: str, arguments: tuple[Any, ...],
                 by_id: bool) -> list[Memory]:
@@ -6190,6 +6294,78 @@ class _Time(_Part):
             yield store, [row.id for row, _ in then]
         finally:
             store.close()
+
+
+# Where an as-of read's rows stand in its order: by id, a live memory before the versions
+# of its id, those by the memory they lead to and their version (as _Time.then sorts them).
+_ThenPlace = tuple[int, int, int, int]
+_Then = tuple[_ThenPlace, _MemoryRow]
+# An as-of page reads each owner's rows in runs, the first as long as the page (at least
+# _FIRST_RUN), each after it twice the last up to _LONGEST_RUN, as it passes over the rows
+# that were not live then.
+_FIRST_RUN = 32
+_LONGEST_RUN = 4096
+
+
+def _live_then(rows: Iterable[Sequence[Any]], now: str | None, instant: str
+               ) -> Iterator[_Then]:
+    """The memories of `rows` (_MEMORY_COLUMNS) live now (`now`: None when none can have
+    expired) that were live at `instant` as well, each with its place."""
+    for row in map(_MemoryRow._make, rows):
+        if (now is None or row.expires_at is None or row.expires_at > now) \
+                and _live_at(row, None, instant):
+            yield (row.id, 0, 0, 0), row
+
+
+def _past_then(rows: Iterable[Sequence[Any]], instant: str) -> Iterator[_Then]:
+    """The versions of `rows` (_THEN_COLUMNS) that were live at `instant`, each with its
+    place."""
+    width = len(_MemoryRow._fields)
+    for columns in rows:
+        row, (head_id, superseded_at) = _MemoryRow._make(columns[:width]), columns[width:]
+        if _live_at(row, superseded_at, instant):
+            yield (row.id, 1, head_id, row.current_version), row
+
+
+def _live_runs(db: _Session, user: str, task: str | None, page: _Page, run: int,
+               now: str | None, instant: str) -> Iterator[_Then]:
+    """The owner's memories on the page's side of its bounds that were live at `instant`
+    and are now, in the page's order, read a run at a time."""
+    sql, owner = _of_owner(user, task, *(
+        (_SQL_OWNER_THEN_DOWN, _SQL_TASK_THEN_DOWN) if page.newest_first
+        else (_SQL_OWNER_THEN_UP, _SQL_TASK_THEN_UP)))
+    after, before = page.after, page.before
+    while True:
+        rows = db.execute(sql, (*owner, after, before, instant, instant[:19], run)).fetchall()
+        yield from _live_then(rows, now, instant)
+        if len(rows) < run:
+            return
+        after, before = (after, rows[-1][0]) if page.newest_first else (rows[-1][0], before)
+        run = min(_LONGEST_RUN, 2 * run)
+
+
+def _past_runs(db: _Session, user: str, task: str | None, page: _Page, run: int,
+               now: str | None, instant: str) -> Iterator[_Then]:
+    """The owner's versions, of memories live now, between the page's bounds that were
+    live at `instant`, in the page's order, read a run at a time: a run that ends among
+    the versions of one id (a renamed memory's share its id) has that id's read whole."""
+    down = page.newest_first
+    sql, owner = _of_owner(user, task, *((_SQL_OWNER_PAST_DOWN, _SQL_TASK_PAST_DOWN) if down
+                                         else (_SQL_OWNER_PAST_UP, _SQL_TASK_PAST_UP)))
+    of_id, _ = _of_owner(user, task, _SQL_OWNER_PAST_OF_ID, _SQL_TASK_PAST_OF_ID)
+    after, before = page.after, page.before
+    while True:
+        rows = db.execute(sql, (*owner, after, before, instant, instant[:19], instant[:19],
+                                now, run, *owner)).fetchall()
+        if len(rows) < run:
+            yield from _past_then(rows, instant)
+            return
+        last = rows[-1][0]
+        yield from _past_then([row for row in rows if row[0] != last], instant)
+        whole = db.execute(of_id, (*owner, *owner, last, last, now)).fetchall()
+        yield from sorted(_past_then(whole, instant), key=operator.itemgetter(0), reverse=down)
+        after, before = (after, last) if down else (last, before)
+        run = min(_LONGEST_RUN, 2 * run)
 
 
 def _each_id(count: int, fresh_ids: list[int], same: dict[int, int]) -> list[int]:
@@ -7486,8 +7662,7 @@ class _Planner(_Part):
     def listed(self, scope: Scope, page: _Page, as_of: str | None) -> list[Memory]:
         """MemoryStore.memories: the page of the scope's live memories (at `as_of`)."""
         if as_of is not None:
-            return [row.memory() for row in _paged_among(
-                self._store._time.rows_then(scope, as_of), page)]
+            return self._store._time.page_then(scope, page, as_of)
         with self._store._snapshot({scope.user}) as db:
             return self.page(db, _ScopeKey(scope.user, scope.task), page)
 

@@ -67,7 +67,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 12
+POSTGRES_SCHEMA_VERSION = 13
 
 
 def _guarded(table: str) -> tuple[str, ...]:
@@ -153,7 +153,7 @@ _PG_POLICY = (
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
 _PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY,
                     5: _PG_POLICY, 6: _PG_POLICY, 7: _PG_POLICY, 8: _PG_POLICY, 9: _PG_POLICY,
-                    10: _PG_POLICY, 11: _PG_POLICY, 12: _PG_POLICY}
+                    10: _PG_POLICY, 11: _PG_POLICY, 12: _PG_POLICY, 13: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -252,6 +252,14 @@ _PG_ADD_VERSIONS = (
 _PG_ADD_RECEIPTS = (_RECEIPTS_TABLE, *_guarded("memory_receipts"))
 # Version 12: the superseded versions, as SQLite's version 13 keeps them, guarded.
 _PG_ADD_HISTORY = (_history_table("BIGINT", "BYTEA", "JSONB"), *_guarded("memory_history"))
+# Version 13: the versions indexed by their own ids and by their keys, as SQLite's
+# version 14 has them (a B-tree here holds no primary key but the columns it names).
+_PG_INDEX_HISTORY = (
+    "CREATE INDEX memory_history_ids ON memory_history (user_id, task_id, id, head_id,"
+    " version)",
+    "CREATE INDEX memory_history_keys ON memory_history (user_id, task_id, key)"
+    " WHERE key IS NOT NULL",
+)
 # pgvector, where a superuser has installed it in the database (CREATE EXTENSION vector:
 # it is not a trusted extension, so the store never installs it): every vector is also a
 # row of memory_embeddings, so that a scope past the kept budget is scored on the server,
@@ -530,6 +538,12 @@ def _add_history(db: _PostgresSession) -> None:
         db._send(statement)
 
 
+def _index_history(db: _PostgresSession) -> None:
+    """Version 12's versions gain their indexes by id and by key."""
+    for statement in _PG_INDEX_HISTORY:
+        db._send(statement)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
@@ -542,6 +556,7 @@ POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (10, _add_versions),
     (11, _add_receipts),
     (12, _add_history),
+    (13, _index_history),
 ]
 
 
