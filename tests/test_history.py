@@ -314,9 +314,9 @@ def as_of_agrees_with_the_reads_then(location: str, steps: list[Any]) -> None:
             elif held is None:
                 continue
             elif what == "revise":
-                new = store.revise(ALICE, held["id"], held["text"] + "!", "talk/1")
-                assert new is not None
-                lineage[new] = lineage[held["id"]]
+                revised = store.revise(ALICE, held["id"], held["text"] + "!", "talk/1")
+                assert revised is not None
+                lineage[revised] = lineage[held["id"]]
             elif what == "rename" and store.get(ALICE, key=other) is None:
                 store.rename(ALICE, key, other)
             elif what == "forget":
@@ -366,7 +366,8 @@ def test_an_as_of_page_reads_on_past_a_run_that_ends_among_one_id_s_versions(
                 found = store.memories(ALICE, as_of=at_, newest_first=newest, limit=5)
                 assert [(m["id"], m.get("key")) for m in found] == (
                     [(renamed, f"k{n}"), (after, None)][::-1 if newest else 1])
-            assert store.get(ALICE, renamed, as_of=at_)["key"] == f"k{n}"
+            then = store.get(ALICE, renamed, as_of=at_)
+            assert then is not None and then["key"] == f"k{n}"
 
 
 @settings(max_examples=40, deadline=None)
