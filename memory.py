@@ -1259,10 +1259,24 @@ _SQL_SCOPE_VECTORS_AFTER = _sql(_each_owner_after(
     "SELECT id, vector FROM memory_vectors", "UNION ALL", " ORDER BY id"))
 
 
-def _owner_forms(sql: str) -> tuple[_Sql, _Sql]:
+def _owner_forms(sql: str, postgresql: str | None = None) -> tuple[_Sql, _Sql]:
     """A statement of one owner's rows (`task_id {task}`), for the user level and for a
-    task: apart, so that each is a range of an index under the user."""
-    return _sql(sql.format(task="IS NULL")), _sql(sql.format(task="= ?"))
+    task: apart, so that each is a range of an index under the user. `postgresql`, in
+    SQLite's dialect, is the PostgreSQL form where the two planners need each its own."""
+    def of(task: str) -> _Sql:
+        if postgresql is None:
+            return _sql(sql.format(task=task))
+        return _sql(sql.format(task=task), postgresql=_postgres_form(postgresql.format(task=task)))
+    return of("IS NULL"), of("= ?")
+
+
+def _in_owner_order(sql: str) -> str:
+    """An owner's statement ordered by the task first, for PostgreSQL: its planner does
+    not take `task_id IS NULL` for an equality under which the scope's index is in id
+    order, and walked the user's primary key instead, past every task's memory (a page
+    of the user level, none there, 32 ms among 100,000 of a task). Within one owner the
+    order is the same."""
+    return re.sub(r"ORDER BY (\w+)( DESC)?", r"ORDER BY task_id\2, \1\2", sql)
 
 
 def _of_owner(user: str, task: str | None, of_user: _Sql, of_task: _Sql
@@ -1273,9 +1287,9 @@ def _of_owner(user: str, task: str | None, of_user: _Sql, of_task: _Sql
 
 # An owner's newest memories down from an id: each owner's a backward range of the scope
 # index, where the scope's two owners read together were every row of both, sorted.
-_SQL_OWNER_DOWN, _SQL_TASK_DOWN = _owner_forms(
-    f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND task_id {{task}}"
-    " AND id > ? AND id < ? ORDER BY id DESC LIMIT ?")
+_OWNER_DOWN = (f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND task_id {{task}}"
+               " AND id > ? AND id < ? ORDER BY id DESC LIMIT ?")
+_SQL_OWNER_DOWN, _SQL_TASK_DOWN = _owner_forms(_OWNER_DOWN, _in_owner_order(_OWNER_DOWN))
 # What an as-of page walks leaves out of its runs, of the rows that cannot have been live
 # at the instant: expired by then, or (a time in the system clock's form, UTC to the
 # second, whose text orders as its instant does) written after it or superseded by it.
@@ -1288,12 +1302,14 @@ _WRITTEN_BY_THEN = (
 _SUPERSEDED_AFTER = (f" AND NOT (coalesce(superseded_at, '') LIKE {_SYSTEM_FORM}"
                      " AND substr(superseded_at, 1, 19) <= ?)")
 # An owner's memories up or down from an id, those an as-of page may find live then.
-_SQL_OWNER_THEN_UP, _SQL_TASK_THEN_UP = _owner_forms(
-    f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND task_id {{task}}"
-    f" AND id > ? AND id < ?{_WRITTEN_BY_THEN} ORDER BY id LIMIT ?")
-_SQL_OWNER_THEN_DOWN, _SQL_TASK_THEN_DOWN = _owner_forms(
-    f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND task_id {{task}}"
-    f" AND id > ? AND id < ?{_WRITTEN_BY_THEN} ORDER BY id DESC LIMIT ?")
+def _live_run(order: str) -> tuple[_Sql, _Sql]:
+    sql = (f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND task_id {{task}}"
+           f" AND id > ? AND id < ?{_WRITTEN_BY_THEN} ORDER BY {order} LIMIT ?")
+    return _owner_forms(sql, _in_owner_order(sql))
+
+
+_SQL_OWNER_THEN_UP, _SQL_TASK_THEN_UP = _live_run("id")
+_SQL_OWNER_THEN_DOWN, _SQL_TASK_THEN_DOWN = _live_run("id DESC")
 # An owner's versions whose memories are live now (expiring after the reading given, or
 # never): those of one id or one key, each a descent of its index (version 14), and a run
 # of them up or down from an id, a range of it, in the order an as-of read gives them (by
@@ -1301,33 +1317,66 @@ _SQL_OWNER_THEN_DOWN, _SQL_TASK_THEN_DOWN = _owner_forms(
 _THEN_COLUMNS = f"{_MEMORY_COLUMNS}, head_id, superseded_at"
 _HEAD_LIVE = (" AND EXISTS (SELECT 1 FROM memories WHERE user_id = memory_history.user_id"
               " AND id = memory_history.head_id AND (expires_at IS NULL OR expires_at > ?))")
+# PostgreSQL turns an EXISTS into a join, which without statistics read every memory of
+# the user for each version (2 s for a page of 20 at 1,000 memories): a scalar subquery
+# it keeps, one look-up in the primary key for each version the index gives.
+_PG_HEAD_LIVE = (" AND (SELECT true FROM memories WHERE user_id = memory_history.user_id"
+                 " AND id = memory_history.head_id AND (expires_at IS NULL OR expires_at > ?))")
 # Without statistics, SQLite reads the user's whole primary key for an equality on an
 # index's columns rather than the index (whose every entry then costs a look-up in the
 # primary key): so the memories an id's or key's versions lead to are read from the
 # index alone, then each one's versions by the primary key.
-_SQL_OWNER_PAST_OF_ID, _SQL_TASK_PAST_OF_ID = _owner_forms(
-    f"SELECT {_THEN_COLUMNS} FROM memory_history WHERE user_id = ? AND task_id {{task}}"
-    " AND head_id IN (SELECT head_id FROM memory_history WHERE user_id = ? AND task_id"
-    f" {{task}} AND id = ?) AND id = ?{_HEAD_LIVE}")
-_SQL_OWNER_PAST_OF_KEY, _SQL_TASK_PAST_OF_KEY = _owner_forms(
-    f"SELECT {_THEN_COLUMNS} FROM memory_history WHERE user_id = ? AND task_id {{task}}"
-    " AND head_id IN (SELECT head_id FROM memory_history WHERE user_id = ? AND task_id"
-    f" {{task}} AND key = ?) AND key = ?{_HEAD_LIVE}")
-# A run is found in the index of ids alone, which holds every column its tests read
-# (SQLite reads a row of the table for each entry of an index that does not, 1 µs each
-# of the versions passed over), and then its versions are read by their primary key.
+# PostgreSQL's planner, given the subquery, walked the user's primary key for the outer
+# read (under row-level security, without statistics): there the read is the index's
+# descent alone, its parameters those of SQLite's form.
+def _versions_by(column: str) -> tuple[_Sql, _Sql]:
+    return _owner_forms(
+        f"SELECT {_THEN_COLUMNS} FROM memory_history WHERE user_id = ? AND task_id {{task}}"
+        " AND head_id IN (SELECT head_id FROM memory_history WHERE user_id = ? AND task_id"
+        f" {{task}} AND {column} = ?) AND {column} = ?{_HEAD_LIVE}",
+        f"SELECT {_THEN_COLUMNS} FROM memory_history WHERE user_id = ? AND task_id {{task}}"
+        f" AND user_id = ? AND task_id {{task}} AND {column} = ? AND {column} = ?"
+        f"{_PG_HEAD_LIVE}")
+
+
+_SQL_OWNER_PAST_OF_ID, _SQL_TASK_PAST_OF_ID = _versions_by("id")
+_SQL_OWNER_PAST_OF_KEY, _SQL_TASK_PAST_OF_KEY = _versions_by("key")
+# On SQLite a run is found in the index of ids alone, which holds every column its tests
+# read (SQLite reads a row of the table for each entry of an index that does not, 1 µs
+# each of the versions passed over), and then its versions are read by their primary
+# key. PostgreSQL reads the table for each entry either way (until a vacuum marks its
+# pages visible), and its planner, without statistics, joined the two the other way
+# round: the run there is one range of the index, then the owner's rows of it.
 def _past_run(order: str) -> tuple[_Sql, _Sql]:
+    run = (" FROM memory_history WHERE user_id = ? AND task_id {task} AND id > ? AND id < ?"
+           f"{_WRITTEN_BY_THEN}{_SUPERSEDED_AFTER}")
     return _owner_forms(
         f"SELECT {_THEN_COLUMNS} FROM (SELECT head_id AS run_head, version AS run_version"
-        " FROM memory_history WHERE user_id = ? AND task_id {task} AND id > ? AND id < ?"
-        f"{_WRITTEN_BY_THEN}{_SUPERSEDED_AFTER}{_HEAD_LIVE} ORDER BY {order} LIMIT ?) AS run"
+        f"{run}{_HEAD_LIVE} ORDER BY {order} LIMIT ?) AS run"
         " CROSS JOIN memory_history WHERE user_id = ? AND task_id {task}"
-        f" AND head_id = run_head AND version = run_version ORDER BY {order}")
+        f" AND head_id = run_head AND version = run_version ORDER BY {order}",
+        _in_owner_order(f"SELECT {_THEN_COLUMNS} FROM (SELECT user_id, {_THEN_COLUMNS}{run}"
+                        f"{_PG_HEAD_LIVE} ORDER BY {order} LIMIT ?) AS run WHERE user_id = ?"
+                        f" AND task_id {{task}} ORDER BY {order}"))
 
 
 _SQL_OWNER_PAST_UP, _SQL_TASK_PAST_UP = _past_run("id, head_id, version")
 _SQL_OWNER_PAST_DOWN, _SQL_TASK_PAST_DOWN = _past_run(
     "id DESC, head_id DESC, version DESC")
+
+# An owner's versions of memories live now in a key range (its lower bound left out or
+# not), those an as-of listing by key may find live then, in key order: a range of the
+# index of keys (version 14). Of one key's, one at most was live at an instant, so their
+# order among themselves is left to the index.
+def _past_keys(op: str) -> tuple[_Sql, _Sql]:
+    sql = (f"SELECT {_THEN_COLUMNS} FROM memory_history WHERE user_id = ? AND task_id {{task}}"
+           f" AND key {op} ? AND key < ?{_WRITTEN_BY_THEN}{_SUPERSEDED_AFTER}{{live}}"
+           " ORDER BY key LIMIT ?")
+    return _owner_forms(sql.replace("{live}", _HEAD_LIVE),
+                        _in_owner_order(sql.replace("{live}", _PG_HEAD_LIVE)))
+
+
+_PAST_KEYS = {False: _past_keys(">="), True: _past_keys(">")}  # by whether strict
 
 
 def _newest_down(db: _Session, key: _ScopeKey, after: int, before: int,
@@ -5758,16 +5807,6 @@ def _renumbered(found: _Read, ids: list[int]) -> _Read:
     return cast(_Read, result)
 
 
-def _keyed_among(rows: list[_MemoryRow], prefix: str, after: str | None, most: int | None,
-                 conditions: list[_Condition] | None) -> list[_MemoryRow]:
-    """The keyed memories of `rows` in the key range, as _Planner.keyed lists a scope's:
-    in key order, each key as get finds it (the task's own over the user level's)."""
-    low, strict, high = _key_range(prefix, after)
-    return _by_key({row.key: row for row in sorted(rows, key=lambda row: row.task_id is not None)
-                    if row.key is not None and (row.key > low if strict else row.key >= low)
-                    and (high is None or row.key < high)}, most, conditions)
-
-
 def _by_key(found: dict[str, _MemoryRow], most: int | None,
             conditions: list[_Condition] | None) -> list[_MemoryRow]:
     """The memories `found` under their keys, in key order, those the filter admits, at
@@ -6197,6 +6236,34 @@ class _Time(_Part):
                         break
         return [row.memory() for row in found]
 
+    def keyed_then(self, scope: Scope, prefix: str, after: str | None, most: int | None,
+                   conditions: list[_Condition] | None, as_of: str) -> list[Memory]:
+        """MemoryStore.memories by key_prefix as of a time: the keyed versions the scope
+        saw live at `as_of` in key order, each key as get found it then (the task's own
+        over the user level's), read in runs from each owner's keyed memories and
+        versions until the listing is full."""
+        instant = _as_of_instant(as_of)
+        low, strict, high = _key_range(prefix, after)
+        bounds = (low, strict, _PAST_EVERY_KEY if high is None else high)
+        admits = None if conditions is None else _admitting(conditions)
+        run = _LONGEST_RUN if most is None else min(_LONGEST_RUN, max(_FIRST_RUN, most))
+        key = _ScopeKey(scope.user, scope.task)
+        found: list[_MemoryRow] = []
+        with self._store._snapshot({scope.user}) as db:
+            now = self.expiry_instant(db, key)
+            runs = [_keyed_runs(db, key, *bounds, run, now, instant)]
+            if db.has_history:
+                runs += [_past_keyed_runs(db, key.user, task, *bounds, run, now, instant)
+                         for task in (None, key.task)]
+            by_key = operator.itemgetter(0)
+            for _, held in itertools.groupby(heapq.merge(*runs, key=by_key), key=by_key):
+                _, _, row = min(held, key=operator.itemgetter(1))
+                if admits is None or admits(row):
+                    found.append(row)
+                    if len(found) == most:
+                        break
+        return [row.memory() for row in found]
+
     def history(self, scope: Scope, select: str, arguments: tuple[Any, ...],
                 by_id: bool) -> list[Memory]:
         """MemoryStore.history: the versions of the memory the statement selects (by_id:
@@ -6241,10 +6308,6 @@ class _Time(_Part):
                  and _live_at(version.row, version.superseded_at, instant)]
         then.sort(key=lambda version: version[0].id)
         return then
-
-    def rows_then(self, scope: Scope, as_of: str) -> list[_MemoryRow]:
-        """The scope's memories as they read at `as_of`, in id order."""
-        return [row for row, _ in self.then(scope, _as_of_instant(as_of))]
 
     def recall(self, scope: Scope, as_of: str, meant: bytes | None, query: str,
                start: int, stop: int, *, rank: Rank, **options: Any) -> list[Recalled]:
@@ -6366,6 +6429,59 @@ def _past_runs(db: _Session, user: str, task: str | None, page: _Page, run: int,
         yield from sorted(_past_then(whole, instant), key=operator.itemgetter(0), reverse=down)
         after, before = (after, last) if down else (last, before)
         run = min(_LONGEST_RUN, 2 * run)
+
+
+_KEY_COLUMN = _MemoryRow._fields.index("key")
+# Above every key in code point order: a key is at most _MAX_KEY characters.
+_PAST_EVERY_KEY = chr(sys.maxunicode) * (_MAX_KEY + 1)
+
+
+def _keyed_runs(db: _Session, key: _ScopeKey, low: str, strict: bool, high: str, run: int,
+                now: str | None, instant: str) -> Iterator[tuple[str, int, _MemoryRow]]:
+    """The scope's live keyed memories in the key range that were live at `instant`, in
+    key order, each with its owner's rank (the task's 0), read a run at a time: a full
+    run's last key is read again by the next (on PostgreSQL one run holds both owners)."""
+    owners = ("", key.task) if db.keys_by_owner else ("",)
+    def of(owner: str) -> Iterator[tuple[str, int, _MemoryRow]]:
+        after, leave_out, most = low, strict, run
+        while True:
+            rows = [_MemoryRow._make(row) for row in db.execute(
+                _KEY_RANGES[leave_out, True], (*key, owner, after, high, most))]
+            full = len(rows) == most
+            last = rows[-1].key if full else None
+            for row in rows:
+                if row.key == last:
+                    break
+                if (now is None or row.expires_at is None or row.expires_at > now) \
+                        and _live_at(row, None, instant):
+                    yield cast(str, row.key), int(row.task_id is None), row
+            if not full:
+                return
+            after, leave_out, most = cast(str, last), False, min(_LONGEST_RUN, 2 * most)
+    return heapq.merge(*map(of, owners), key=operator.itemgetter(0))
+
+
+def _past_keyed_runs(db: _Session, user: str, task: str | None, low: str, strict: bool,
+                     high: str, run: int, now: str | None, instant: str
+                     ) -> Iterator[tuple[str, int, _MemoryRow]]:
+    """The owner's versions, of memories live now, in the key range that were live at
+    `instant`, in key order with the owner's rank, read a run at a time: a run that ends
+    among one key's versions has that key's read whole."""
+    owner = (user,) if task is None else (user, task)
+    of_key, _ = _of_owner(user, task, _SQL_OWNER_PAST_OF_KEY, _SQL_TASK_PAST_OF_KEY)
+    rank = int(task is None)
+    while True:
+        rows = db.execute(_PAST_KEYS[strict][task is not None], (
+            *owner, low, high, instant, instant[:19], instant[:19], now, run)).fetchall()
+        last = rows[-1][_KEY_COLUMN] if len(rows) == run else None
+        whole = [] if last is None else db.execute(
+            of_key, (*owner, *owner, last, last, now)).fetchall()
+        for _, row in _past_then([row for row in rows if row[_KEY_COLUMN] != last] + whole,
+                                 instant):
+            yield cast(str, row.key), rank, row
+        if last is None:
+            return
+        low, strict, run = last, True, min(_LONGEST_RUN, 2 * run)
 
 
 def _each_id(count: int, fresh_ids: list[int], same: dict[int, int]) -> list[int]:
@@ -7653,8 +7769,7 @@ class _Planner(_Part):
                       conditions: list[_Condition] | None, as_of: str | None) -> list[Memory]:
         """MemoryStore.memories by key_prefix: the keyed memories in key order."""
         if as_of is not None:
-            return [row.memory() for row in _keyed_among(
-                self._store._time.rows_then(scope, as_of), prefix, since, most, conditions)]
+            return self._store._time.keyed_then(scope, prefix, since, most, conditions, as_of)
         with self._store._snapshot({scope.user}) as db:
             return [row.memory() for row in self.keyed(
                 db, _ScopeKey(scope.user, scope.task), prefix, since, most, conditions)]

@@ -287,8 +287,10 @@ def test_a_read_as_of_now_is_the_read_now(writes: list[Any], listings: list[Any]
 
 
 # Steps of a scope's life: (what, key, other key, ttl): a keyed write (a replace where
-# the key is held), an unkeyed one, a revision, a rename and a forget, of keys a to c.
-STEPS = st.lists(st.tuples(st.sampled_from(["write", "note", "revise", "rename", "forget"]),
+# the key is held) of the task or of the user level (shared), an unkeyed one, a revision,
+# a rename and a forget, of keys a to c.
+STEPS = st.lists(st.tuples(st.sampled_from(["write", "shared", "note", "revise", "rename",
+                                            "forget"]),
                            st.sampled_from("abc"), st.sampled_from("abcd"),
                            st.sampled_from([None, None, 150])), min_size=1, max_size=14)
 
@@ -296,10 +298,11 @@ STEPS = st.lists(st.tuples(st.sampled_from(["write", "note", "revise", "rename",
 def as_of_agrees_with_the_reads_then(location: str, steps: list[Any]) -> None:
     """After each step the reads of the scope are kept; at the end, every read as of each
     step's time is what was read then, less the memories forgotten or expired since (a
-    memory's versions go with it): for memories() whole, its pages and get by id and key."""
+    memory's versions go with it): for memories() whole, its pages, its listing by key
+    and get by id and key."""
     clock = SetClock(T0)
     lineage: dict[int, int] = {}  # each id read, the memory (its first id) it is of
-    seen: list[tuple[str, list[Any], dict[str, Any]]] = []
+    seen: list[tuple[str, list[Any], list[Any], list[Any]]] = []
     with MemoryStore(location, clock=clock, history=True) as store:
         for what, key, other, ttl in steps:
             clock.advance(60)
@@ -307,7 +310,12 @@ def as_of_agrees_with_the_reads_then(location: str, steps: list[Any]) -> None:
             if what == "write" or (what == "note" and held is None):
                 new = store.remember(ALICE, "task", f"{key} {clock.at}", "talk/1", key=key,
                                      ttl=ttl)
-                lineage[new] = lineage[held["id"]] if held else new
+                lineage[new] = lineage[held["id"]] if held and held["level"] == "task" else new
+            elif what == "shared":  # ALICE_WORK sees the user level's holder of the key
+                holder = store.get(ALICE_WORK, key=key)
+                new = store.remember(ALICE, "user", f"{key} shared {clock.at}", "talk/3",
+                                     key=key, ttl=ttl)
+                lineage[new] = lineage[holder["id"]] if holder else new
             elif what == "note":
                 new = store.remember(ALICE, "user", f"note {clock.at}", "talk/2", ttl=ttl)
                 lineage[new] = new
@@ -321,17 +329,28 @@ def as_of_agrees_with_the_reads_then(location: str, steps: list[Any]) -> None:
                 store.rename(ALICE, key, other)
             elif what == "forget":
                 store.forget(ALICE, key=key)
-            seen.append((clock.at, store.memories(ALICE),
-                         {name: store.get(ALICE, key=name) for name in "abcd"}))
+            seen.append((clock.at, store.memories(ALICE), store.memories(ALICE, key_prefix=""),
+                         store.memories(ALICE_WORK, key_prefix="")))
         clock.advance(60)
         reads_as_of_agree(store, seen, lineage)
 
 
-def reads_as_of_agree(store: MemoryStore, seen: list[tuple[str, list[Any], dict[str, Any]]],
+def reads_as_of_agree(store: MemoryStore, seen: list[tuple[str, list[Any], list[Any], list[Any]]],
                       lineage: dict[int, int]) -> None:
-    """The reads as of each time `seen` are what was read then, of the memories live now."""
+    """The reads as of each time `seen` are what was read then, of the memories live now:
+    where the task's holder of a key then is gone, the user level's then (as the other
+    task saw it) is the key's."""
     alive = {lineage.get(m["id"], m["id"]) for m in store.memories(ALICE)}
-    for at_, listed, by_key in seen:
+    for at_, listed, keyed, shared in seen:
+        holders = {m["key"]: m for m in shared if lineage.get(m["id"], m["id"]) in alive}
+        holders.update((m["key"], m) for m in keyed if m["level"] == "task"
+                       and lineage.get(m["id"], m["id"]) in alive)
+        held = [holders[name] for name in sorted(holders)]
+        assert store.memories(ALICE, as_of=at_, key_prefix="") == held
+        assert store.memories(ALICE, as_of=at_, key_prefix="", after_key="a", limit=1) == \
+            [m for m in held if m["key"] > "a"][:1]
+        assert store.memories(ALICE, as_of=at_, key_prefix="c") == \
+            [m for m in held if m["key"].startswith("c")]
         kept = [m for m in listed if lineage.get(m["id"], m["id"]) in alive]
         assert store.memories(ALICE, as_of=at_) == kept
         assert store.memories(ALICE, as_of=at_, newest_first=True, limit=2) == \
@@ -341,10 +360,8 @@ def reads_as_of_agree(store: MemoryStore, seen: list[tuple[str, list[Any], dict[
                 kept[1:4]
         for m in kept:
             assert store.get(ALICE, m["id"], as_of=at_) == m
-        for name, found in by_key.items():
-            if found is not None and lineage.get(found["id"], found["id"]) not in alive:
-                found = None
-            assert store.get(ALICE, key=name, as_of=at_) == found, (at_, name)
+        for name in "abcd":
+            assert store.get(ALICE, key=name, as_of=at_) == holders.get(name), (at_, name)
 
 
 def test_an_as_of_page_reads_on_past_a_run_that_ends_among_one_id_s_versions(
@@ -370,6 +387,35 @@ def test_an_as_of_page_reads_on_past_a_run_that_ends_among_one_id_s_versions(
             assert then is not None and then["key"] == f"k{n}"
 
 
+def test_an_as_of_listing_by_key_reads_on_past_its_runs(target: str) -> None:
+    """Listings by key as of each time are the listings made then, less a memory expired
+    since, where the runs they read end among one key's versions (one key replaced 40
+    times, past the first run of 32) and between two owners' memories of one key (40
+    keys held at both levels, after one of the user level's alone), and where the clock's
+    times are of a form that the runs cannot tell apart in SQL (an offset other than
+    UTC's)."""
+    clock = SetClock("2026-10-20T10:00:00+01:00")
+    with MemoryStore(target, clock=clock, history=True) as store:
+        store.remember_many([{"scope": ALICE, "level": level, "text": f"{level} {n}",
+                              "source": "s", "key": f"k{n:02}"}
+                             for n in range(40) for level in ("user", "task")])
+        store.remember(ALICE, "user", "Gone by the end.", "s", key="j0", ttl=40 * 60 + 30)
+        seen = []
+        for n in range(40):
+            clock.advance(60)
+            store.remember(ALICE, "task", f"k00 again {n}", "s", key="k00")
+            seen.append((clock.at, store.memories(ALICE, key_prefix="")[1:],
+                         store.memories(ALICE_WORK, key_prefix="k0", after_key="k00", limit=3)))
+        clock.advance(60)
+        for at_, listed, shared in seen:
+            assert store.memories(ALICE, as_of=at_, key_prefix="") == listed
+            assert store.memories(ALICE, as_of=at_, key_prefix="", limit=30) == listed[:30]
+            assert store.memories(ALICE, as_of=at_, key_prefix="", after_key="k00",
+                                  limit=2) == listed[1:3]
+            assert store.memories(ALICE_WORK, as_of=at_, key_prefix="k0", after_key="k00",
+                                  limit=3) == shared
+
+
 @settings(max_examples=40, deadline=None)
 @given(steps=STEPS)
 def test_a_read_as_of_a_time_is_the_read_made_then(steps: list[Any]) -> None:
@@ -378,7 +424,7 @@ def test_a_read_as_of_a_time_is_the_read_made_then(steps: list[Any]) -> None:
 
 def test_a_read_as_of_a_time_is_the_read_made_then_on_each_engine(target: str) -> None:
     draw = random.Random(5)
-    steps = [(draw.choice(["write", "write", "note", "revise", "rename", "forget"]),
+    steps = [(draw.choice(["write", "write", "shared", "note", "revise", "rename", "forget"]),
               draw.choice("abc"), draw.choice("abcd"), draw.choice([None, None, 150]))
              for _ in range(40)]
     as_of_agrees_with_the_reads_then(target, steps)

@@ -581,6 +581,55 @@ def test_a_look_up_by_key_descends_to_the_key(url: str) -> None:
         assert scan is not None and int(scan[3]) <= 4 * int(scan[1]), read
 
 
+def test_as_of_reads_walk_their_owner_s_index_before_statistics(url: str) -> None:
+    """An as-of page's runs, a listing's by key, and a page of the user level, walk the
+    owner's range of an index in order and look each version's memory up by its key,
+    even before the server has statistics of the tables (as a bulk load leaves them): the
+    user level's ranges
+    were the user's primary key walked past every task memory (32 ms a page of 20 at
+    100,000 memories), and a memory's liveness a join that read every memory of the user
+    for each version (2 s a page at 1,000 memories with 200 versions)."""
+    clock = SetClock()
+    with MemoryStore(url, clock=clock, history=True) as opened:
+        opened.remember_many([{"scope": ALICE, "level": "task", "text": f"note {n}",
+                               "source": "s", "key": f"k{n}"} for n in range(3_000)])
+        clock.advance(60)
+        instant = clock.at
+        clock.advance(60)
+        opened.remember_many([{"scope": ALICE, "level": "task", "text": f"note {n} again",
+                               "source": "s", "key": f"k{n}"} for n in range(300)])
+        now = memory._utc_form("now", clock.at)
+        assert now is not None
+        every = (0, memory._MAX_ID)
+        run = (*every, instant, instant[:19])
+        reads = [(memory._SQL_OWNER_THEN_UP, ("alice", *run, 32)),
+                 (memory._SQL_OWNER_THEN_DOWN, ("alice", *run, 32)),
+                 (memory._SQL_OWNER_DOWN, ("alice", *every, 20)),
+                 (memory._SQL_OWNER_PAST_UP, ("alice", *run, instant[:19], now, 32, "alice")),
+                 (memory._SQL_OWNER_PAST_DOWN, ("alice", *run, instant[:19], now, 32, "alice")),
+                 (memory._SQL_TASK_PAST_UP, ("alice", "trip", *run, instant[:19], now, 32,
+                                             "alice", "trip")),
+                 (memory._SQL_TASK_PAST_DOWN, ("alice", "trip", *run, instant[:19], now, 32,
+                                               "alice", "trip")),
+                 (memory._SQL_TASK_PAST_OF_KEY, ("alice", "trip", "alice", "trip", "k7", "k7",
+                                                 now)),
+                 (memory._SQL_TASK_PAST_OF_ID, ("alice", "trip", "alice", "trip", 7, 7, now)),
+                 *((keys, (*owner, "k", "l", instant, instant[:19], instant[:19], now, 32))
+                   for keys, owner in zip(memory._PAST_KEYS[False],
+                                          (("alice",), ("alice", "trip")), strict=True))]
+        with opened._snapshot({"alice"}) as db:
+            plans = ["\n".join(row[0] for row in db.execute(memory._sql(
+                "", postgresql=f"EXPLAIN (ANALYZE) {statement.form('postgresql')}"), arguments))
+                for statement, arguments in reads]
+        assert len(opened.memories(ALICE, limit=20, as_of=instant)) == 20
+    for plan in plans:
+        assert "Rows Removed by Filter" not in plan and "Sort" not in plan, plan
+        assert "Seq Scan" not in plan and "Bitmap" not in plan and "Hash" not in plan, plan
+        assert "memories_pkey" not in plan or "SubPlan" in plan, plan
+    for plan in plans[3:7]:  # a run: one range of the index, then each memory's look-up
+        assert "Nested Loop" not in plan, plan
+
+
 def test_version_5_s_key_index_is_made_again_key_first(url: str, server: Server) -> None:
     with MemoryStore(url) as store:
         store.remember(ALICE, "task", "Alice's seat: aisle.", "s", key="seat")
