@@ -16,6 +16,8 @@ many calls:
 - get(key, as_of) of a key of the last batch (its version then) and of any key, and
   get(key) now;
 - memories(limit=20, as_of): the oldest 20 live then, and the newest 20 (newest_first);
+- memories(key_prefix="", limit=20, as_of): the first 20 keys live then, beside the
+  same listing now;
 - the floor: a plain table of the same versions, each a row with the window it was live
   in (valid_from, valid_to: UTC times of one fixed form), indexed on (user_id, key,
   valid_from) and on (user_id, id): the get as the newest version of the key from at or
@@ -180,6 +182,8 @@ def case(location: str, floor_at: Callable[[list[tuple[Any, ...]]], Callable[...
                                  " AND (valid_to IS NULL OR valid_to > ?)",
                                  (USER.user, key, then, then))
             assert found is not None and found["id"] == floor_row[0], key
+        assert store.memories(USER, key_prefix="", limit=20, as_of=then) == sorted(
+            store.memories(USER, limit=None, as_of=then), key=lambda m: m.get("key") or "")[:20]
         for order, newest in (("", False), ("DESC", True)):
             page = store.memories(USER, limit=20, newest_first=newest, as_of=then)
             assert [m["id"] for m in page] == [row[0] for row in floor(
@@ -201,7 +205,11 @@ def case(location: str, floor_at: Callable[[list[tuple[Any, ...]]], Callable[...
                 lambda: store.memories(USER, limit=20, newest_first=True, as_of=then), 20),
             "theirs p50 ms": p50_ms(
                 lambda: floor(_FLOOR_PAGE.format(order="DESC"), (USER.user, then, then)),
-                20)}
+                20),
+            "first 20 by key as_of p50 ms": p50_ms(
+                lambda: store.memories(USER, key_prefix="", limit=20, as_of=then), 20),
+            "first 20 by key now p50 ms": p50_ms(
+                lambda: store.memories(USER, key_prefix="", limit=20), 20)}
 
 
 def main() -> None:
