@@ -582,10 +582,10 @@ def test_a_look_up_by_key_descends_to_the_key(url: str) -> None:
 
 
 def test_as_of_reads_walk_their_owner_s_index_before_statistics(url: str) -> None:
-    """An as-of page's runs, a listing's by key, and a page of the user level, walk the
-    owner's range of an index in order and look each version's memory up by its key,
-    even before the server has statistics of the tables (as a bulk load leaves them): the
-    user level's ranges
+    """An as-of page's runs, a listing's by key (as of a time and now), and a page of the
+    user level, walk the owner's range of an index in order and look each version's
+    memory up by its key, even before the server has statistics of the tables (as a bulk
+    load leaves them): a listing of all keys read the scope whole, sorted; the user level's ranges
     were the user's primary key walked past every task memory (32 ms a page of 20 at
     100,000 memories), and a memory's liveness a join that read every memory of the user
     for each version (2 s a page at 1,000 memories with 200 versions)."""
@@ -614,6 +614,8 @@ def test_as_of_reads_walk_their_owner_s_index_before_statistics(url: str) -> Non
                  (memory._SQL_TASK_PAST_OF_KEY, ("alice", "trip", "alice", "trip", "k7", "k7",
                                                  now)),
                  (memory._SQL_TASK_PAST_OF_ID, ("alice", "trip", "alice", "trip", 7, 7, now)),
+                 (memory._SQL_KEYS_FROM_BELOW, ("alice", "trip", "", "",
+                                                memory._ABOVE_EVERY_KEY, 40)),
                  *((keys, (*owner, "k", "l", instant, instant[:19], instant[:19], now, 32))
                    for keys, owner in zip(memory._PAST_KEYS[False],
                                           (("alice",), ("alice", "trip")), strict=True))]
