@@ -7,8 +7,10 @@ never come back, writers racing on one version, a retried operation."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import importlib.metadata
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -23,12 +25,25 @@ from pydantic_ai_harness.memory import (  # noqa: E402
     MemoryOperationConflictError,
 )
 from pydantic_ai_memory_core.contract import *  # noqa: E402, F403
+from pydantic_ai_memory_core.contract import (  # noqa: E402
+    test_memory_capability_end_to_end as _shipped_end_to_end,
+)
 
 from helpers import all_finish  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
 from memory_frameworks.pydantic_ai import PydanticAIMemoryStore  # noqa: E402
 
 pytestmark = pytest.mark.anyio  # the suite's tests are coroutines: anyio runs them
+
+# The shipped suite (0.1.0) finds the memory the model saw at the first "<memory>" of the
+# prompt's user parts; harness 0.75 puts a note naming "<memory>" there first and the
+# memory in a part after it, so the test fails on the harness's own InMemoryMemoryStore
+# as on this adapter (it passed with harness 0.62; the versions between are untried).
+# test_the_memory_written_in_one_run_reaches_the_model_in_the_next checks the same here.
+test_memory_capability_end_to_end = pytest.mark.xfail(
+    tuple(map(int, importlib.metadata.version("pydantic-ai-harness").split(".")[:2]))
+    >= (0, 75), reason="pydantic-ai-memory-core 0.1.0 reads harness 0.75's prompt at its"
+    " note", strict=True)(_shipped_end_to_end)
 
 KAMAL = Scope("kamal", "pydantic-ai")
 
@@ -45,6 +60,40 @@ def by_segment(target: str) -> Iterator[PydanticAIMemoryStore]:
     """A store whose paths name their users: the harness's namespace first."""
     with PydanticAIMemoryStore(target, user_segment=0) as opened:
         yield opened
+
+
+@dataclasses.dataclass
+class _User:
+    user_id: str
+
+
+def test_the_memory_written_in_one_run_reaches_the_model_in_the_next(
+        store: PydanticAIMemoryStore) -> None:
+    """The harness's Memory capability over the adapter: what an agent's run wrote with
+    write_memory is in the messages the model is given in a fresh run (as the shipped
+    suite's end-to-end test means, read from every part of every message)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai_harness.memory import Memory
+
+    given: list[str] = []
+
+    def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        parts = [part for message in messages for part in getattr(message, "parts", [])]
+        if not any(getattr(part, "tool_name", None) == "write_memory" for part in parts) \
+                and "remember:" in str(parts[0]):
+            return ModelResponse(parts=[ToolCallPart(
+                tool_name="write_memory", args={"content": "the user moved to Hanoi"})])
+        given.append(" ".join(str(getattr(part, "content", "")) for part in parts))
+        return ModelResponse(parts=[TextPart("ok")])
+
+    memory_of_user = Memory(store=store, namespace=lambda ctx: cast(_User, ctx.deps).user_id)
+    agent = Agent(FunctionModel(scripted), deps_type=_User, capabilities=[memory_of_user])
+    assert agent.run_sync("remember: the user moved to Hanoi", deps=_User("kamal")).output == "ok"
+    given.clear()
+    assert agent.run_sync("plan a trip", deps=_User("kamal")).output == "ok"
+    assert len(given) == 1 and "the user moved to Hanoi" in given[0], given
 
 
 async def test_the_path_s_segment_keeps_users_apart(by_segment: PydanticAIMemoryStore) -> None:
