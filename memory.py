@@ -6221,8 +6221,7 @@ class _Time(_Part):
             return []
         key = _ScopeKey(scope.user, scope.task)
         admits = None if page.conditions is None else _admitting(page.conditions)
-        run = _LONGEST_RUN if page.limit is None \
-            else min(_LONGEST_RUN, max(_FIRST_RUN, page.limit))
+        run = _first_run(page.limit)
         found: list[_MemoryRow] = []
         with self._store._snapshot({scope.user}) as db:
             now = self.expiry_instant(db, key)
@@ -6249,7 +6248,7 @@ class _Time(_Part):
         instant = _as_of_instant(as_of)
         bounds = _key_range(prefix, after)
         admits = None if conditions is None else _admitting(conditions)
-        run = _LONGEST_RUN if most is None else min(_LONGEST_RUN, max(_FIRST_RUN, most))
+        run = _first_run(most)
         key = _ScopeKey(scope.user, scope.task)
         found: list[_MemoryRow] = []
         with self._store._snapshot({scope.user}) as db:
@@ -6371,6 +6370,11 @@ _Then = tuple[_ThenPlace, _MemoryRow]
 # that were not live then.
 _FIRST_RUN = 32
 _LONGEST_RUN = 4096
+
+
+def _first_run(most: int | None) -> int:
+    """The first run of a read of at most `most` rows (None: all)."""
+    return _LONGEST_RUN if most is None else min(_LONGEST_RUN, max(_FIRST_RUN, most))
 
 
 def _live_then(rows: Iterable[Sequence[Any]], now: str | None, instant: str

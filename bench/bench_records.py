@@ -286,12 +286,8 @@ def main() -> None:
     engines: list[tuple[str, Callable[[], str]]] = [("SQLite", lambda: next(files))]
     server = None
     if not args.sqlite_only:
-        from pg_server import Server, server_binaries
-        binaries = server_binaries()
-        if binaries is None:
-            raise SystemExit("no PostgreSQL server binaries here: --sqlite-only")
-        server = Server(Path(tempfile.mkdtemp(prefix="memory-pg-bench-")), binaries, fsync=True)
-        server.start()
+        from pg_server import bench_server
+        server = bench_server()
         engines.append(("PostgreSQL", server.new_database))
     print(f"memory.py {memory.__version__}, Python {platform.python_version()}")
     try:

@@ -223,12 +223,8 @@ def main() -> None:
         ("SQLite", lambda: (next(files), functools.partial(floor_sqlite, next(files))))]
     server = None
     if not args.sqlite_only:
-        from pg_server import Server, server_binaries
-        binaries = server_binaries()
-        if binaries is None:
-            raise SystemExit("no PostgreSQL server binaries here: --sqlite-only")
-        server = Server(Path(tempfile.mkdtemp(prefix="memory-pg-bench-")), binaries, fsync=True)
-        server.start()
+        from pg_server import bench_server
+        server = bench_server()
 
         def on_postgres() -> tuple[str, Callable[..., Any]]:
             floor_url = server.new_database()

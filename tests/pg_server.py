@@ -14,6 +14,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from typing import Any
 
@@ -114,6 +115,18 @@ class Server:
         # a third less time and half the bytes written, for the hundreds the suite makes.
         self.admin(f"CREATE DATABASE {name} OWNER {APP_ROLE} STRATEGY = FILE_COPY {options}")
         return self.url(name)
+
+
+def bench_server() -> Server:
+    """A started server for a benchmark, durable as a deployment is (fsync on); exits
+    where this machine has no server binaries."""
+    binaries = server_binaries()
+    if binaries is None:
+        raise SystemExit("no PostgreSQL server binaries here: --sqlite-only")
+    server = Server(pathlib.Path(tempfile.mkdtemp(prefix="memory-pg-bench-")), binaries,
+                    fsync=True)
+    server.start()
+    return server
 
 
 def database_of(url: str) -> str:
