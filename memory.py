@@ -103,7 +103,7 @@ __all__ = [
     "VersionConflict", "WORD", "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -605,6 +605,24 @@ _SQLITE_VERSION_14 = (
     " WHERE key IS NOT NULL",
 )
 
+# Version 15 gives each memory, and each version kept, the window in which what it says
+# held in the world (valid_from, valid_to: NULL for since always and for still), in the
+# fixed-width UTC form expiry times have, so that they compare as text. Each is indexed
+# under the user where it is set, so that the memories a read at a time leaves out (a
+# window closed by then, or not open yet) are a range of an index apiece, as the expired
+# ones are: a store whose memories carry no window reads as before.
+_SQLITE_ADD_VALIDITY = (
+    "ALTER TABLE memories ADD COLUMN valid_from TEXT",
+    "ALTER TABLE memories ADD COLUMN valid_to TEXT",
+    "ALTER TABLE memory_history ADD COLUMN valid_from TEXT",
+    "ALTER TABLE memory_history ADD COLUMN valid_to TEXT",
+    "CREATE INDEX memories_valid_from ON memories (user_id, valid_from, task_id)"
+    " WHERE valid_from IS NOT NULL",
+    "CREATE INDEX memories_valid_to ON memories (user_id, valid_to, task_id)"
+    " WHERE valid_to IS NOT NULL",
+)
+_SQLITE_VERSION_15 = (*_SQLITE_VERSION_14, *_SQLITE_ADD_VALIDITY)
+
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
@@ -627,6 +645,9 @@ _VERSIONS_FROM = 11
 _RECEIPTS_FROM = 12
 # The version that may keep history (a file before it opened read-only has none).
 _HISTORY_FROM = 13
+# The version whose memories have windows of validity (a file before it opened read-only
+# is read through views that give each none).
+_VALIDITY_FROM = 15
 
 
 class _Layout(NamedTuple):
@@ -653,6 +674,7 @@ SQLITE_LAYOUTS = (
     _Layout(12, _SQLITE_VERSION_12),
     _Layout(13, _SQLITE_VERSION_13),
     _Layout(14, _SQLITE_VERSION_14),
+    _Layout(15, _SQLITE_VERSION_15),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -680,17 +702,20 @@ _IN_SCOPE_OF_WANTED = ("WHERE user_id = wanted.user_id"
 # which binds it at less cost (_Session.null).
 _SQL_INSERT = _sql(
     "INSERT INTO memories (id, user_id, task_id, text, source, created_at, expires_at,"
-    " text_key, conversation, key, metadata, updated_at, embed, version)"
-    " VALUES (?, ?, NULLIF(?, ''), ?, ?, ?, NULLIF(?, ''), ?, NULLIF(?, ''), NULLIF(?, ''),"
-    " NULLIF(?, ''), NULLIF(?, ''), NULLIF(?, ''), ?)",
+    " text_key, conversation, key, metadata, updated_at, embed, version, valid_from,"
+    " valid_to) VALUES (?, ?, NULLIF(?, ''), ?, ?, ?, NULLIF(?, ''), ?, NULLIF(?, ''),"
+    " NULLIF(?, ''), NULLIF(?, ''), NULLIF(?, ''), NULLIF(?, ''), ?, NULLIF(?, ''),"
+    " NULLIF(?, ''))",
     postgresql="INSERT INTO memories (id, user_id, task_id, text, source, created_at,"
-    " expires_at, text_key, conversation, key, metadata, updated_at, embed, version)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)",
+    " expires_at, text_key, conversation, key, metadata, updated_at, embed, version,"
+    " valid_from, valid_to)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s)",
     postgresql_many="INSERT INTO memories (id, user_id, task_id, text, source, created_at,"
-    " expires_at, text_key, conversation, key, metadata, updated_at, embed, version) SELECT"
-    " i, u, t, x, s, c, e, k, v, n, m::jsonb, a, b, r FROM unnest(" + ", ".join(
-        f"%b::{kind}[]" for kind in ("bigint", *["text"] * 12, "bigint"))
-    + ") AS given (i, u, t, x, s, c, e, k, v, n, m, a, b, r)")
+    " expires_at, text_key, conversation, key, metadata, updated_at, embed, version,"
+    " valid_from, valid_to) SELECT"
+    " i, u, t, x, s, c, e, k, v, n, m::jsonb, a, b, r, f, o FROM unnest(" + ", ".join(
+        f"%b::{kind}[]" for kind in ("bigint", *["text"] * 12, "bigint", "text", "text"))
+    + ") AS given (i, u, t, x, s, c, e, k, v, n, m, a, b, r, f, o)")
 # The terms of memories' metadata (_terms), memory data as their memories are.
 _SQL_INSERT_FIELDS = _sql(
     "INSERT INTO memory_fields (user_id, term, id, task_id) VALUES (?, ?, ?, ?)",
@@ -731,7 +756,7 @@ _SQL_ERASE_FIELDS = _sql("DELETE FROM memory_fields WHERE user_id = ?")
 # What the tests of a filter that the index of terms cannot answer read (its ordering
 # tests, combinations and the memories' own fields) of the scope's memories, or of some.
 _FACT_COLUMNS = ("id, metadata, created_at, updated_at, key, source,"
-                 " CASE WHEN task_id IS NULL THEN 'user' ELSE 'task' END")
+                 " CASE WHEN task_id IS NULL THEN 'user' ELSE 'task' END, valid_from, valid_to")
 _SQL_SCOPE_FACTS = _sql(f"SELECT {_FACT_COLUMNS} FROM memories {_IN_SCOPE}")
 # The scope's memories at the user level, from the index by owner: what a filter's $level
 # tells apart, without reading every memory of the scope.
@@ -746,13 +771,16 @@ _SQL_SOME_FACTS = _sql(
 # has, so that the planner cannot read the scope's index instead, as it does on a table
 # it has no statistics of yet (a bulk load's, until autovacuum analyzes it).
 _SQL_SAME_TEXT = _sql(
-    f"SELECT id, task_id, text, expires_at FROM memories {_IN_SCOPE} AND text_key = ?",
-    postgresql="SELECT id, task_id, text, expires_at FROM memories WHERE user_id = %s"
+    f"SELECT id, task_id, text, expires_at, valid_from, valid_to FROM memories {_IN_SCOPE}"
+    " AND text_key = ?",
+    postgresql="SELECT id, task_id, text, expires_at, valid_from, valid_to FROM memories"
+    " WHERE user_id = %s"
     ' COLLATE "C" AND (task_id IS NULL OR task_id = %s) AND text_key = %s',
     postgresql_each=_each_row(
         "user_id text, task_key text, text_key text",
-        "SELECT id, task_id, text, expires_at FROM memories WHERE user_id = wanted.user_id"
-        ' COLLATE "C" AND (task_id IS NULL OR task_id = wanted.task_key)'
+        "SELECT id, task_id, text, expires_at, valid_from, valid_to FROM memories"
+        ' WHERE user_id = wanted.user_id COLLATE "C" AND (task_id IS NULL OR task_id ='
+        " wanted.task_key)"
         " AND text_key = wanted.text_key"))
 # Version 5's upgrade gives every memory its text's key: it reads all of them, as an
 # upgrade must, and writes each under its user.
@@ -762,6 +790,27 @@ _SQL_SET_TEXT_KEY = _sql("UPDATE memories SET text_key = ? WHERE user_id = ? AND
 _SQL_ALL_SOURCES = _sql("SELECT user_id, id, source FROM memories")
 _SQL_SET_CONVERSATION = _sql(
     "UPDATE memories SET conversation = ? WHERE user_id = ? AND id = ?")
+
+
+# A keyed memory that a later fact moved into the past keeps its key, stored with this
+# and its id after it, so that the key has one holder (the owner's unique index holds)
+# and its past holders sort right after it: one range of the key index reads them all.
+# No key holds the character (keys refuse control characters), and PostgreSQL's text,
+# which cannot hold NUL, holds it.
+_PAST_KEY = "\x01"
+# Above a key's past holders and below every key after it.
+_PAST_KEYS_END = "\x02"
+
+
+def _key_of(stored: str | None) -> str | None:
+    """A key as its owner named it: a past holder's without what follows it."""
+    return None if stored is None else stored.partition(_PAST_KEY)[0]
+
+
+def _held_as(key: str | None, memory_id: int) -> str | None:
+    """The key a memory written with `key` is stored under: an imported past holder's
+    (ending in _PAST_KEY) followed by its id."""
+    return f"{key}{memory_id}" if key is not None and key.endswith(_PAST_KEY) else key
 
 
 class _MemoryRow(NamedTuple):
@@ -778,6 +827,8 @@ class _MemoryRow(NamedTuple):
     metadata: str | None  # JSON text, as both engines give it
     updated_at: str | None
     version: int | None  # None: 1 (written before versions were kept)
+    valid_from: str | None  # None: since always
+    valid_to: str | None  # None: still
 
     @property
     def current_version(self) -> int:
@@ -797,15 +848,28 @@ class _MemoryRow(NamedTuple):
         has the seed's keys alone."""
         if self.key is None and self.metadata is None:
             return {}
-        return {"key": self.key, "metadata": _metadata_of(self.metadata),
+        return {"key": _key_of(self.key), "metadata": _metadata_of(self.metadata),
                 "updated_at": self.updated_at, "version": self.current_version}
 
+    def window(self) -> dict[str, Any]:
+        """A memory with a window of validity carries both its ends (None: open)."""
+        if self.valid_from is None and self.valid_to is None:
+            return {}
+        return {"valid_from": self.valid_from, "valid_to": self.valid_to}
+
+    def valid_at(self, instant: str | None) -> bool:
+        """Whether what the memory says held at `instant` (None: at any time)."""
+        return instant is None or ((self.valid_from is None or self.valid_from <= instant)
+                                   and (self.valid_to is None or instant < self.valid_to))
+
     def memory(self) -> Memory:
-        return cast(Memory, {**self.fields(), "expires_at": self.expires_at, **self.record()})
+        return cast(Memory, {**self.fields(), "expires_at": self.expires_at, **self.record(),
+                             **self.window()})
 
     def recalled(self, score: float) -> Recalled:
         # `why` is for explain
-        return cast(Recalled, {**self.fields(), "score": score, **self.record()})
+        return cast(Recalled, {**self.fields(), "score": score, **self.record(),
+                               **self.window()})
 
 
 _MEMORY_COLUMNS = ", ".join(_MemoryRow._fields)
@@ -829,6 +893,16 @@ _SQL_VISIBLE_KEY = _sql(
     postgresql=f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND (task_id IS"
     " NULL OR task_id = %s) AND coalesce(task_id, '') IN ('', %s) AND key = %s"
     " ORDER BY task_id IS NULL")
+# The memories the scope sees under a key, its holders and past holders (_PAST_KEY): its
+# task's, then the user level's, each owner's holder first, then its past holders newest
+# first; one range of the key index.
+_SQL_VISIBLE_KEY_HOLDERS = _sql(
+    f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE}"
+    " AND ifnull(task_id, '') IN ('', ?) AND key >= ? AND key < ?"
+    " ORDER BY task_id IS NULL, length(key), id DESC",
+    postgresql=f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND (task_id IS"
+    " NULL OR task_id = %s) AND coalesce(task_id, '') IN ('', %s) AND key >= %s AND key < %s"
+    " ORDER BY task_id IS NULL, length(key), id DESC")
 # The scope's keyed memories from a key on, or after it (strictly), below another, in key
 # order: a range of the key index. SQLite's index is (user, owner, key): one range for
 # each owner (the owner a parameter). PostgreSQL's is (user, key, owner): one range for
@@ -869,6 +943,11 @@ _SQL_PURGE_RECEIPTS = _sql("DELETE FROM memory_receipts WHERE user_id = ? AND ex
 _SQL_ERASE_RECEIPTS = _sql("DELETE FROM memory_receipts WHERE user_id = ?")
 _SQL_RENAME = _sql(
     f"UPDATE memories SET key = ?, version = ?, updated_at = ? {_IN_SCOPE} AND id = ?")
+# A keyed memory a later fact moves into the past: its key kept as a past holder's, its
+# window closed, at its next version.
+_SQL_MOVE_TO_PAST = _sql(
+    f"UPDATE memories SET key = ?, version = ?, updated_at = ?, valid_to = ? {_IN_SCOPE}"
+    " AND id = ?")
 # Whether the store keeps history: "on" once a store asked for it, "off" once one asked
 # not to (what was kept stays until its memory goes), none before.
 _SQL_HISTORY = _sql("SELECT value FROM store_settings WHERE name = 'history'")
@@ -884,9 +963,11 @@ _ITS_VECTOR = ("(SELECT vector FROM memory_vectors WHERE user_id = memories.user
 # gives superseded_at unless the call did (a rename, which keeps the id).
 _SQL_KEEP_SUPERSEDED = _sql(
     "INSERT INTO memory_history (user_id, head_id, version, id, task_id, key, text, source,"
-    " created_at, updated_at, expires_at, metadata, embed, vector, superseded_at)"
+    " created_at, updated_at, expires_at, metadata, embed, vector, superseded_at,"
+    " valid_from, valid_to)"
     " SELECT user_id, id, coalesce(version, 1), id, task_id, key, text, source, created_at,"
-    f" updated_at, expires_at, metadata, embed, {_ITS_VECTOR}, CAST(? AS TEXT)"
+    f" updated_at, expires_at, metadata, embed, {_ITS_VECTOR}, CAST(? AS TEXT), valid_from,"
+    " valid_to"
     f" FROM memories NOT INDEXED {_IN_SCOPE} AND id IN (SELECT value FROM json_each(?))")
 # A memory's versions move to its successor, superseded when the successor was written.
 _SQL_LINK_SUCCESSOR = _sql(
@@ -911,12 +992,12 @@ _SQL_EMBED_VERSION = _sql(
 # An imported record's versions (import_memories), under the memory written for it.
 _SQL_INSERT_VERSION = _sql(
     "INSERT INTO memory_history (user_id, head_id, version, id, task_id, key, text, source,"
-    " created_at, updated_at, expires_at, metadata, embed, vector, superseded_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    " created_at, updated_at, expires_at, metadata, embed, vector, superseded_at,"
+    " valid_from, valid_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     postgresql="INSERT INTO memory_history (user_id, head_id, version, id, task_id, key,"
     " text, source, created_at, updated_at, expires_at, metadata, embed, vector,"
-    " superseded_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s,"
-    " %s)")
+    " superseded_at, valid_from, valid_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+    " %s, %s::jsonb, %s, %s, %s, %s, %s)")
 # A version as a memory reads (_MemoryRow), with the live memory it leads to, when it was
 # superseded and its vector.
 _PAST_COLUMNS = f"{_MEMORY_COLUMNS}, head_id, superseded_at, vector, embed"
@@ -937,6 +1018,20 @@ _SQL_EXPIRED = _sql(
     f"SELECT json_group_array(id) FROM memories {_IN_SCOPE} AND expires_at <= ?",
     postgresql="SELECT coalesce(json_agg(id), '[]')::text FROM memories"
     f" {_IN_SCOPE_PG} AND expires_at <= %s")
+# The scope's memories a read at a time leaves out: expired, or whose windows leave the
+# time out (closed by then, or not open yet); a range of each of the three indexes, their
+# ids returned as _SQL_EXPIRED returns its own, or counted.
+_UNSEEN = (f"SELECT id FROM memories {_IN_SCOPE} AND expires_at <= ? UNION SELECT id FROM"
+           f" memories {_IN_SCOPE} AND valid_to <= ? UNION SELECT id FROM memories {_IN_SCOPE}"
+           " AND valid_from > ?")
+_SQL_UNSEEN = _sql(
+    f"SELECT json_group_array(id) FROM ({_UNSEEN})",
+    postgresql="SELECT coalesce(json_agg(id), '[]')::text FROM ("
+    + _UNSEEN.replace(_IN_SCOPE, _IN_SCOPE_PG).replace("?", "%s") + ") AS unseen")
+_SQL_UNSEEN_COUNT = _sql(f"SELECT count(*) FROM ({_UNSEEN}) AS unseen")
+_SQL_ANY_WINDOW = _sql(
+    f"SELECT 1 FROM memories {_IN_SCOPE} AND valid_to IS NOT NULL UNION ALL SELECT 1 FROM"
+    f" memories {_IN_SCOPE} AND valid_from IS NOT NULL LIMIT 1")
 _SQL_EXPIRED_COUNT = _sql(f"SELECT count(*) FROM memories {_IN_SCOPE} AND expires_at <= ?")
 _SQL_ANY_EXPIRING = _sql(
     f"SELECT 1 FROM memories {_IN_SCOPE} AND expires_at IS NOT NULL LIMIT 1")
@@ -1526,14 +1621,25 @@ _SQLITE_FIRST_IDS = "INSERT INTO sqlite_sequence (name, seq) VALUES ('memories',
 # a read-only connection may make, come before the file's under the same name).
 _SQLITE_AS_RECORDS = (
     "CREATE TEMP VIEW memories AS SELECT *, NULL AS key, NULL AS metadata,"
-    " NULL AS updated_at, NULL AS embed, NULL AS version FROM main.memories",
+    " NULL AS updated_at, NULL AS embed, NULL AS version, NULL AS valid_from,"
+    " NULL AS valid_to FROM main.memories",
     "CREATE TEMP TABLE memory_fields (user_id TEXT NOT NULL, term TEXT NOT NULL,"
     " id INTEGER NOT NULL, task_id TEXT, PRIMARY KEY (user_id, term, id))",
 )
 
 # A file from version 8 to 10 opened read-only: its memories without versions.
 _SQLITE_AS_VERSIONED = (
-    "CREATE TEMP VIEW memories AS SELECT *, NULL AS version FROM main.memories",
+    "CREATE TEMP VIEW memories AS SELECT *, NULL AS version, NULL AS valid_from,"
+    " NULL AS valid_to FROM main.memories",
+)
+# A file from version 11 to 14 opened read-only: its memories and versions without windows.
+_SQLITE_AS_VALID = (
+    "CREATE TEMP VIEW memories AS SELECT *, NULL AS valid_from, NULL AS valid_to"
+    " FROM main.memories",
+)
+_SQLITE_AS_VALID_HISTORY = (
+    "CREATE TEMP VIEW memory_history AS SELECT *, NULL AS valid_from, NULL AS valid_to"
+    " FROM main.memory_history",
 )
 
 _log = logging.getLogger("memory")
@@ -1635,8 +1741,14 @@ class _Past(TypedDict, total=False):
     superseded_at: str | None
 
 
-class Memory(_Stored, _Keyed, _Past):
-    """A memory as `memories` and `get` return it: expires_at is None for never. As
+class _Window(TypedDict, total=False):
+    valid_from: str | None
+    valid_to: str | None
+
+
+class Memory(_Stored, _Keyed, _Window, _Past):
+    """A memory as `memories` and `get` return it: expires_at is None for never; one with
+    a window of validity has valid_from and valid_to (None: open at that end). As
     `history` gives it, with its version and superseded_at: when the next version was
     written (None: it is the live one)."""
 
@@ -1676,7 +1788,7 @@ class _Explained(TypedDict, total=False):
     why: Why
 
 
-class Recalled(_Scored, _Explained, _Keyed):
+class Recalled(_Scored, _Explained, _Keyed, _Window):
     """A memory as `recall` returns it, with its score: distinct words shared with the
     query (rank "shared"), or their summed rarity (rank "idf"); with explain, `why`."""
 
@@ -1686,6 +1798,9 @@ class _RecordOptions(TypedDict, total=False):
     metadata: dict[str, Any] | None
     updated_at: str
     version: int
+    valid_from: str | None
+    valid_to: str | None
+    past_holder: bool
     embed: bool | list[str]
     vectors: list[list[float]]
     history: list[dict[str, Any]]
@@ -1882,7 +1997,7 @@ _LONGEST_TERM = 200
 _ORDERED = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
 _OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$contains", *_ORDERED})
 # The memory's own fields, which a filter reaches under these paths (times as instants).
-_TIMES = ("$created_at", "$updated_at")
+_TIMES = ("$created_at", "$updated_at", "$valid_from", "$valid_to")
 _FIELDS = (*_TIMES, "$key", "$source", "$level")
 _COMBINING = ("$and", "$or", "$not")
 # The conditions of a filter at all its levels together, and how deep its combinations go.
@@ -2069,10 +2184,16 @@ class _Facts(NamedTuple):
     key: str | None
     source: str
     level: Level
+    valid_from: str | None = None
+    valid_to: str | None = None
 
     def at(self, path: tuple[str, ...]) -> tuple[bool, Any]:
         """Whether the memory has a value at the path, and the value: a time as the UTC
-        instant it names (none for a reading without an offset)."""
+        instant it names (none for a reading without an offset; none for an open end of
+        its window)."""
+        if path[0] in ("$valid_from", "$valid_to"):
+            end = self.valid_from if path[0] == "$valid_from" else self.valid_to
+            return end is not None, end
         if path[0] in _TIMES:
             reading = self.created_at if path[0] == "$created_at" else \
                 self.updated_at or self.created_at  # a memory never replaced: created
@@ -2082,7 +2203,7 @@ class _Facts(NamedTuple):
                 instant = None
             return instant is not None, instant
         if path[0] == "$key":
-            return self.key is not None, self.key
+            return self.key is not None, _key_of(self.key)
         if path[0] == "$source":
             return True, self.source
         if path[0] == "$level":
@@ -2150,7 +2271,7 @@ def _unread(metadata: str | None) -> None:
 
 def _facts_of(row: _MemoryRow) -> _Facts:
     return _Facts(_metadata_of(row.metadata), row.created_at, row.updated_at, row.key,
-                  row.source, _level_of(row.task_id))
+                  row.source, _level_of(row.task_id), row.valid_from, row.valid_to)
 
 
 def _admitting(conditions: list[_Condition]) -> Callable[[_MemoryRow], bool]:
@@ -2338,17 +2459,50 @@ class _NewMemory(NamedTuple):
     given: int | None = None  # the dimensions of vectors its caller gave (its `vector`)
     # An imported record's superseded versions, oldest first, each with its superseded_at.
     past: tuple[tuple[_NewMemory, str], ...] | None = None
+    valid_from: str | None = None  # _instant's form; None: since always
+    valid_to: str | None = None  # None: still
 
 
 _CREATED_AT = _NewMemory._fields.index("created_at")
 
 
+# valid_at's value for a read regardless of validity: every memory, whatever its window.
+_ANY_TIME = "any"
+
+
+def _check_valid_at(valid_at: object) -> str | None:
+    """A read's valid_at: None (valid now), _ANY_TIME, or an ISO time with a UTC offset as
+    the instant windows are compared at."""
+    if valid_at is None:
+        return None
+    if valid_at == _ANY_TIME:
+        return _ANY_TIME
+    return _filter_instant("valid_at", _check_timestamp("valid_at", valid_at))
+
+
+def _valid_time(name: str, value: object) -> str | None:
+    """An end of a window of validity (None: open), as the instant it names."""
+    if value is None:
+        return None
+    return _instant(name, _check_timestamp(name, value))
+
+
+def _check_window(valid_from: object, valid_to: object) -> tuple[str | None, str | None]:
+    """A window of validity: its ends as instants, the end after the start."""
+    start, end = _valid_time("valid_from", valid_from), _valid_time("valid_to", valid_to)
+    if start is not None and end is not None and end <= start:
+        raise MemoryInputError("valid_to must come after valid_from: the window would hold"
+                               " no time")
+    return start, end
+
+
 def _new_row(scope: Scope, level: str, text: str, source: str, ttl: float | None = None,
              key: object = None, metadata: object = None, embed: object = True, *,
-             if_version: object = None, vectors: object = None,
-             max_text: int = MAX_TEXT) -> _NewMemory:
+             if_version: object = None, vectors: object = None, valid_from: object = None,
+             valid_to: object = None, max_text: int = MAX_TEXT) -> _NewMemory:
     """Validate one memory to write."""
     checked = _check_scope(scope)
+    start, end = _check_window(valid_from, valid_to)
     if if_version is not None and key is None:
         raise MemoryInputError("if_version needs a key: it is the version of the key's memory")
     vector, given = None, None
@@ -2368,6 +2522,8 @@ def _new_row(scope: Scope, level: str, text: str, source: str, ttl: float | None
         embed=_GIVEN_EMBED if given is not None else _check_embed(embed),
         if_version=_check_if_version(if_version),
         given=given,
+        valid_from=start,
+        valid_to=end,
     )
 
 
@@ -2458,7 +2614,8 @@ def _check_if_version(if_version: object) -> int | None:
     return None if if_version is None else _check_id(if_version, "if_version", least=0)
 
 
-_ITEM_OPTIONS = ("ttl", "key", "metadata", "embed", "if_version", "vectors")
+_ITEM_OPTIONS = ("ttl", "key", "metadata", "embed", "if_version", "vectors", "valid_from",
+                 "valid_to")
 
 
 def _item_row(item: object, max_text: int) -> _NewMemory:
@@ -2483,7 +2640,7 @@ def _one_key_each(rows: list[_NewMemory], noun: str | None) -> None:
     the caller's to guess."""
     first: dict[tuple[str, str | None, str], int] = {}
     for position, row in enumerate(rows):
-        if row.key is None:
+        if row.key is None or row.key.endswith(_PAST_KEY):  # a past holder's: no holder
             continue
         owner = (row.user_id, row.task_id, row.key)
         if owner in first:
@@ -2807,10 +2964,12 @@ RECORD_KEYS = ("id", "user", "task", "level", "text", "source", "created_at", "e
 _REQUIRED_KEYS = frozenset(RECORD_KEYS) - {"id", "expires_at"}
 
 
-_RECORD_OPTIONS = ("key", "metadata", "updated_at", "version", "embed", "vectors", "history")
+_RECORD_OPTIONS = ("key", "metadata", "updated_at", "version", "embed", "vectors", "history",
+                   "valid_from", "valid_to", "past_holder")
 # A superseded version in a record's history: a memory of the record's owner as it read.
 _VERSION_KEYS = ("id", "text", "source", "created_at", "expires_at", "superseded_at",
-                 "version", *_RECORD_OPTIONS[:3], *_RECORD_OPTIONS[4:6])
+                 "version", *_RECORD_OPTIONS[:3], *_RECORD_OPTIONS[4:6], "valid_from",
+                 "valid_to")
 _MOST_VERSIONS = 10_000
 
 
@@ -2845,14 +3004,31 @@ def _record_row(record: object, max_text: int = MAX_TEXT) -> _NewMemory:
         updated_at = _check_timestamp("updated_at", updated_at)
     row = _new_row(scope, level, record["text"], record["source"], key=record.get("key"),
                    metadata=record.get("metadata"), embed=record.get("embed", True),
-                   vectors=record.get("vectors"), max_text=max_text)
+                   vectors=record.get("vectors"), valid_from=record.get("valid_from"),
+                   valid_to=record.get("valid_to"), max_text=max_text)
     version = record.get("version")
     if version is not None:
         version = _check_id(version, "version")
-    past = None if record.get("history") is None else _past_of(
-        record["history"], scope, level, version, max_text)
+    past = None
+    if record.get("history") is not None:
+        # As-of reads compare every time of a memory with history as an instant.
+        for name in ("created_at", "updated_at"):
+            if record.get(name) is not None:
+                _instant(f"{name} of a record with history", record[name])
+        past = _past_of(record["history"], scope, level, version, max_text)
     return row._replace(created_at=created_at, expires_at=expires_at, updated_at=updated_at,
-                        version=version, past=past)
+                        version=version, past=past, key=_record_key(record, row.key))
+
+
+def _record_key(record: dict[str, Any], key: str | None) -> str | None:
+    """A record's key as its memory is written with it: an earlier holder's (past_holder
+    true) marked so, its id to follow once it has one (_Writes._values)."""
+    if record.get("past_holder") is None or not _check_flag("past_holder",
+                                                               record["past_holder"]):
+        return key
+    if key is None:
+        raise MemoryInputError("a past holder (past_holder true) has its key")
+    return f"{key}{_PAST_KEY}"
 
 
 def _past_of(history: object, scope: Scope, level: Level, version: int | None,
@@ -2876,8 +3052,12 @@ def _past_of(history: object, scope: Scope, level: Level, version: int | None,
         if not below < number < version:
             raise MemoryInputError("a record's versions ascend, each below the record's own")
         below = number
-        row = _record_row({**{name: kept.get(name) for name in ("key", "metadata", "expires_at",
-                                                                 "updated_at", "version")},
+        for name in ("created_at", "updated_at", "superseded_at"):
+            if kept.get(name) is not None:
+                _instant(f"a version's {name}", _check_timestamp(name, kept[name]))
+        row = _record_row({**{name: kept.get(name) for name in (
+                               "key", "metadata", "expires_at", "updated_at", "version",
+                               "valid_from", "valid_to")},
                            **{name: kept[name] for name in ("text", "source", "created_at",
                                                             "embed", "vectors") if name in kept},
                            "user": scope.user, "level": level,
@@ -3791,13 +3971,18 @@ def _upgrade_to_14(db: _SqliteEngine) -> None:
     _execute_script(db, _SQLITE_VERSION_14[len(_SQLITE_VERSION_13):])
 
 
+def _upgrade_to_15(db: _SqliteEngine) -> None:
+    """Version 14's memories and versions gain their windows of validity (none)."""
+    _execute_script(db, _SQLITE_ADD_VALIDITY)
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
 MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
     _upgrade_to_6, _upgrade_to_7, _upgrade_to_8, _upgrade_to_9, _upgrade_to_10,
-    _upgrade_to_11, _upgrade_to_12, _upgrade_to_13, _upgrade_to_14,
+    _upgrade_to_11, _upgrade_to_12, _upgrade_to_13, _upgrade_to_14, _upgrade_to_15,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -4013,6 +4198,10 @@ class _SqliteEngine(_Engine, _Session):
                 _execute_script(self, _SQLITE_AS_RECORDS)
             elif stamped < _VERSIONS_FROM:
                 _execute_script(self, _SQLITE_AS_VERSIONED)
+            elif stamped < _VALIDITY_FROM:
+                _execute_script(self, _SQLITE_AS_VALID)
+            if self.has_history and stamped < _VALIDITY_FROM:
+                _execute_script(self, _SQLITE_AS_VALID_HISTORY)
             return
         if not writable:
             raise SchemaError(f"the file is at schema version {stamped} and opened read-only")
@@ -5826,13 +6015,23 @@ def _key_range(prefix: str, after: str | None) -> tuple[str, bool, str]:
     """The keys that begin with `prefix` and come after `after`, as a range: its lower
     bound, whether the bound is left out, and its upper bound, left out, in code point
     order, which is SQLite's and PostgreSQL's "C" order of UTF-8 text."""
-    low, strict = (after, True) if after is not None and after >= prefix else (prefix, False)
+    # After a key is after its past holders too (_PAST_KEY), which no other key is among.
+    low, strict = (after + _PAST_KEYS_END, False) if after is not None and after >= prefix \
+        else (prefix, False)
     head = prefix.rstrip(chr(sys.maxunicode))
     if not head:
         return low, strict, _ABOVE_EVERY_KEY
     following = ord(head[-1]) + 1
     # No key holds a surrogate: past U+D7FF the next character a key may hold is U+E000.
     return low, strict, head[:-1] + chr(0xE000 if 0xD800 <= following <= 0xDFFF else following)
+
+
+def _moved_on(held: _MemoryRow, row: _NewMemory) -> bool:
+    """Whether a keyed write says that what its key held stopped holding: it holds from
+    a time after the holder began to (a write without valid_from, or from the same time
+    or before, corrects the holder, and replaces it)."""
+    return row.valid_from is not None and (held.valid_from is None
+                                           or held.valid_from < row.valid_from)
 
 
 def _level_of(task_id: str | None) -> Level:
@@ -5950,6 +6149,7 @@ class _Asked(NamedTuple):
     given: tuple[bytes, int] | None  # the caller's, with its dimensions
     approximate: bool
     as_of: str | None
+    valid_at: str | None  # _check_valid_at's
     start: int
     stop: int
 
@@ -6153,6 +6353,38 @@ class _Time(_Part):
                                    " a memory has expired is unknown")
         return now
 
+    def valid_instant(self, db: _Session, key: _ScopeKey, valid_at: str | None
+                      ) -> str | None:
+        """The instant a read judges the scope's windows at (_check_valid_at's `valid_at`:
+        None for the clock's reading); None where none is judged (_ANY_TIME, or a clock
+        without a UTC offset over a scope none of whose memories has a window)."""
+        if valid_at == _ANY_TIME:
+            return None
+        if valid_at is not None:
+            return valid_at
+        now = self.read_instant()
+        if now is None and db.execute(_SQL_ANY_WINDOW, (*key, *key)).fetchone():
+            raise MemoryInputError("the clock's reading has no UTC offset, so what is valid"
+                                   " now is unknown: give valid_at")
+        return now
+
+    def ask_unseen(self, db: _Session, key: _ScopeKey, now: str | None,
+                   valid_at: str | None) -> Callable[[], set[int]]:
+        """The ids a read leaves out of the scope, asked now and read when the returned
+        function is called: those expired at `now` (expiry_instant) and those whose
+        windows leave out `valid_at` (valid_instant: None, none)."""
+        if valid_at is None:
+            return _ask_expired(db, key, now)
+        # A clock without an offset expires nothing, as _ask_expired has it.
+        found = db.execute(_SQL_UNSEEN, (*key, now or "", *key, valid_at, *key, valid_at))
+        return lambda: set(json.loads(found.fetchone()[0]))
+
+    def unseen(self, db: _Session, key: _ScopeKey, valid_at: str | None) -> set[int]:
+        """The ids a read leaves out of the scope (ask_unseen), now and at `valid_at`
+        (_check_valid_at's)."""
+        return self.ask_unseen(db, key, self.expiry_instant(db, key),
+                               self.valid_instant(db, key, valid_at))()
+
     def receipt(self, scope: Scope, operation: str | tuple[str, str] | None, call: str,
                 *arguments: Any) -> _Receipt | None:
         """The receipt a call under `operation` reads and records (None without one)."""
@@ -6181,37 +6413,50 @@ class _Time(_Part):
                 "created_at": found[2], "expires_at": found[3]}
 
     def get(self, scope: Scope, select: str, arguments: tuple[Any, ...], by_id: bool,
-            as_of: str | None) -> Memory | None:
+            as_of: str | None, valid_at: str | None) -> Memory | None:
         """MemoryStore.get: the memory the statement selects (by_id: by its id, else by
-        its key, the last of the arguments), live now or at `as_of`."""
+        its key, the last of the arguments), live now or at `as_of`, valid at `valid_at`
+        (_check_valid_at's)."""
         if as_of is not None:
-            return self._one_then(scope, select, arguments, by_id, _as_of_instant(as_of))
+            return self._one_then(scope, select, arguments, by_id, _as_of_instant(as_of),
+                                  valid_at)
         key = _ScopeKey(scope.user, scope.task)
+        if not by_id:  # the key's past holders too, for a time they held at
+            select, arguments = _SQL_VISIBLE_KEY_HOLDERS, (*arguments,
+                                                          arguments[-1] + _PAST_KEYS_END)
         with self._store._snapshot({scope.user}) as db:
-            expired = _expired_of(db, key, self.expiry_instant(db, key))
+            expired = self.unseen(db, key, valid_at)
             rows = db.execute(select, arguments).fetchall()
         return next((_MemoryRow(*row).memory() for row in rows
                      if row[0] not in expired), None)
 
     def _one_then(self, scope: Scope, select: str, arguments: tuple[Any, ...], by_id: bool,
-                  instant: str) -> Memory | None:
+                  instant: str, valid_at: str | None) -> Memory | None:
         """get as of `instant`: of the live memories the statement selects and the versions
         of the id or key (the last of the arguments), the one the scope saw live then, the
         task's own over the user level's, each a descent of an index."""
         key = _ScopeKey(scope.user, scope.task)
         ofs = (_SQL_OWNER_PAST_OF_ID, _SQL_TASK_PAST_OF_ID) if by_id \
             else (_SQL_OWNER_PAST_OF_KEY, _SQL_TASK_PAST_OF_KEY)
+        live = (select, arguments) if by_id else (_SQL_VISIBLE_KEY_HOLDERS, (
+            *arguments, arguments[-1] + _PAST_KEYS_END))
         with self._store._snapshot({scope.user}) as db:
-            now = self.expiry_instant(db, key)
-            seen = [*_live_then(db.execute(select, arguments).fetchall(), now, instant)]
+            now, valid = self.expiry_instant(db, key), self.valid_instant(db, key, valid_at)
+            seen = [*_live_then(db.execute(*live).fetchall(), now, instant)]
             for task in (None, key.task) if db.has_history else ():
                 sql, owner = _of_owner(key.user, task, *ofs)
                 seen += _past_then(db.execute(sql, (*owner, *owner, arguments[-1],
                                                     arguments[-1], now)).fetchall(), instant)
-        found = min(seen, key=lambda then: (then[1].task_id is None, then[0]), default=None)
+        # The task's own over the user level's; under a key, its holder over its past
+        # holders, the newest of those first.
+        found = min((then for then in seen if then[1].valid_at(valid)), default=None,
+                    key=lambda then: (then[1].task_id is None, then[1].key != arguments[-1],
+                                      -then[1].id if then[1].key != arguments[-1] else 0,
+                                      then[0]))
         return None if found is None else found[1].memory()
 
-    def page_then(self, scope: Scope, page: _Page, as_of: str) -> list[Memory]:
+    def page_then(self, scope: Scope, page: _Page, as_of: str, valid_at: str | None
+                  ) -> list[Memory]:
         """MemoryStore.memories as of a time: the page of the versions the scope saw live
         at `as_of`, read in runs from each owner's memories and versions in id order until
         it is full, so that it costs its rows and those it passes over (written or
@@ -6224,7 +6469,7 @@ class _Time(_Part):
         run = _first_run(page.limit)
         found: list[_MemoryRow] = []
         with self._store._snapshot({scope.user}) as db:
-            now = self.expiry_instant(db, key)
+            now, valid = self.expiry_instant(db, key), self.valid_instant(db, key, valid_at)
             runs = [owner_runs(db, key.user, task, page, run, now, instant)
                     for task in (None, key.task)
                     for owner_runs in ((_live_runs, _past_runs) if db.has_history
@@ -6233,14 +6478,15 @@ class _Time(_Part):
                                       reverse=page.newest_first):
                 if (page.conversation is None
                         or _conversation_of(row.source) == page.conversation) \
-                        and (admits is None or admits(row)):
+                        and row.valid_at(valid) and (admits is None or admits(row)):
                     found.append(row)
                     if len(found) == page.limit:
                         break
         return [row.memory() for row in found]
 
     def keyed_then(self, scope: Scope, prefix: str, after: str | None, most: int | None,
-                   conditions: list[_Condition] | None, as_of: str) -> list[Memory]:
+                   conditions: list[_Condition] | None, as_of: str, valid_at: str | None
+                   ) -> list[Memory]:
         """MemoryStore.memories by key_prefix as of a time: the keyed versions the scope
         saw live at `as_of` in key order, each key as get found it then (the task's own
         over the user level's), read in runs from each owner's keyed memories and
@@ -6252,7 +6498,7 @@ class _Time(_Part):
         key = _ScopeKey(scope.user, scope.task)
         found: list[_MemoryRow] = []
         with self._store._snapshot({scope.user}) as db:
-            now = self.expiry_instant(db, key)
+            now, valid = self.expiry_instant(db, key), self.valid_instant(db, key, valid_at)
             runs = [_keyed_runs(db, key, *bounds, run, now, instant)]
             if db.has_history:
                 runs += [_past_keyed_runs(db, key.user, task, *bounds, run, now, instant)
@@ -6260,7 +6506,7 @@ class _Time(_Part):
             by_key = operator.itemgetter(0)
             for _, held in itertools.groupby(heapq.merge(*runs, key=by_key), key=by_key):
                 _, _, row = min(held, key=operator.itemgetter(1))
-                if admits is None or admits(row):
+                if row.valid_at(valid) and (admits is None or admits(row)):
                     found.append(row)
                     if len(found) == most:
                         break
@@ -6287,14 +6533,15 @@ class _Time(_Part):
         return [*(_superseded(version.row, version.superseded_at)
                   for version in map(_Version.read, past)), _superseded(live, None)]
 
-    def then(self, scope: Scope, instant: str, meant: bytes | None = None
-             ) -> list[tuple[_MemoryRow, bytes | None]]:
+    def then(self, scope: Scope, instant: str, meant: bytes | None = None,
+             valid_at: str | None = _ANY_TIME) -> list[tuple[_MemoryRow, bytes | None]]:
         """The versions the scope saw live at `instant` (_as_of_instant) of its memories
-        live now, in id order (a forgotten or expired memory has no past), each with its
-        vector where the query has one (`meant`)."""
+        live now, valid at `valid_at` (_check_valid_at's), in id order (a forgotten or
+        expired memory has no past), each with its vector where the query has one
+        (`meant`)."""
         key = _ScopeKey(scope.user, scope.task)
         with self._store._snapshot({scope.user}) as db:
-            now = self.expiry_instant(db, key)
+            now, valid = self.expiry_instant(db, key), self.valid_instant(db, key, valid_at)
             found = db.execute(_SQL_VISIBLE_WITH_VECTORS if meant and db.has_vectors
                                else _SQL_VISIBLE, key).fetchall()
             past = db.execute(_SQL_SCOPE_HISTORY, key).fetchall() if db.has_history else []
@@ -6309,21 +6556,23 @@ class _Time(_Part):
                  for version in map(_Version.read, past) if version.head_id in live
                  and _live_at(version.row, version.superseded_at, instant)]
         then.sort(key=lambda version: version[0].id)
-        return then
+        return [(row, vector) for row, vector in then if row.valid_at(valid)]
 
-    def recall(self, scope: Scope, as_of: str, meant: bytes | None, query: str,
-               start: int, stop: int, *, rank: Rank, **options: Any) -> list[Recalled]:
-        """recall as_of, the ranking from `start` to `stop`: in a store of the scope as it
-        read then (whose ranking stays as it is from page to page), by the query's vector
-        (`meant`) made here."""
+    def recall(self, scope: Scope, as_of: str, valid_at: str | None, meant: bytes | None,
+               query: str, start: int, stop: int, *, rank: Rank, **options: Any
+               ) -> list[Recalled]:
+        """recall as_of, the ranking from `start` to `stop` of the memories valid at
+        `valid_at` (_check_valid_at's): in a store of the scope as it read then (whose
+        ranking stays as it is from page to page), by the query's vector (`meant`) made
+        here."""
         if meant is None and rank == "meaning":
             return []
         found: list[Recalled] = []
-        with self._as_it_read(scope, as_of, meant) as (past, ids):
+        with self._as_it_read(scope, as_of, meant, valid_at) as (past, ids):
             while start + len(found) < stop:
                 asked = min(MAX_LIMIT, stop - start - len(found))
                 page = past.recall(scope, query, asked, offset=start + len(found), rank=rank,
-                                   **options, vector=None if meant is None
+                                   valid_at=_ANY_TIME, **options, vector=None if meant is None
                                    else list(_floats(meant)))
                 found += page
                 if len(page) < asked:
@@ -6331,14 +6580,14 @@ class _Time(_Part):
         return [_renumbered(result, ids) for result in found]
 
     @contextlib.contextmanager
-    def _as_it_read(self, scope: Scope, as_of: object,
-                    meant: bytes | None) -> Iterator[tuple[MemoryStore, list[int]]]:
+    def _as_it_read(self, scope: Scope, as_of: object, meant: bytes | None,
+                    valid_at: str | None) -> Iterator[tuple[MemoryStore, list[int]]]:
         """A private store in memory holding the scope's memories as they read at `as_of`
         (then), with their vectors where the query has one (`meant`), and their ids here
         in order (the private store's ids are 1 on, in the same order): a recall there
         scores and ranks exactly as one here would have then."""
         instant = _as_of_instant(as_of)
-        then = self.then(scope, instant, meant)
+        then = self.then(scope, instant, meant, valid_at)
         embedder = self._store.embedder
         dimensions = None if meant is None or embedder is None else embedder.dimensions
         store = MemoryStore(":memory:", clock=lambda: instant, matching=self._store.matching,
@@ -6351,7 +6600,8 @@ class _Time(_Part):
             rows = [_NewMemory(scope.user, row.task_id, row.text, row.source,
                                created_at=row.created_at, expires_at=row.expires_at,
                                vector=vector, key=row.key, metadata=row.metadata,
-                               updated_at=row.updated_at, version=row.version)
+                               updated_at=row.updated_at, version=row.version,
+                               valid_from=row.valid_from, valid_to=row.valid_to)
                     for row, vector in then]
             if rows:
                 with store._writing({scope.user}) as db:
@@ -6572,7 +6822,7 @@ class _Writes(_Part):
              version.created_at, version.updated_at or (
                  version.created_at if version.key or version.metadata else None),
              version.expires_at, version.metadata, version.embed, version.vector,
-             superseded_at)
+             superseded_at, version.valid_from, version.valid_to)
             for position, past in pasts for version, superseded_at in past])
 
     def with_vectors(self, rows: list[_NewMemory]) -> list[_NewMemory]:
@@ -6620,15 +6870,21 @@ class _Writes(_Part):
         written: list[_NewMemory] = []
         succession: list[tuple[int, int]] = []  # (place in written, the id it supersedes)
         gone: dict[_ScopeKey, list[tuple[Any, ...]]] = collections.defaultdict(list)
+        moved: list[tuple[_ScopeKey, _MemoryRow, str]] = []
         for position in fresh:
-            row, held, current = rows[position], held_keys.get(position), 0
+            row, held, current, first = rows[position], held_keys.get(position), 0, None
             if held is not None:
-                old = _MemoryRow(*held[0])
-                gone[_ScopeKey(row.user_id, row.task_id or "")] += held
-                if now is None or old.expires_at is None or old.expires_at > now:
-                    if noun == "record":  # an import keeps what it is given, or nothing
-                        raise MemoryInputError(f"record {position}: its owner holds its key"
-                                               " already", position)
+                old, owner = _MemoryRow(*held[0]), _ScopeKey(row.user_id, row.task_id or "")
+                live = now is None or old.expires_at is None or old.expires_at > now
+                if live and noun == "record":  # an import keeps what it is given, or nothing
+                    raise MemoryInputError(f"record {position}: its owner holds its key"
+                                           " already", position)
+                if live and _moved_on(old, row):
+                    moved.append((owner, old, cast(str, row.valid_from)))
+                    current, first = old.current_version, 1
+                else:
+                    gone[owner] += held
+                if live and first is None:
                     row, current = row._replace(first_created=old.created_at), old.current_version
                     if keep:
                         succession.append((len(written), old.id))
@@ -6636,13 +6892,27 @@ class _Writes(_Part):
                 raise VersionConflict(current, row.if_version,
                                       "the key" if noun is None else f"{noun} {position}'s key")
             if row.key is not None and row.version is None:
-                row = row._replace(version=current + 1)
+                row = row._replace(version=first or current + 1)
             written.append(row)
         superseded = {old_id for _, old_id in succession}
         for key, held in gone.items():
             self.delete(db, key, held, kept=self.supersede(
                 db, key, [row[0] for row in held if row[0] in superseded]))
+        for key, old, start in moved:
+            self.move_to_past(db, key, old, start, keep)
         return written, succession
+
+    def move_to_past(self, db: _Session, key: _ScopeKey, old: _MemoryRow, start: str,
+                     keep: bool) -> None:
+        """Keep `old`, the holder of its key, as a past holder whose window closes at
+        `start` (or before, where it did already), at its next version."""
+        reading = self.reading()
+        if keep:
+            self.supersede(db, key, [old.id], reading)
+        end = start if old.valid_to is None else min(old.valid_to, start)
+        db.execute(_SQL_MOVE_TO_PAST, (f"{old.key}{_PAST_KEY}{old.id}", old.current_version + 1,
+                                       reading, end, *key, old.id))
+        _log.info("moved memory %d of user %s into the past of its key", old.id, key.user)
 
     def _reserve_versions(self, db: _Session, pasts: list[tuple[int, Any]]) -> Iterator[int]:
         """Ids for an import's superseded versions (`pasts`: each record's place and
@@ -6680,24 +6950,26 @@ class _Writes(_Part):
     def _same_texts(self, db: _Session, rows: list[_NewMemory],
                     replaced: set[int]) -> dict[int, int]:
         """The rows (by position) whose text a live memory of the same user, level and task
-        holds, one the batch does not replace, each with that memory's id, or ~p for a
-        repeat of the batch's row p."""
+        holds, in the same window of validity (another window is another fact), one the
+        batch does not replace, each with that memory's id, or ~p for a repeat of the
+        batch's row p."""
         now = self._store._time.read_instant()
-        keys = [(row.user_id, row.task_id, _same_text(row.text)) for row in rows]
+        keys = [(row.user_id, row.task_id, _same_text(row.text), row.valid_from, row.valid_to)
+                for row in rows]
         distinct = dict(zip(keys, rows, strict=True))  # each key's last row: the same key
         with db.batch():
             asked = db.ask_each(_SQL_SAME_TEXT, [
                 (row.user_id, row.task_id or "", _text_key(row.text)) for row in distinct.values()])
-        held: dict[tuple[str, str | None, str], int] = {}
-        for (user_id, task_id, text), found in zip(distinct, asked(), strict=True):
-            for memory_id, their_task, their_text, expires_at in found:
+        held: dict[tuple[str, str | None, str, str | None, str | None], int] = {}
+        for wanted, found in zip(distinct, asked(), strict=True):
+            for memory_id, their_task, their_text, expires_at, *window in found:
                 live = now is None or expires_at is None or expires_at > now
-                if their_task == task_id and live and memory_id not in replaced \
-                        and _same_text(their_text) == text:
-                    held[user_id, task_id, text] = memory_id
+                if (their_task, *window) == (wanted[1], *wanted[3:]) and live \
+                        and memory_id not in replaced and _same_text(their_text) == wanted[2]:
+                    held[wanted] = memory_id
                     break
         same: dict[int, int] = {}
-        first: dict[tuple[str, str | None, str], int] = {}
+        first: dict[tuple[str, str | None, str, str | None, str | None], int] = {}
         for position, key in enumerate(keys):
             if rows[position].key is not None:  # its key decides, not its text
                 continue
@@ -6917,15 +7189,18 @@ class _Writes(_Part):
                     raise MemoryInputError(f"{noun} {position}: {exc}", position) from None
             values.append((memory_id, row.user_id, row.task_id or null, row.text, row.source,
                            created_at, expires_at or null, _text_key(row.text),
-                           _conversation_of(row.source) or null, row.key or null,
+                           _conversation_of(row.source) or null,
+                           _held_as(row.key, memory_id) or null,
                            row.metadata or null, updated_at or null, row.embed or null,
-                           row.version or 1))
+                           row.version or 1, row.valid_from or null, row.valid_to or null))
         return values
 
     def replace(self, db: _Session, key: _ScopeKey, old: _MemoryRow, new: _NewMemory) -> int:
         """Forget `old`, a memory of the scope, and write `new` at its level and task,
         expiring when it did (unless `new` has a ttl), with its key (and so its
-        created_at) and metadata (unless `new` has its own); the new id."""
+        created_at), metadata and window's ends (unless `new` has its own); the new id."""
+        _check_window(old.valid_from if new.valid_from is None else new.valid_from,
+                      old.valid_to if new.valid_to is None else new.valid_to)
         kept = self.supersede(db, key, [old.id]) if self.keeps_history(db) else []
         self.delete(db, key, [old], kept=kept)
         if kept:
@@ -6934,7 +7209,9 @@ class _Writes(_Part):
             task_id=old.task_id, expires_at=old.expires_at, key=old.key,
             metadata=old.metadata if new.metadata is None else new.metadata,
             first_created=None if old.key is None else old.created_at,
-            version=old.current_version + 1)])
+            version=old.current_version + 1,
+            valid_from=old.valid_from if new.valid_from is None else new.valid_from,
+            valid_to=old.valid_to if new.valid_to is None else new.valid_to)])
         if kept:
             self.link(db, [(key, old.id, revised)])
         return revised
@@ -7131,14 +7408,17 @@ class _Planner(_Part):
 
     def plan(self, db: _Session, key: _ScopeKey, wanted: set[str], meant: bytes | None,
              rank: Rank, context: bool, conditions: list[_Condition] | None,
-             most: int, approximate: bool = False) -> tuple[_Recall, _Scoring] | None:
-        """How recall scores the scope's memories for the query's `wanted` words and its
-        vector (`meant`), with its `most` best scored: what it asks of the scope, the
-        scoring's best; None where the filter admits no memory."""
+             most: int, approximate: bool = False, valid_at: str | None = None
+             ) -> tuple[_Recall, _Scoring] | None:
+        """How recall scores the scope's memories valid at `valid_at` (_check_valid_at's)
+        for the query's `wanted` words and its vector (`meant`), with its `most` best
+        scored: what it asks of the scope, the scoring's best; None where the filter
+        admits no memory."""
         by_words: Rank = "idf" if rank == "hybrid" else rank
         if meant is not None:
             self._store._recording.check_embedder_of(db)
         now = self._store._time.expiry_instant(db, key)
+        valid = self._store._time.valid_instant(db, key, valid_at)
         listed = (json.dumps(sorted(wanted)), *key)
         with db.batch():  # sent together, the results read after
             # PostgreSQL sends a whole result at once, so there the rows' map comes
@@ -7147,7 +7427,7 @@ class _Planner(_Part):
                        if db.reads_map_first else None)
             counted = db.execute(_SQL_SCOPE_COUNTS if db.has_weights
                                  else _SQL_SCOPE_COUNTS_UNWEIGHED, key)
-            expired_ids = _ask_expired(db, key, now)
+            expired_ids = self._store._time.ask_unseen(db, key, now, valid)
             # What tells whether the store's copy of the scope is good (_kept).
             kept = meant is not None or (context and _numpy() is not None)
             newest = db.execute(_SQL_NEWEST_IN_SCOPE, (key.user, *key)) if kept else None
@@ -7180,9 +7460,11 @@ class _Planner(_Part):
             scoring = _Scoring(self._best(db, asked, row_map, apart))
         return asked, scoring
 
-    def page(self, db: _Session, key: _ScopeKey, page: _Page) -> list[Memory]:
-        """The live memories of the scope on `page` (see MemoryStore.memories)."""
-        expired = _expired_of(db, key, self._store._time.expiry_instant(db, key))
+    def page(self, db: _Session, key: _ScopeKey, page: _Page, valid_at: str | None
+             ) -> list[Memory]:
+        """The live memories of the scope on `page` valid at `valid_at` (see
+        MemoryStore.memories)."""
+        expired = self._store._time.unseen(db, key, valid_at)
         first, below, most, talk = page.after, page.before, page.limit, page.conversation
         if page.newest_first or page.down or page.conditions is not None:
             rarest = walked = None
@@ -7230,12 +7512,13 @@ class _Planner(_Part):
         return found if most is None else found[:most]
 
     def keyed(self, db: _Session, key: _ScopeKey, prefix: str, after: str | None,
-              most: int | None, conditions: list[_Condition] | None) -> list[_MemoryRow]:
-        """The live keyed memories of the scope whose keys begin with `prefix` and come
-        after `after`, in key order, each key as get finds it (the task's own over the user
-        level's), at most `most`; with `conditions`, those the filter admits (every key
-        of the range read)."""
-        expired = _expired_of(db, key, self._store._time.expiry_instant(db, key))
+              most: int | None, conditions: list[_Condition] | None,
+              valid_at: str | None) -> list[_MemoryRow]:
+        """The live keyed memories of the scope valid at `valid_at` whose keys begin with
+        `prefix` and come after `after`, in key order, each key as get finds it (the
+        task's own over the user level's), at most `most`; with `conditions`, those the
+        filter admits (every key of the range read)."""
+        expired = self._store._time.unseen(db, key, valid_at)
         low, strict, high = _key_range(prefix, after)
         asked = _MAX_ID if most is None or conditions is not None \
             else min(_MAX_ID, most + len(expired))
@@ -7652,9 +7935,10 @@ class _Planner(_Part):
         return min(((condition, sum(held.get(term, 0) for term in set(condition.terms())))
                     for condition in allowing), key=operator.itemgetter(1))
 
-    def count(self, db: _Session, key: _ScopeKey, conditions: list[_Condition]) -> int:
-        """How many live memories of the scope a filter admits."""
-        expired = _expired_of(db, key, self._store._time.expiry_instant(db, key))
+    def count(self, db: _Session, key: _ScopeKey, conditions: list[_Condition],
+              valid_at: str | None) -> int:
+        """How many live memories of the scope valid at `valid_at` a filter admits."""
+        expired = self._store._time.unseen(db, key, valid_at)
         admitted = self.admitted(db, key, conditions)
         if admitted.allowed is not None:
             return sum(memory_id in admitted for memory_id in admitted.allowed - expired)
@@ -7684,9 +7968,10 @@ class _Planner(_Part):
         recall gives it: before a reranker's order and the cuts."""
         store, scope, meant = self._store, asked.scope, asked.meant
         if asked.as_of is not None:
-            return store._time.recall(scope, asked.as_of, meant, asked.query, asked.start,
-                                      asked.stop, rank=asked.rank, explain=asked.explain,
-                                      context=asked.context, where=asked.where)
+            return store._time.recall(scope, asked.as_of, asked.valid_at, meant, asked.query,
+                                      asked.start, asked.stop, rank=asked.rank,
+                                      explain=asked.explain, context=asked.context,
+                                      where=asked.where)
         key = _ScopeKey(scope.user, scope.task)
         with store._snapshot({scope.user}) as db:
             if asked.given is not None and not store._recording.take_given(
@@ -7698,7 +7983,8 @@ class _Planner(_Part):
             if not wanted and meant is None:
                 return []
             planned = self.plan(db, key, wanted, meant, asked.rank, asked.context,
-                                asked.conditions, asked.stop, asked.approximate)
+                                asked.conditions, asked.stop, asked.approximate,
+                                asked.valid_at)
             if planned is None:  # the filter admits no memory
                 return []
             weighed, scoring = planned
@@ -7752,37 +8038,46 @@ class _Planner(_Part):
         return kept
 
     def counted(self, scope: Scope, conditions: list[_Condition] | None,
-                prefix: str | None) -> int:
-        """MemoryStore.count: the live memories of the scope, those the filter admits or
-        those keyed under the prefix."""
-        key = _ScopeKey(scope.user, scope.task)
+                prefix: str | None, valid_at: str | None) -> int:
+        """MemoryStore.count: the live memories of the scope valid at `valid_at`
+        (_check_valid_at's), those the filter admits or those keyed under the prefix."""
+        key, time = _ScopeKey(scope.user, scope.task), self._store._time
         with self._store._snapshot({scope.user}) as db:
             if prefix is not None:
-                return len(self.keyed(db, key, prefix, None, None, conditions))
+                return len(self.keyed(db, key, prefix, None, None, conditions, valid_at))
             if conditions is not None:
-                return self.count(db, key, conditions)
+                return self.count(db, key, conditions, valid_at)
             (stored,) = db.execute(_SQL_COUNT, key).fetchone()
-            now = self._store._time.expiry_instant(db, key)
+            now, valid = time.expiry_instant(db, key), time.valid_instant(db, key, valid_at)
+            if valid is not None:
+                (unseen,) = db.execute(_SQL_UNSEEN_COUNT, (*key, now or "", *key, valid, *key,
+                                                           valid)).fetchone()
+                return int(stored) - int(unseen)
             if now is None:
                 return int(stored)
             (expired,) = db.execute(_SQL_EXPIRED_COUNT, (*key, now)).fetchone()
             return int(stored) - int(expired)
 
     def listed_by_key(self, scope: Scope, prefix: str, since: str | None, most: int | None,
-                      conditions: list[_Condition] | None, as_of: str | None) -> list[Memory]:
+                      conditions: list[_Condition] | None, as_of: str | None,
+                      valid_at: str | None) -> list[Memory]:
         """MemoryStore.memories by key_prefix: the keyed memories in key order."""
         if as_of is not None:
-            return self._store._time.keyed_then(scope, prefix, since, most, conditions, as_of)
+            return self._store._time.keyed_then(scope, prefix, since, most, conditions, as_of,
+                                                valid_at)
         with self._store._snapshot({scope.user}) as db:
             return [row.memory() for row in self.keyed(
-                db, _ScopeKey(scope.user, scope.task), prefix, since, most, conditions)]
+                db, _ScopeKey(scope.user, scope.task), prefix, since, most, conditions,
+                valid_at)]
 
-    def listed(self, scope: Scope, page: _Page, as_of: str | None) -> list[Memory]:
-        """MemoryStore.memories: the page of the scope's live memories (at `as_of`)."""
+    def listed(self, scope: Scope, page: _Page, as_of: str | None, valid_at: str | None
+               ) -> list[Memory]:
+        """MemoryStore.memories: the page of the scope's live memories (at `as_of`), valid
+        at `valid_at` (_check_valid_at's)."""
         if as_of is not None:
-            return self._store._time.page_then(scope, page, as_of)
+            return self._store._time.page_then(scope, page, as_of, valid_at)
         with self._store._snapshot({scope.user}) as db:
-            return self.page(db, _ScopeKey(scope.user, scope.task), page)
+            return self.page(db, _ScopeKey(scope.user, scope.task), page, valid_at)
 
 
 class _Lifecycle(_Part):
@@ -7793,8 +8088,8 @@ class _Lifecycle(_Part):
     def forget(self, scope: Scope, select: str, arguments: tuple[Any, ...],
                first: bool = False, expected: int | None = None,
                receipt: _Receipt | None = None) -> int:
-        """Delete the live memories the statement selects (`first`: the first of them);
-        how many."""
+        """Delete the live memories the statement selects (`first`: the first of them,
+        with the others of its owner, the earlier holders of a key); how many."""
         store, key = self._store, _ScopeKey(scope.user, scope.task)
         with store._writing({scope.user}) as db:
             done, result = _Receipt.done_in(receipt, db)
@@ -7805,7 +8100,8 @@ class _Lifecycle(_Part):
                 expired, found = _ask_expired(db, key, now), db.ask(select, arguments)
             gone = expired()
             rows = [row for row in found() if row[0] not in gone]
-            rows = rows[:1] if first else rows
+            if first:
+                rows = [row for row in rows if row[1] == rows[0][1]]
             if rows:
                 _MemoryRow(*rows[0]).expect_version(expected)
             deleted = store._writes.delete(db, key, rows, last=True)
@@ -7898,6 +8194,9 @@ class _Transfer(_Part):
                             level=_level_of(row.task_id), text=row.text, source=row.source,
                             created_at=row.created_at, expires_at=row.expires_at)
             record.update(cast(Record, row.record()))
+            record.update(cast(Record, row.window()))
+            if row.key is not None and _PAST_KEY in row.key:
+                record["past_holder"] = True
             record.update(cast(Record, self._embedding(embed, vectors.get(row.id))))
             if row.id in history:
                 record["version"] = row.current_version
@@ -7905,6 +8204,7 @@ class _Transfer(_Part):
                     {"id": kept.row.id, "text": kept.row.text, "source": kept.row.source,
                      "created_at": kept.row.created_at, "expires_at": kept.row.expires_at,
                      "superseded_at": kept.superseded_at, **kept.row.record(),
+                     **kept.row.window(),
                      "version": kept.row.current_version,
                      **self._embedding(kept.embed, kept.vector)}
                     for kept in history[row.id]]
@@ -8120,16 +8420,18 @@ class MemoryStore:
                  metadata: dict[str, Any] | None = None,
                  embed: bool | Sequence[str] = True, if_version: int | None = None,
                  operation: str | tuple[str, str] | None = None,
-                 vectors: Sequence[Sequence[float]] | None = None) -> int:
+                 vectors: Sequence[Sequence[float]] | None = None,
+                 valid_from: str | None = None, valid_to: str | None = None) -> int:
         """Keep `text` at `level` for the scope's user; return its new id. `ttl`: live for
         that many seconds. `dedupe`: a live memory of the same owner and text is kept
         instead. `key` names it within its owner, replacing the memory held there (at its
         next version; `if_version` compares first). `metadata`, a JSON object, for `where`
-        filters; `embed` what is embedded (or `vectors`, its own). With `operation`, done
-        at most once. docs/api.md says each in full."""
+        filters; `embed` what is embedded (or `vectors`, its own). `valid_from` and
+        `valid_to`: when what it says began and stopped holding (ISO times with a UTC
+        offset). With `operation`, done at most once. docs/api.md says each in full."""
         row = _new_row(scope, level, text, source, ttl, key=key, metadata=metadata,
                        embed=embed, if_version=if_version, vectors=vectors,
-                       max_text=self.max_text)
+                       valid_from=valid_from, valid_to=valid_to, max_text=self.max_text)
         receipt = self._receipt(scope, operation, "remember", _given(row), dedupe)
         (memory_id,) = self._writes.insert([row], dedupe=dedupe, receipt=receipt, one=True)
         return memory_id
@@ -8168,15 +8470,16 @@ class MemoryStore:
                where: dict[str, Any] | None = None, offset: int = 0,
                vector: Sequence[float] | None = None,
                as_of: str | None = None, rerank: bool | None = None,
-               approximate: bool = False) -> list[Recalled]:
+               approximate: bool = False, valid_at: str | None = None) -> list[Recalled]:
         """The memories visible in the scope that match `query` best, at most `limit`,
         best first (a tie: the newer first), scored by `rank` (None: the store's):
         "shared", "idf", "meaning" or "hybrid". `min_score` and `budget` cut the results;
         `explain` says why each scored; `context` lends a memory its conversation's
         scores; `where` filters by metadata; `offset` pages; `vector` is the query's
         meaning; `as_of` recalls as the store read then; `rerank` reorders by the store's
-        reranker; `approximate` ranks a large scope by an HNSW index. docs/api.md says
-        each in full."""
+        reranker; `approximate` ranks a large scope by an HNSW index; `valid_at` ranks
+        the memories valid then (None: now; "any": whenever). docs/api.md says each in
+        full."""
         scope = _check_scope(scope)
         _check_limit(limit)
         conditions = _check_where(where)
@@ -8198,21 +8501,22 @@ class MemoryStore:
         start, stop = (offset, offset + limit) if reranker is None else (0, RERANK_DEPTH)
         found = self._planner.recall(_Asked(scope, query, ranked, in_context, explain, where,
                                             conditions, meant, given, approximate, as_of,
-                                            start, stop))
+                                            _check_valid_at(valid_at), start, stop))
         return self._planner.paged(reranker, query, found, offset, limit, min_score, budget)
 
     @_read_again_if_cut_off
     def count(self, scope: Scope, *, where: dict[str, Any] | None = None,
-              key_prefix: str | None = None) -> int:
-        """How many live memories are visible in the scope: the stored count less the
-        expired ones not yet purged, found through the expiry index. With `where`, those
-        whose metadata the filter admits (see recall). With `key_prefix`, the keys that
-        begin with it (see memories)."""
+              key_prefix: str | None = None, valid_at: str | None = None) -> int:
+        """How many live memories are visible in the scope and valid now: the stored count
+        less the expired ones not yet purged and those whose windows leave now out, each
+        found through its index. With `where`, those whose metadata the filter admits (see
+        recall). With `key_prefix`, the keys that begin with it (see memories). With
+        `valid_at`, those valid then ("any": whenever)."""
         scope = _check_scope(scope)
         conditions = _check_where(where)
         prefix = None if key_prefix is None else _check_text("key_prefix", key_prefix,
                                                              _MAX_KEY, blank=True)
-        return self._planner.counted(scope, conditions, prefix)
+        return self._planner.counted(scope, conditions, prefix, _check_valid_at(valid_at))
 
     def reindex(self, matching: Matching | None = None,
                 progress: Callable[[int, int], None] | None = None, *,
@@ -8233,14 +8537,17 @@ class MemoryStore:
 
     @_read_again_if_cut_off
     def get(self, scope: Scope, memory_id: int | None = None, *,
-            key: str | None = None, as_of: str | None = None) -> Memory | None:
+            key: str | None = None, as_of: str | None = None,
+            valid_at: str | None = None) -> Memory | None:
         """The memory `memory_id` (or the one holding `key`: the task's own, else the user
-        level's) if the scope can see it and it is live (the keys of memories()); None for
-        any other id or key, whatever the reason: all answer alike. With `as_of` (an ISO
-        time with a UTC offset), as the scope saw it then (see history)."""
+        level's) if the scope can see it, it is live and valid now (the keys of
+        memories()); None for any other id or key, whatever the reason: all answer alike.
+        With `as_of` (an ISO time with a UTC offset), as the scope saw it then (see
+        history); with `valid_at`, valid then ("any": whenever)."""
         scope = _check_scope(scope)
         select, arguments = _by_id_or_key(scope, memory_id, key)
-        return self._time.get(scope, select, arguments, memory_id is not None, as_of)
+        return self._time.get(scope, select, arguments, memory_id is not None, as_of,
+                              _check_valid_at(valid_at))
 
     @_read_again_if_cut_off
     def history(self, scope: Scope, memory_id: int | None = None, *,
@@ -8268,13 +8575,15 @@ class MemoryStore:
                  conversation: str | None = None, before: int | None = None,
                  newest_first: bool = False, where: dict[str, Any] | None = None,
                  key_prefix: str | None = None, after_key: str | None = None,
-                 as_of: str | None = None) -> list[Memory]:
-        """Every live memory visible in the scope, oldest first, with its expires_at; or
-        a page of them: ids above `after`, at most `limit`; `conversation`'s alone;
-        `newest_first`, paging down with `before`; those `where` admits. With `key_prefix`
-        (or `after_key`), the keyed memories in key order, paged by `after_key` and
-        `limit`. With `as_of`, as the scope saw them then. docs/api.md says each."""
+                 as_of: str | None = None, valid_at: str | None = None) -> list[Memory]:
+        """Every live memory visible in the scope and valid now, oldest first, with its
+        expires_at; or a page of them: ids above `after`, at most `limit`;
+        `conversation`'s alone; `newest_first`, paging down with `before`; those `where`
+        admits. With `key_prefix` (or `after_key`), the keyed memories in key order, paged
+        by `after_key` and `limit`. With `as_of`, as the scope saw them then; with
+        `valid_at`, those valid then ("any": whenever). docs/api.md says each."""
         scope = _check_scope(scope)
+        valid = _check_valid_at(valid_at)
         if key_prefix is not None or after_key is not None:
             if (after, before, conversation, newest_first) != (None, None, None, False):
                 raise MemoryInputError("a listing by key_prefix pages with after_key and limit,"
@@ -8284,7 +8593,8 @@ class MemoryStore:
             most = None if limit is None else _check_id(limit, "limit")
             conditions = _check_where(where)
             since = None if after_key is None else _check_key(after_key)
-            return self._planner.listed_by_key(scope, prefix, since, most, conditions, as_of)
+            return self._planner.listed_by_key(scope, prefix, since, most, conditions, as_of,
+                                               valid)
         page = _Page(0 if after is None else _check_id(after, "after", least=0),
                      _MAX_ID if before is None else _check_id(before, "before"),
                      None if limit is None else _check_id(limit, "limit"),
@@ -8292,17 +8602,20 @@ class MemoryStore:
                      _check_flag("newest_first", newest_first), _check_where(where),
                      after is not None or limit is not None,
                      before is not None)
-        return self._planner.listed(scope, page, as_of)
+        return self._planner.listed(scope, page, as_of, valid)
 
     def forget(self, scope: Scope, memory_id: int | None = None, *,
                key: str | None = None, if_version: int | None = None,
                operation: str | tuple[str, str] | None = None) -> bool:
-        """Delete the memory (or the one holding `key`, as get finds it) if the scope can
-        see it. False for any id or key it cannot see, whether unknown, another task's,
+        """Delete the memory (or the one holding `key`, as get finds it, with the key's
+        earlier holders of its owner) if the scope can see it. False for any id or key it cannot see, whether unknown, another task's,
         another user's or expired: all answer alike. With `if_version`, only where the
         memory is at that version: else VersionConflict, and nothing is deleted."""
         scope = _check_scope(scope)
         select, arguments = _by_id_or_key(scope, memory_id, key)
+        if key is not None:  # the key's earlier holders go with it
+            select, arguments = _SQL_VISIBLE_KEY_HOLDERS, (*arguments,
+                                                          arguments[-1] + _PAST_KEYS_END)
         expected = _check_if_version(if_version)
         receipt = self._receipt(scope, operation, "forget", memory_id, key, expected)
         return bool(self._lifecycle.forget(scope, select, arguments, first=True,
@@ -8337,18 +8650,20 @@ class MemoryStore:
     def revise(self, scope: Scope, memory_id: int, text: str, source: str, *,
                ttl: float | None = None, if_version: int | None = None,
                operation: str | tuple[str, str] | None = None,
-               metadata: dict[str, Any] | None = None) -> int | None:
+               metadata: dict[str, Any] | None = None, valid_from: str | None = None,
+               valid_to: str | None = None) -> int | None:
         """Correct a memory: in one transaction, forget `memory_id` if the scope can see
         it and remember `text` at its level and task, as its next version, keeping its
-        key, metadata (unless `metadata` is given) and expiry (unless `ttl` is given);
-        the new id, or None, nothing changed, for an id the scope cannot see. With
-        `if_version` and `operation`, as remember's (docs/api.md)."""
+        key, metadata, expiry and window's ends (unless `metadata`, `ttl`, `valid_from`
+        or `valid_to` is given: `valid_to` ends its validity, the memory kept); the new
+        id, or None, nothing changed, for an id the scope cannot see. With `if_version`
+        and `operation`, as remember's (docs/api.md)."""
         scope = _check_scope(scope)
         wanted = _check_id(memory_id)
         expected = _check_if_version(if_version)
         # Validated before the transaction; its level (task) is the old memory's.
         checked = _new_row(scope, "user", text, source, ttl, metadata=metadata,
-                           max_text=self.max_text)
+                           valid_from=valid_from, valid_to=valid_to, max_text=self.max_text)
         receipt = self._receipt(scope, operation, "revise", wanted, _given(checked), expected)
         return self._writes.revise(scope, wanted, checked, expected, receipt)
 
@@ -8636,7 +8951,8 @@ def _run_list(store: MemoryStore, args: argparse.Namespace) -> int:
                                  limit=args.limit, conversation=args.conversation,
                                  before=args.before, newest_first=args.newest_first,
                                  where=args.where, key_prefix=args.key_prefix,
-                                 after_key=args.after_key, as_of=args.as_of):
+                                 after_key=args.after_key, as_of=args.as_of,
+                                 valid_at=args.valid_at):
         _emit(memory)
     return 0
 
@@ -8654,7 +8970,8 @@ def _run_recall(store: MemoryStore, args: argparse.Namespace) -> int:
     for memory in store.recall(Scope(args.user, args.task), args.query, args.limit,
                                rank=args.rank, budget=args.budget, explain=args.explain,
                                context=args.context, where=args.where, offset=args.offset,
-                               as_of=args.as_of, rerank=args.rerank):
+                               as_of=args.as_of, rerank=args.rerank,
+                               valid_at=args.valid_at):
         _emit(memory)
     return 0
 
@@ -8833,7 +9150,8 @@ def _load_text(args: argparse.Namespace) -> None:
 def _run_remember(store: MemoryStore, args: argparse.Namespace) -> int:
     print(store.remember(Scope(args.user, args.task), args.level, args.text, args.source,
                          ttl=args.ttl, key=args.key, metadata=args.metadata,
-                         embed=args.embed, if_version=args.if_version))
+                         embed=args.embed, if_version=args.if_version,
+                         valid_from=args.valid_from, valid_to=args.valid_to))
     return 0
 
 
@@ -8920,7 +9238,8 @@ def _run_compact(store: MemoryStore, args: argparse.Namespace) -> int:
 
 def _run_revise(store: MemoryStore, args: argparse.Namespace) -> int:
     revised = store.revise(Scope(args.user, args.task), args.id, args.text, args.source,
-                           ttl=args.ttl, if_version=args.if_version)
+                           ttl=args.ttl, if_version=args.if_version,
+                           valid_from=args.valid_from, valid_to=args.valid_to)
     if revised is None:
         raise StoreError(_NOT_IN_SCOPE)
     print(f"revised memory {args.id} as {revised}")
@@ -9097,7 +9416,8 @@ _HELP_RERANKER = (f"the reranker that reorders recall's best {RERANK_DEPTH}: FAC
                   " importable module MODULE (default: $MEMORY_RERANKER)")
 _HELP_WHERE = ("only the memories the JSON filter admits: {\"path\": value}, or"
                " {\"path\": {\"$op\": value}} with $eq $ne $gt $gte $lt $lte $in $nin"
-               " $contains; paths $created_at $updated_at $key $source $level; $and $or $not")
+               " $contains; paths $created_at $updated_at $valid_from $valid_to $key $source"
+               " $level; $and $or $not")
 _HELP_AS_OF = ("as the scope read at TIME (ISO 8601 with a UTC offset): superseded versions"
                " the store keeps included, forgotten memories never")
 _HELP_HISTORY = ("keep, from now on, the version each memory replaced or revised supersedes,"
@@ -9106,6 +9426,17 @@ _HELP_IF_VERSION = ("only where the memory is at version N (with --key, 0: where
                     " holds none); else exit 1, nothing changed")
 _HELP_MAX_TEXT = (f"the longest text the store takes ({MAX_TEXT} to {_LONGEST_TEXT},"
                   f" default {MAX_TEXT})")
+
+
+_HELP_VALID_AT = ("only the memories valid at TIME (ISO 8601 with a UTC offset; default now;"
+                  " any: whenever)")
+
+
+def _takes_window(command: argparse.ArgumentParser, kept: str) -> None:
+    command.add_argument("--valid-from", metavar="TIME", help="when what it says began to hold"
+                         f" (ISO 8601 with a UTC offset; {kept})")
+    command.add_argument("--valid-to", metavar="TIME", help="when it stopped holding (ISO 8601"
+                         f" with a UTC offset; {kept})")
 
 
 def _takes_if_version(command: argparse.ArgumentParser) -> None:
@@ -9161,6 +9492,7 @@ class _Commands:
         listing.add_argument("--after-key", metavar="KEY", help="with --key-prefix: only keys after"
                              " KEY (the last of the page before)")
         listing.add_argument("--as-of", metavar="TIME", help=_HELP_AS_OF)
+        listing.add_argument("--valid-at", metavar="TIME", help=_HELP_VALID_AT)
         past = command("history", _run_history, _READS, "the versions of the memory --id ID (or"
                        " of the one the scope sees under --key), oldest first, as JSON Lines:"
                        " those it superseded, where the store keeps history, then itself",
@@ -9192,6 +9524,7 @@ class _Commands:
         recall.add_argument("--offset", type=_bounded_int(0, _MAX_OFFSET), default=0,
                             help=f"the ranking from this place on (0 to {_MAX_OFFSET}, default 0)")
         recall.add_argument("--as-of", metavar="TIME", help=_HELP_AS_OF)
+        recall.add_argument("--valid-at", metavar="TIME", help=_HELP_VALID_AT)
         recall.add_argument("--explain", action="store_true",
                             help="give each memory `why`: the query words it matched, with what"
                             " each added to its score")
@@ -9220,6 +9553,8 @@ class _Commands:
                               help="a JSON object kept with it, for --where")
         remember.add_argument("--no-embed", dest="embed", action="store_false",
                               help="give it no vector: recall by meaning never finds it")
+        _takes_window(remember, "default: since always, and still; a --key holder that began"
+                      " before --valid-from is kept, its window closed there")
         _takes_if_version(remember)
         remember.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
                               metavar="CHARACTERS", help=_HELP_MAX_TEXT)
@@ -9282,6 +9617,7 @@ class _Commands:
         revise.add_argument("text", metavar="TEXT")
         revise.add_argument("--source", required=True, help="where the correction came from")
         revise.add_argument("--ttl", type=_seconds, help="seconds until it expires (default never)")
+        _takes_window(revise, "default: the memory's own")
         _takes_if_version(revise)
         revise.add_argument("--max-text", type=_bounded_int(MAX_TEXT, _LONGEST_TEXT),
                             metavar="CHARACTERS", help=_HELP_MAX_TEXT)

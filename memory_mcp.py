@@ -93,6 +93,17 @@ _MCP_AS_OF: dict[str, Any] = {
     "type": "string", "maxLength": 64, "description": "an ISO 8601 time with a UTC offset:"
     " the memories as they read then (versions since superseded included where the store"
     " keeps history; forgotten ones never)"}
+# When a fact held in the world: data the model may give, never scope.
+_MCP_VALID_FROM: dict[str, Any] = {
+    "type": "string", "maxLength": 64, "description": "an ISO 8601 time with a UTC offset:"
+    " when the fact began to hold (default: always). With key, a fact that held under the"
+    " key from before is kept, its validity ended here (\"moved to Porto\")"}
+_MCP_VALID_TO: dict[str, Any] = {
+    "type": "string", "maxLength": 64, "description": "an ISO 8601 time with a UTC offset:"
+    " when the fact stopped holding (default: still holds)"}
+_MCP_VALID_AT: dict[str, Any] = {
+    "type": "string", "maxLength": 64, "description": "an ISO 8601 time with a UTC offset:"
+    " only the memories that held then (default: those that hold now; \"any\": whenever)"}
 
 
 def _mcp_object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
@@ -161,6 +172,8 @@ _MCP_TOOLS = {
             "if_version": {**_MCP_VERSION, "description": "with key: keep it only where the"
                            " key's memory is at this version (0: where the key holds none);"
                            " else an error saying the version it is at, and nothing kept"},
+            "valid_from": _MCP_VALID_FROM,
+            "valid_to": _MCP_VALID_TO,
         }, "text"),
         _mcp_object({"id": {"type": "integer"}}, "id"), False, False, False),
     "recall": _McpTool(
@@ -176,6 +189,7 @@ _MCP_TOOLS = {
                        " total at most this many characters (default: no bound)"},
             "where": _MCP_WHERE,
             "as_of": _MCP_AS_OF,
+            "valid_at": _MCP_VALID_AT,
         }, "query"),
         _mcp_object({"memories": _mcp_memories(Recalled)}, "memories"),
         True, False, True),
@@ -193,7 +207,9 @@ _MCP_TOOLS = {
                      "where": {**_MCP_WHERE, "description": _MCP_WHERE["description"]
                                + "; `total` counts those"},
                      "as_of": {**_MCP_AS_OF, "description": _MCP_AS_OF["description"]
-                               + "; `total` counts those"}}),
+                               + "; `total` counts those"},
+                     "valid_at": {**_MCP_VALID_AT, "description": _MCP_VALID_AT["description"]
+                                  + "; `total` counts those"}}),
         _mcp_object({"memories": _mcp_memories(Memory),
                      "total": {"type": "integer"}}, "memories", "total"), True, False,
         True),
@@ -204,7 +220,12 @@ _MCP_TOOLS = {
         _mcp_object({"memory_id": _MCP_MEMORY_ID,
                      "text": {"type": "string", "description": "the corrected fact"},
                      "if_version": {**_MCP_VERSION, "description": "only where the memory"
-                                    " is at this version (list_memories shows it)"}},
+                                    " is at this version (list_memories shows it)"},
+                     "valid_from": {**_MCP_VALID_FROM, "description": "when the fact began"
+                                    " to hold (default: as the memory says)"},
+                     "valid_to": {**_MCP_VALID_TO, "description": "when the fact stopped"
+                                  " holding: the memory is kept, and no longer recalled as"
+                                  " holding now (default: as the memory says)"}},
                     "memory_id", "text"),
         _mcp_object({"id": {"type": "integer"}}, "id"), False, True, False),
     "forget": _McpTool(
@@ -249,6 +270,9 @@ def _mcp_lines(heading: str, memories: list[dict[str, Any]]) -> str:
         keyed = "" if memory.get("key") is None else f", key {_mcp_quoted(memory['key'])}"
         if memory.get("metadata") is not None:
             keyed += f", metadata {_mcp_quoted_json(memory['metadata'])}"
+        if "valid_from" in memory:
+            keyed += (f", held from {memory['valid_from'] or 'always'}"
+                      f" until {memory['valid_to'] or 'now'}")
         lines.append(f"[{memory['id']}] {memory['level']}{scored}{keyed}, source"
                      f" {_mcp_quoted(memory['source'])}, {memory['created_at']}:"
                      f" {_mcp_quoted(memory['text'])}")
@@ -284,21 +308,23 @@ class _Tools:
 
     async def _remember(self, scope: Scope, client: str, text: Any, level: Any = "user",
                         source: Any = None, ttl_seconds: Any = None, key: Any = None,
-                        metadata: Any = None, if_version: Any = None
+                        metadata: Any = None, if_version: Any = None,
+                        valid_from: Any = None, valid_to: Any = None
                         ) -> tuple[dict[str, Any], str]:
         # Checked here too, so that its message names the argument as the model knows it.
         ttl = None if ttl_seconds is None else _check_seconds("ttl_seconds", ttl_seconds)
         kept = await self.store.remember(scope, level, text,
                                          client if source is None else source,
                                          ttl=ttl, dedupe=True, key=key, metadata=metadata,
-                                         if_version=if_version)
+                                         if_version=if_version, valid_from=valid_from,
+                                         valid_to=valid_to)
         return {"id": kept}, f"remembered as memory {kept}"
 
     async def _recall(self, scope: Scope, client: str, query: Any, limit: Any = _MCP_RECALLED,
-                      budget: Any = None, where: Any = None, as_of: Any = None
-                      ) -> tuple[dict[str, Any], str]:
+                      budget: Any = None, where: Any = None, as_of: Any = None,
+                      valid_at: Any = None) -> tuple[dict[str, Any], str]:
         found = await self.store.recall(scope, query, limit, budget=budget, where=where,
-                                        as_of=as_of)
+                                        as_of=as_of, valid_at=valid_at)
         shown: list[dict[str, Any]] = [dict(memory) for memory in found]
         if not shown:
             return {"memories": shown}, "no memory matches"
@@ -306,20 +332,22 @@ class _Tools:
             f"{len(shown)} memories recorded earlier, best first", shown)
 
     async def _list_memories(self, scope: Scope, client: str, after: Any = None,
-                             conversation: Any = None, where: Any = None, as_of: Any = None
-                             ) -> tuple[dict[str, Any], str]:
+                             conversation: Any = None, where: Any = None, as_of: Any = None,
+                             valid_at: Any = None) -> tuple[dict[str, Any], str]:
         if as_of is not None:
-            return await self._list_then(scope, after, conversation, where, as_of)
+            return await self._list_then(scope, after, conversation, where, as_of, valid_at)
         if after is not None:
             page = await self.store.memories(scope, after=after, limit=_MCP_LISTED,
-                                             conversation=conversation, where=where)
-            total = await self.store.count(scope, where=where) if conversation is None \
-                else len(await self.store.memories(scope, conversation=conversation,
-                                                   where=where))
+                                             conversation=conversation, where=where,
+                                             valid_at=valid_at)
+            total = await self.store.count(scope, where=where, valid_at=valid_at) \
+                if conversation is None else len(await self.store.memories(
+                    scope, conversation=conversation, where=where, valid_at=valid_at))
             shown: list[dict[str, Any]] = [dict(memory) for memory in page]
             counted = f"{len(shown)} of {total} memories, those after memory {after},"
         else:
-            every = await self.store.memories(scope, conversation=conversation, where=where)
+            every = await self.store.memories(scope, conversation=conversation, where=where,
+                                              valid_at=valid_at)
             shown, total = [dict(memory) for memory in every[-_MCP_LISTED:]], len(every)
             counted = (f"{total} memories" if len(shown) == total else
                        f"the newest {len(shown)} of {total} memories")
@@ -327,10 +355,10 @@ class _Tools:
                 _mcp_lines(f"{counted} recorded earlier, oldest first", shown))
 
     async def _list_then(self, scope: Scope, after: Any, conversation: Any, where: Any,
-                         as_of: Any) -> tuple[dict[str, Any], str]:
+                         as_of: Any, valid_at: Any) -> tuple[dict[str, Any], str]:
         """list_memories as_of: the memories then, read whole, counted and paged here."""
         every = await self.store.memories(scope, conversation=conversation, where=where,
-                                          as_of=as_of)
+                                          as_of=as_of, valid_at=valid_at)
         if after is None:
             shown = [dict(memory) for memory in every[-_MCP_LISTED:]]
         else:
@@ -340,9 +368,11 @@ class _Tools:
             f"{len(shown)} of {len(every)} memories as they read then, oldest first", shown))
 
     async def _revise(self, scope: Scope, client: str, memory_id: Any, text: Any,
-                      if_version: Any = None) -> tuple[dict[str, Any], str]:
+                      if_version: Any = None, valid_from: Any = None, valid_to: Any = None
+                      ) -> tuple[dict[str, Any], str]:
         revised = await self.store.revise(scope, memory_id, text, client,
-                                          if_version=if_version)
+                                          if_version=if_version, valid_from=valid_from,
+                                          valid_to=valid_to)
         if revised is None:
             raise MemoryInputError(_NOT_IN_SCOPE)
         return {"id": revised}, f"revised: the memory is now {revised}"

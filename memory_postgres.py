@@ -31,6 +31,7 @@ from memory import (
     _SQL_MATCHING,
     _SQL_SET_MATCHING,
     _SQL_USERS,
+    _SQLITE_ADD_VALIDITY,
     ConnectionLost,
     Matching,
     MemoryInputError,
@@ -67,7 +68,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 13
+POSTGRES_SCHEMA_VERSION = 14
 
 
 def _guarded(table: str) -> tuple[str, ...]:
@@ -153,7 +154,8 @@ _PG_POLICY = (
     " ','::text))) OR (current_setting('memory.operator'::text, true) = 'on'::text))")
 _PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY,
                     5: _PG_POLICY, 6: _PG_POLICY, 7: _PG_POLICY, 8: _PG_POLICY, 9: _PG_POLICY,
-                    10: _PG_POLICY, 11: _PG_POLICY, 12: _PG_POLICY, 13: _PG_POLICY}
+                    10: _PG_POLICY, 11: _PG_POLICY, 12: _PG_POLICY, 13: _PG_POLICY,
+                    14: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -260,6 +262,9 @@ _PG_INDEX_HISTORY = (
     "CREATE INDEX memory_history_keys ON memory_history (user_id, task_id, key)"
     " WHERE key IS NOT NULL",
 )
+# Version 14: the windows of validity, as SQLite's version 15 has them.
+_PG_ADD_VALIDITY = _SQLITE_ADD_VALIDITY
+
 # pgvector, where a superuser has installed it in the database (CREATE EXTENSION vector:
 # it is not a trusted extension, so the store never installs it): every vector is also a
 # row of memory_embeddings, so that a scope past the kept budget is scored on the server,
@@ -544,6 +549,12 @@ def _index_history(db: _PostgresSession) -> None:
         db._send(statement)
 
 
+def _add_validity(db: _PostgresSession) -> None:
+    """Version 13's memories and versions gain their windows of validity (none)."""
+    for statement in _PG_ADD_VALIDITY:
+        db._send(statement)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
@@ -557,6 +568,7 @@ POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (11, _add_receipts),
     (12, _add_history),
     (13, _index_history),
+    (14, _add_validity),
 ]
 
 

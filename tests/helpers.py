@@ -170,3 +170,10 @@ def served_answers(monkeypatch: Any) -> list[Any]:
         return answers[-1]
     monkeypatch.setattr(sessions, "served_vectors", counted)
     return answers
+
+
+# What a store written before windows of validity (SQLite's layout 15, PostgreSQL's
+# version 14) lacks, for the tests that take a store back to an earlier layout by hand.
+BEFORE_VALIDITY = ("DROP INDEX memories_valid_from", "DROP INDEX memories_valid_to",
+                   "ALTER TABLE memories DROP COLUMN valid_from",
+                   "ALTER TABLE memories DROP COLUMN valid_to")

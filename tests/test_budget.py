@@ -21,7 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, FIXTURES, TOUCHES_MEMORY_DATA, SetClock, served_answers
+from helpers import (
+    ALICE,
+    ALICE_WORK,
+    BEFORE_VALIDITY,
+    BOB,
+    FIXTURES,
+    TOUCHES_MEMORY_DATA,
+    SetClock,
+    served_answers,
+)
 from memory import MemoryStore, Scope
 from model import owner_connection
 
@@ -449,6 +458,8 @@ def test_a_version_6_postgres_database_seals_its_vectors_as_it_upgrades(
                              for scope in (ALICE, BOB) for level in ("user", "task")])
         before = [store.recall(scope, "jazz", 20, rank="meaning") for scope in (ALICE, BOB)]
     with owner_connection(url) as db:  # version 6, as its release made it
+        for statement in BEFORE_VALIDITY:
+            db.execute(statement)
         db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")
         db.execute("ALTER TABLE memories DROP COLUMN version")

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, SetClock
+from helpers import ALICE, ALICE_WORK, BEFORE_VALIDITY, BOB, SetClock
 from memory import MemoryInputError, MemoryStore, Scope
 from model import index_problems_at, owner_connection, transactions_left
 
@@ -104,7 +104,8 @@ def test_every_look_up_names_the_user_and_uses_the_key_index(tmp_path: pathlib.P
             f"EXPLAIN QUERY PLAN {memory._SQL_SAME_TEXT}", ("alice", "trip", "k")))
         assert "memories_text_key (user_id=? AND text_key=?)" in plan
         assert memory._SQL_SAME_TEXT.startswith(
-            "SELECT id, task_id, text, expires_at FROM memories WHERE user_id = ?")
+            "SELECT id, task_id, text, expires_at, valid_from, valid_to FROM memories"
+            " WHERE user_id = ?")
 
 
 def test_an_upgraded_sqlite_file_keys_its_old_memories(tmp_path: pathlib.Path) -> None:
@@ -112,8 +113,8 @@ def test_an_upgraded_sqlite_file_keys_its_old_memories(tmp_path: pathlib.Path) -
     with MemoryStore(path) as store:
         old = store.remember(ALICE, "user", "Alice likes jazz.", "s")
     db = sqlite3.connect(path)  # back to version 4's layout, as its release wrote it
-    db.executescript("DROP TABLE memory_history; DROP TABLE memory_receipts;"
-                     " ALTER TABLE memories DROP COLUMN version;"
+    db.executescript(";".join(BEFORE_VALIDITY) + "; DROP TABLE memory_history;"
+                     " DROP TABLE memory_receipts; ALTER TABLE memories DROP COLUMN version;"
                      " ALTER TABLE memory_counts DROP COLUMN weight;"
                      " DROP TABLE memory_fields; DROP INDEX memories_key;"
                      + "".join(f" ALTER TABLE memories DROP COLUMN {column};" for column
@@ -124,7 +125,7 @@ def test_an_upgraded_sqlite_file_keys_its_old_memories(tmp_path: pathlib.Path) -
                      " COLUMN text_key; PRAGMA user_version = 4;")
     db.close()
     with MemoryStore(path) as store:
-        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 14
+        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 15
         assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
 
 
@@ -133,6 +134,8 @@ def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
         old = store.remember(ALICE, "user", "Alice likes jazz.", "s")
         store.remember(Scope("bob", "trip"), "user", "Bob likes jazz.", "s")
     with owner_connection(url) as db:  # back to version 1, as its release made it
+        for statement in BEFORE_VALIDITY:
+            db.execute(statement)
         db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")
         db.execute("ALTER TABLE memories DROP COLUMN version")
@@ -149,7 +152,7 @@ def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
         db.execute("UPDATE store_settings SET value = '1' WHERE name = 'schema_version'")
     with MemoryStore(url) as store:
         postgres = importlib.import_module("memory_postgres")
-        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 13
+        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 14
         assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
         assert store.count(BOB) == 1
     with owner_connection(url) as db:

@@ -440,17 +440,23 @@ def test_a_stored_time_is_the_instant_it_names(moment: Any, spec: str) -> None:
 
 def superseded_everywhere(target: str, store: MemoryStore, clock: SetClock,
                           scope: Scope = ALICE, source: str = "talk/1") -> int:
-    """A keyed memory written three times and revised: three versions kept."""
-    store.remember(scope, "task", "Seat: aisle.", source, key="seat", metadata={"m": 1})
+    """A keyed memory written three times and revised: three versions kept, each with its
+    window of validity (the writes correct one another: from one time on)."""
+    since = "2026-01-01T00:00:00+00:00"
+    store.remember(scope, "task", "Seat: aisle.", source, key="seat", metadata={"m": 1},
+                   valid_from=since)
     clock.advance(1)
-    store.remember(scope, "task", "Seat: window.", source, key="seat", metadata={"m": 2})
+    store.remember(scope, "task", "Seat: window.", source, key="seat", metadata={"m": 2},
+                   valid_from=since, valid_to="2027-01-01T00:00:00+00:00")
     clock.advance(1)
     latest = store.remember(scope, "task", "Seat: front.", source, key="seat",
-                            metadata={"m": 3})
+                            metadata={"m": 3}, valid_from=since)
     clock.advance(1)
-    revised = store.revise(scope, latest, "Seat: front, left.", source)
+    revised = store.revise(scope, latest, "Seat: front, left.", source,
+                           valid_to="2028-01-01T00:00:00+00:00")
     assert revised is not None and len(store.history(scope, revised)) == 4
     assert rows_of_user(target, "memory_history", scope.user) == 3
+    assert all(version["valid_from"] for version in store.history(scope, revised))
     return revised
 
 

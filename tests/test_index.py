@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import memory
 from helpers import (
     ALICE,
+    BEFORE_VALIDITY,
     TOUCHES_MEMORY_DATA,
     WORD_RANKS,
     SetClock,
@@ -607,6 +608,8 @@ def test_an_upgrade_weighs_every_owner_and_indexes_those_its_weight_takes_over(
     postgres = target.startswith("postgresql://")
     with owner_connection(target) as db:  # as the release before the weights left it
         db.execute("DELETE FROM memory_words WHERE user_id = 'alice' AND task_id IS NULL")
+        for statement in BEFORE_VALIDITY:
+            db.execute(statement)
         db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")
         db.execute("ALTER TABLE memories DROP COLUMN version")

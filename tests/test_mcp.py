@@ -96,7 +96,8 @@ def test_five_tools_with_schemas_and_annotations_and_no_scope_argument(
         assert tool.input_schema["additionalProperties"] is False
         assert tool.output_schema is not None and tool.description
     assert set(tools["remember"].input_schema["properties"]) == {
-        "text", "level", "source", "ttl_seconds", "key", "metadata", "if_version"}
+        "text", "level", "source", "ttl_seconds", "key", "metadata", "if_version",
+        "valid_from", "valid_to"}
     for name in ("recall", "list_memories"):
         assert tools[name].input_schema["properties"]["where"]["type"] == "object"
     assert tools["remember"].input_schema["properties"]["level"]["enum"] == list(LEVELS)
@@ -157,6 +158,41 @@ def test_round_trip_with_structured_results(target: str, tmp_path: pathlib.Path)
     log = (tmp_path / "log").read_text()
     assert "remembered 1 memories" in log  # the log is on, and it holds no text
     assert "oat milk" not in log and "Lisbon" not in log and "black" not in log
+
+
+def test_a_model_says_when_a_fact_held_and_reads_what_held_then(
+        target: str, tmp_path: pathlib.Path) -> None:
+    january = "2025-01-15T12:00:00+00:00"
+
+    async def session() -> None:
+        async with serving(tmp_path / "log", target, "--user", "alice", "--task", "trip") as s:
+            lisbon = (await call(s, "remember", text="Alice lives in Lisbon", key="home",
+                                 valid_from="2019-03-01T00:00:00+00:00"))["id"]
+            porto = (await call(s, "remember", text="Alice lives in Porto", key="home",
+                                valid_from="2025-06-01T00:00:00+00:00"))["id"]
+            now = await call(s, "recall", query="where does Alice live")
+            assert [m["id"] for m in now["memories"]] == [porto]
+            then = await call(s, "recall", query="where does Alice live", valid_at=january)
+            assert [(m["id"], m["valid_to"]) for m in then["memories"]] == [
+                (lisbon, "2025-06-01T00:00:00.000000+00:00")]
+            result = await s.call_tool("recall", {"query": "Alice", "valid_at": january})
+            assert "held from 2019-03-01T00:00:00.000000+00:00 until 2025-06-01" in (
+                result.content[0].text)  # type: ignore[union-attr]
+            listed = await call(s, "list_memories", valid_at="any")
+            assert ([m["id"] for m in listed["memories"]], listed["total"]) == (
+                [lisbon, porto], 2)
+            ended = (await call(s, "revise", memory_id=porto, text="Alice lived in Porto",
+                                valid_to="2026-01-01T00:00:00+00:00"))["id"]
+            assert (await call(s, "list_memories")) == {"memories": [], "total": 0}
+            assert [m["id"] for m in (await call(s, "list_memories", after=0, valid_at="any")
+                                      )["memories"]] == [lisbon, ended]
+            assert "no UTC offset" in await refused(s, "remember", text="x",
+                                                    valid_from="2025-06-01T00:00:00")
+            assert "valid_at" in await refused(s, "recall", query="x", valid_at="soon")
+
+    run(session())
+    with MemoryStore(target, read_only=True) as store:
+        assert store.count(Scope("alice", "trip"), valid_at="any") == 2
 
 
 def test_the_scope_is_fixed_at_launch(target: str, tmp_path: pathlib.Path) -> None:

@@ -74,7 +74,8 @@ def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Pa
         shown = store.get(ALICE, memory_id)
         (record,) = store.export_user("alice")
         keyed_id = store.remember(BOB, "user", "Bob's hotel key.", "s", key="hotel",
-                                  metadata={"kind": "travel"}, embed=False)
+                                  metadata={"kind": "travel"}, embed=False,
+                                  valid_from="2026-01-01T00:00:00+00:00")
         keyed, (keyed_recalled,) = store.get(BOB, keyed_id), store.recall(BOB, "key")
         (keyed_record,) = [r for r in store.export_user("bob") if r["id"] == keyed_id]
         (version,) = store.history(BOB, keyed_id)
@@ -83,16 +84,17 @@ def test_the_typed_dicts_name_exactly_the_keys_calls_return(tmp_path: pathlib.Pa
         reranked = store.recall(BOB, "lisbon hotel", explain=True, context=True,
                                 rank="hybrid")[0]
     assert shown is not None and keyed is not None
-    # A memory with a key or metadata has the optional keys too; one without, none; a
-    # version of history has superseded_at as well.
-    optional = [*typing.get_type_hints(memory._Keyed), "superseded_at"]
+    # A memory with a key or metadata has the optional keys too, one with a window its
+    # ends; one without, none; a version of history has superseded_at as well.
+    optional = [*typing.get_type_hints(memory._Keyed), *typing.get_type_hints(memory._Window),
+                "superseded_at"]
     assert list(version) == list(typing.get_type_hints(memory.Memory))
     assert list(keyed) == list(typing.get_type_hints(memory.Memory))[:-1]
     assert list(keyed_recalled) == [key for key in typing.get_type_hints(memory.Recalled)
                                     if key != "why"]
     # A record has `embed` or `vectors` (what its vectors come from), never both.
     assert list(keyed_record) == [key for key in typing.get_type_hints(memory.Record)
-                                  if key not in ("vectors", "history")]
+                                  if key not in ("vectors", "history", "past_holder")]
     fields = [key for key in typing.get_type_hints(memory.Recalled) if key not in optional]
     assert list(recalled) == [key for key in fields if key in memory.Recalled.__required_keys__]
     why = list(typing.get_type_hints(memory.Why))
