@@ -176,4 +176,6 @@ def served_answers(monkeypatch: Any) -> list[Any]:
 # version 14) lacks, for the tests that take a store back to an earlier layout by hand.
 BEFORE_VALIDITY = ("DROP INDEX memories_valid_from", "DROP INDEX memories_valid_to",
                    "ALTER TABLE memories DROP COLUMN valid_from",
-                   "ALTER TABLE memories DROP COLUMN valid_to")
+                   "ALTER TABLE memories DROP COLUMN valid_to",
+                   "ALTER TABLE memory_history DROP COLUMN valid_from",
+                   "ALTER TABLE memory_history DROP COLUMN valid_to")

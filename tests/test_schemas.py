@@ -239,3 +239,23 @@ def test_a_version_13_file_keeps_its_history_and_an_older_one_gains_the_table(
     with MemoryStore(path, history=True) as store:  # upgraded, it keeps them
         store.remember(dana, "task", "Dana's seat: front.", "s", key="seat")
         assert [v["version"] for v in store.history(dana, key="seat")] == [3, 4]
+
+
+def test_a_version_15_file_reads_its_windows_and_an_older_one_reads_none(
+        tmp_path: pathlib.Path) -> None:
+    path, recorded = release("version-15-7b4e0a8", tmp_path)
+    frank = Scope("frank", "trip")
+    with MemoryStore(path, read_only=True) as reader:
+        for when, texts in recorded["valid"].items():
+            assert [m["text"] for m in reader.memories(frank, valid_at=when)] == texts
+        for when, text in recorded["valid_keyed"].items():
+            found = reader.get(frank, key="home", valid_at=when)
+            assert found is not None and found["text"] == text
+    path, _ = release("version-14-234b111", tmp_path)
+    with MemoryStore(path, read_only=True) as reader:  # read as it is: no window
+        dana = Scope("dana", "trip")
+        every = reader.memories(dana, valid_at="any")
+        assert every and every == reader.memories(dana) == reader.memories(
+            dana, valid_at="1999-01-01T00:00:00+00:00")
+        assert not any("valid_from" in m for m in every)
+        assert reader.history(dana, key="seat")[0]["superseded_at"] is not None

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 import memory
-from helpers import ALICE, ALICE_WORK, BOB, TOUCHES_MEMORY_DATA, SetClock, cli, file_bytes
+from helpers import (ALICE, ALICE_WORK, BEFORE_VALIDITY, BOB, TOUCHES_MEMORY_DATA, SetClock, cli,
+                     file_bytes)
 from memory import MemoryInputError, MemoryStore, Scope, VersionConflict
+from model import owner_connection
 
 LISBON_FROM = "2019-03-01T00:00:00+00:00"
 MOVED = "2025-06-01T00:00:00+01:00"  # 2025-05-31T23:00Z
@@ -402,3 +404,35 @@ def test_the_command_line_writes_and_reads_windows(tmp_path: pathlib.Path) -> No
     refused = cli("remember", path, *scope, "--valid-from", "2025-06-01", "x")
     assert refused.returncode != 0 and "valid_from" in refused.stderr
     assert listed("--valid-at", "any") == ["Alice lives in Lisbon.", "Alice lives in Porto."]
+
+
+def test_a_postgres_database_of_version_13_gains_windows_in_one_transaction(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    postgres = pytest.importorskip("memory_postgres")
+    with MemoryStore(url) as store:
+        kept = store.remember(ALICE, "user", "Alice likes jazz.", "s", key="music")
+    with owner_connection(url) as db:  # version 13, as its release made it
+        for statement in BEFORE_VALIDITY:
+            db.execute(statement)
+        db.execute("UPDATE store_settings SET value = '13' WHERE name = 'schema_version'")
+
+    def failing(db: Any) -> None:
+        postgres._add_validity(db)
+        raise memory.StoreError("disk full (simulated)")
+
+    steps = [(target, failing if target == 14 else step)
+             for target, step in postgres.POSTGRES_MIGRATIONS]
+    monkeypatch.setattr(postgres, "POSTGRES_MIGRATIONS", steps)
+    with pytest.raises(memory.StoreError, match="simulated"):
+        MemoryStore(url)
+    monkeypatch.undo()
+    with owner_connection(url) as db:  # the step's columns rolled back with it
+        assert db.execute("SELECT count(*) FROM information_schema.columns WHERE"
+                          " column_name = 'valid_from'").fetchone() == (0,)
+    with MemoryStore(url) as store:
+        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 14
+        assert "valid_from" not in cast_memory(store.get(ALICE, key="music"))
+        store.remember(ALICE, "user", "Alice likes fado.", "s", key="music",
+                       valid_from="2026-01-01T00:00:00Z")
+        assert cast_memory(store.get(ALICE, kept, valid_at="2025-01-01T00:00:00Z"))[
+            "text"] == "Alice likes jazz."
