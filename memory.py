@@ -8608,9 +8608,10 @@ class MemoryStore:
                key: str | None = None, if_version: int | None = None,
                operation: str | tuple[str, str] | None = None) -> bool:
         """Delete the memory (or the one holding `key`, as get finds it, with the key's
-        earlier holders of its owner) if the scope can see it. False for any id or key it cannot see, whether unknown, another task's,
-        another user's or expired: all answer alike. With `if_version`, only where the
-        memory is at that version: else VersionConflict, and nothing is deleted."""
+        earlier holders of its owner) if the scope can see it. False for any id or key it
+        cannot see, whether unknown, another task's, another user's or expired: all answer
+        alike. With `if_version`, only where the memory is at that version: else
+        VersionConflict, and nothing is deleted."""
         scope = _check_scope(scope)
         select, arguments = _by_id_or_key(scope, memory_id, key)
         if key is not None:  # the key's earlier holders go with it

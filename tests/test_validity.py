@@ -15,8 +15,16 @@ from typing import Any
 import pytest
 
 import memory
-from helpers import (ALICE, ALICE_WORK, BEFORE_VALIDITY, BOB, TOUCHES_MEMORY_DATA, SetClock, cli,
-                     file_bytes)
+from helpers import (
+    ALICE,
+    ALICE_WORK,
+    BEFORE_VALIDITY,
+    BOB,
+    TOUCHES_MEMORY_DATA,
+    SetClock,
+    cli,
+    file_bytes,
+)
 from memory import MemoryInputError, MemoryStore, Scope, VersionConflict
 from model import owner_connection
 
