@@ -460,3 +460,23 @@ def test_a_value_the_store_cannot_hold_is_a_value_error_and_writes_nothing(
     with pytest.raises(ValueError):
         lg.batch([PutOp(("n",), "ok", {"v": 1}), PutOp(("n",), "bad", value)])
     assert lg.search(("n",)) == []
+
+
+def test_an_item_whose_window_was_closed_elsewhere_is_read_no_more(target: str,
+                                                                   clock: SetClock) -> None:
+    """LangGraph's items have no window of validity: the adapter reads what is valid now,
+    so an item's memory that the library (or MCP) ended is no longer an item."""
+    with MemoryStore(target, clock=clock) as shared:
+        lg = LangGraphStore(shared, user="alice")
+        lg.put(("prefs",), "home", {"text": "Alice lives in Lisbon"})
+        lg.put(("prefs",), "drink", {"text": "tea"})
+        scope = Scope("alice", "langgraph")
+        (held,) = [m for m in shared.memories(scope) if "Lisbon" in m["text"]]
+        ended = shared.revise(scope, held["id"], held["text"], held["source"],
+                              valid_to="2025-06-01T00:00:00+00:00")
+        assert ended is not None
+        assert lg.get(("prefs",), "home") is None
+        assert [i.key for i in lg.search(("prefs",))] == ["drink"]
+        assert [i.key for i in lg.search(("prefs",), query="Lisbon tea")] == ["drink"]
+        kept = shared.get(scope, ended, valid_at="2025-01-01T00:00:00+00:00")
+        assert kept is not None and kept["text"] == "Alice lives in Lisbon"
