@@ -1267,8 +1267,6 @@ _SQL_INSERT_POSTINGS = _sql(
 _SQL_VISIBLE = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} ORDER BY id")
 # A page of them: after an id, at most so many (enough more that the expired among them,
 # which the caller leaves out, cannot make the page short).
-_SQL_VISIBLE_PAGE = _sql(
-    f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id > ? ORDER BY id LIMIT ?")
 _SQL_VISIBLE_ID = _sql(f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE} AND id = ?")
 # What a memory was embedded from, and its vectors: what a revise keeping its text keeps.
 _SQL_EMBEDDED_AS = _sql(f"SELECT embed, {_ITS_VECTOR} FROM memories {_IN_SCOPE} AND id = ?")
@@ -1385,6 +1383,10 @@ def _of_owner(user: str, task: str | None, of_user: _Sql, of_task: _Sql
 _OWNER_DOWN = (f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = ? AND task_id {{task}}"
                " AND id > ? AND id < ? ORDER BY id DESC LIMIT ?")
 _SQL_OWNER_DOWN, _SQL_TASK_DOWN = _owner_forms(_OWNER_DOWN, _in_owner_order(_OWNER_DOWN))
+# And its oldest up from one: the scope's two owners read together were read whole and
+# sorted (SQLite through the conversation index, PostgreSQL a BitmapOr).
+_OWNER_UP = _OWNER_DOWN.replace(" DESC", "")
+_SQL_OWNER_UP, _SQL_TASK_UP = _owner_forms(_OWNER_UP, _in_owner_order(_OWNER_UP))
 # What an as-of page walks leaves out of its runs, of the rows that cannot have been live
 # at the instant: expired by then, or (a time in the system clock's form, UTC to the
 # second, whose text orders as its instant does) written after it or superseded by it.
@@ -1474,15 +1476,32 @@ def _past_keys(op: str) -> tuple[_Sql, _Sql]:
 _PAST_KEYS = {False: _past_keys(">="), True: _past_keys(">")}  # by whether strict
 
 
-def _newest_down(db: _Session, key: _ScopeKey, after: int, before: int,
-                 most: int) -> list[tuple[Any, ...]]:
-    """The scope's `most` newest memories between two ids, newest first: each owner's
-    read down its own range of the index, the two merged."""
+def _valid_run(read: Callable[[int], list[tuple[Any, ...]]], most: int | None,
+               expired: set[int], valid: str | None) -> list[_MemoryRow]:
+    """The rows a read of its first so many gives (read(n)), but those `expired` and those
+    not valid at `valid`, as many as `most` asks (None: all): read again, four times as
+    many, while too few were left, so that it costs the rows it passes over."""
+    asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
+    while True:
+        rows = read(asked)
+        kept = [row for row in map(_MemoryRow._make, rows)
+                if row.id not in expired and row.valid_at(valid)]
+        if most is None or len(kept) >= most or len(rows) < asked or asked == _MAX_ID:
+            return kept
+        asked = min(_MAX_ID, 4 * asked)
+
+
+def _along_owners(db: _Session, key: _ScopeKey, after: int, before: int,
+                 most: int, newest: bool = True) -> list[tuple[Any, ...]]:
+    """The scope's `most` newest memories between two ids, newest first (or, not
+    `newest`, its oldest, oldest first): each owner's read along its own range of the
+    index, the two merged."""
     rows: list[tuple[Any, ...]] = []
     for task in (None, key.task):
-        sql, owner = _of_owner(key.user, task, _SQL_OWNER_DOWN, _SQL_TASK_DOWN)
+        sql, owner = _of_owner(key.user, task, *((_SQL_OWNER_DOWN, _SQL_TASK_DOWN) if newest
+                                                 else (_SQL_OWNER_UP, _SQL_TASK_UP)))
         rows += db.execute(sql, (*owner, after, before, most)).fetchall()
-    rows.sort(key=operator.itemgetter(0), reverse=True)
+    rows.sort(key=operator.itemgetter(0), reverse=newest)
     return rows[:most]
 
 
@@ -6425,10 +6444,12 @@ class _Time(_Part):
             select, arguments = _SQL_VISIBLE_KEY_HOLDERS, (*arguments,
                                                           arguments[-1] + _PAST_KEYS_END)
         with self._store._snapshot({scope.user}) as db:
-            expired = self.unseen(db, key, valid_at)
+            # Its windows told by its rows, not the scope's every closed one.
+            expired = _expired_of(db, key, self.expiry_instant(db, key))
+            valid = self.valid_instant(db, key, valid_at)
             rows = db.execute(select, arguments).fetchall()
-        return next((_MemoryRow(*row).memory() for row in rows
-                     if row[0] not in expired), None)
+        return next((row.memory() for row in map(_MemoryRow._make, rows)
+                     if row.id not in expired and row.valid_at(valid)), None)
 
     def _one_then(self, scope: Scope, select: str, arguments: tuple[Any, ...], by_id: bool,
                   instant: str, valid_at: str | None) -> Memory | None:
@@ -7464,7 +7485,12 @@ class _Planner(_Part):
              ) -> list[Memory]:
         """The live memories of the scope on `page` valid at `valid_at` (see
         MemoryStore.memories)."""
-        expired = self._store._time.unseen(db, key, valid_at)
+        time = self._store._time
+        now, valid = time.expiry_instant(db, key), time.valid_instant(db, key, valid_at)
+        if page.conditions is not None:  # a filter's reads leave out the ids given
+            expired, valid = time.ask_unseen(db, key, now, valid)(), None
+        else:  # windows told by each row read, not the scope's every closed one
+            expired = _expired_of(db, key, now)
         first, below, most, talk = page.after, page.before, page.limit, page.conversation
         if page.newest_first or page.down or page.conditions is not None:
             rarest = walked = None
@@ -7480,32 +7506,24 @@ class _Planner(_Part):
                 rows = self.visible_where(db, key, page.conditions, expired,
                                           None if talk is not None else page, rarest)
             else:
-                asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
-                if talk is not None and db.has_conversations:  # its page from its index
-                    found = db.execute(_SQL_CONVERSATION_DOWN if page.newest_first
-                                       else _SQL_CONVERSATION_BETWEEN,
-                                       (*key, talk, first, below, asked))
-                elif page.newest_first and talk is None:
-                    found = _newest_down(db, key, first, below, asked)
-                else:  # an older file's conversations are told apart below, uncut
-                    found = db.execute(
-                        _SQL_VISIBLE_DOWN if page.newest_first else _SQL_VISIBLE_BETWEEN,
-                        (*key, first, below, _MAX_ID if talk is not None else asked))
-                rows = [_MemoryRow(*row) for row in found if row[0] not in expired]
+                rows = _valid_run(self._down_or_between(db, key, page), most, expired, valid)
             found = [row.memory() for row in rows if first < row.id < below and (
                 talk is None or _conversation_of(row.source) == talk)]
             if page.newest_first:
                 found.sort(key=operator.itemgetter("id"), reverse=True)
             return found if most is None else found[:most]
-        asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
         older = not db.has_conversations  # a file from before them, read as it is
-        if talk is not None and not older:
-            rows = db.execute(_SQL_VISIBLE_CONVERSATION, (*key, talk, first, asked)).fetchall()
-        elif talk is None and page.paged:
-            rows = db.execute(_SQL_VISIBLE_PAGE, (*key, first, asked)).fetchall()
-        else:  # every memory of the scope, those of an older file filtered below
-            rows = db.execute(_SQL_VISIBLE, key).fetchall()
-        found = [_MemoryRow(*row).memory() for row in rows if row[0] not in expired]
+
+        def read(asked: int) -> list[tuple[Any, ...]]:
+            if talk is not None and not older:
+                return db.execute(_SQL_VISIBLE_CONVERSATION, (*key, talk, first, asked)
+                                  ).fetchall()
+            if talk is None and page.paged:
+                return _along_owners(db, key, first, _MAX_ID, asked, newest=False)
+            # every memory of the scope, those of an older file filtered below
+            return db.execute(_SQL_VISIBLE, key).fetchall()
+
+        found = [row.memory() for row in _valid_run(read, most, expired, valid)]
         if talk is not None and older:
             found = [memory for memory in found if memory["id"] > first
                      and _conversation_of(memory["source"]) == talk]
@@ -7533,6 +7551,26 @@ class _Planner(_Part):
                          if row.id not in expired)
         return _by_key(found, most, conditions)
 
+    @staticmethod
+    def _down_or_between(db: _Session, key: _ScopeKey, page: _Page
+                         ) -> Callable[[int], list[tuple[Any, ...]]]:
+        """The read of a page down (newest first) or between its bounds, of its first so
+        many rows."""
+        first, below, talk = page.after, page.before, page.conversation
+
+        def read(asked: int) -> list[tuple[Any, ...]]:
+            if talk is not None and db.has_conversations:  # its page from its index
+                return db.execute(_SQL_CONVERSATION_DOWN if page.newest_first
+                                  else _SQL_CONVERSATION_BETWEEN,
+                                  (*key, talk, first, below, asked)).fetchall()
+            if page.newest_first and talk is None:
+                return _along_owners(db, key, first, below, asked)
+            # an older file's conversations are told apart below, uncut
+            return db.execute(
+                _SQL_VISIBLE_DOWN if page.newest_first else _SQL_VISIBLE_BETWEEN,
+                (*key, first, below, _MAX_ID if talk is not None else asked)).fetchall()
+        return read
+
     def _walked(self, db: _Session, key: _ScopeKey, page: _Page,
                 expired: set[int]) -> list[Memory] | None:
         """A filtered page, newest first, read down the scope's newest memories a few times
@@ -7544,7 +7582,7 @@ class _Planner(_Part):
         admits = _admitting(page.conditions)
         below, asked = page.before, _WALKED_PAGES * page.limit
         for _ in range(_WALKS):
-            rows = _newest_down(db, key, page.after, below, min(_MAX_ID, asked))
+            rows = _along_owners(db, key, page.after, below, min(_MAX_ID, asked))
             found += [row for row in map(_MemoryRow._make, rows) if row.id not in expired
                       and admits(row)]
             if len(found) >= page.limit or len(rows) < asked:

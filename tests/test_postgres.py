@@ -614,6 +614,8 @@ def test_as_of_reads_walk_their_owner_s_index_before_statistics(url: str) -> Non
         reads = [(memory._SQL_OWNER_THEN_UP, ("alice", *run, 32)),
                  (memory._SQL_OWNER_THEN_DOWN, ("alice", *run, 32)),
                  (memory._SQL_OWNER_DOWN, ("alice", *every, 20)),
+                 (memory._SQL_OWNER_UP, ("alice", *every, 20)),
+                 (memory._SQL_TASK_UP, ("alice", "trip", *every, 20)),
                  (memory._SQL_OWNER_PAST_UP, ("alice", *run, instant[:19], now, 32, "alice")),
                  (memory._SQL_OWNER_PAST_DOWN, ("alice", *run, instant[:19], now, 32, "alice")),
                  (memory._SQL_TASK_PAST_UP, ("alice", "trip", *run, instant[:19], now, 32,

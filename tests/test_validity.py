@@ -444,3 +444,20 @@ def test_a_postgres_database_of_version_13_gains_windows_in_one_transaction(
                        valid_from="2026-01-01T00:00:00Z")
         assert cast_memory(store.get(ALICE, kept, valid_at="2025-01-01T00:00:00Z"))[
             "text"] == "Alice likes jazz."
+
+
+def test_a_page_reads_past_closed_windows_until_it_is_full(store: MemoryStore) -> None:
+    closed = {"valid_from": "2020-01-01T00:00:00Z", "valid_to": "2021-01-01T00:00:00Z"}
+    ids = store.remember_many([{"scope": ALICE, "level": "user" if n % 2 else "task",
+                                "text": f"note {n}", "source": f"talk/{n}",
+                                **(closed if 5 <= n < 95 else {})} for n in range(100)])
+    valid = ids[:5] + ids[95:]
+    assert [m["id"] for m in store.memories(ALICE, limit=8)] == valid[:8]
+    assert [m["id"] for m in store.memories(ALICE, after=ids[2], limit=4)] == valid[3:7]
+    assert [m["id"] for m in store.memories(ALICE, newest_first=True, limit=8)] == (
+        valid[::-1][:8])
+    assert [m["id"] for m in store.memories(ALICE, conversation="talk", limit=7)] == valid[:7]
+    assert [m["id"] for m in store.memories(ALICE, limit=3, valid_at="2020-06-01T00:00:00Z")
+            ] == [*valid[:3]]
+    assert [m["id"] for m in store.memories(ALICE, after=ids[4], limit=3,
+                                            valid_at="2020-06-01T00:00:00Z")] == ids[5:8]
