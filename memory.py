@@ -7516,12 +7516,12 @@ class _Planner(_Part):
 
         def read(asked: int) -> list[tuple[Any, ...]]:
             if talk is not None and not older:
-                return db.execute(_SQL_VISIBLE_CONVERSATION, (*key, talk, first, asked)
-                                  ).fetchall()
+                return list(db.execute(_SQL_VISIBLE_CONVERSATION,
+                                       (*key, talk, first, asked)).fetchall())
             if talk is None and page.paged:
                 return _along_owners(db, key, first, _MAX_ID, asked, newest=False)
             # every memory of the scope, those of an older file filtered below
-            return db.execute(_SQL_VISIBLE, key).fetchall()
+            return list(db.execute(_SQL_VISIBLE, key).fetchall())
 
         found = [row.memory() for row in _valid_run(read, most, expired, valid)]
         if talk is not None and older:
@@ -7560,15 +7560,15 @@ class _Planner(_Part):
 
         def read(asked: int) -> list[tuple[Any, ...]]:
             if talk is not None and db.has_conversations:  # its page from its index
-                return db.execute(_SQL_CONVERSATION_DOWN if page.newest_first
-                                  else _SQL_CONVERSATION_BETWEEN,
-                                  (*key, talk, first, below, asked)).fetchall()
+                return list(db.execute(_SQL_CONVERSATION_DOWN if page.newest_first
+                                       else _SQL_CONVERSATION_BETWEEN,
+                                       (*key, talk, first, below, asked)).fetchall())
             if page.newest_first and talk is None:
                 return _along_owners(db, key, first, below, asked)
             # an older file's conversations are told apart below, uncut
-            return db.execute(
+            return list(db.execute(
                 _SQL_VISIBLE_DOWN if page.newest_first else _SQL_VISIBLE_BETWEEN,
-                (*key, first, below, _MAX_ID if talk is not None else asked)).fetchall()
+                (*key, first, below, _MAX_ID if talk is not None else asked)).fetchall())
         return read
 
     def _walked(self, db: _Session, key: _ScopeKey, page: _Page,
