@@ -1476,19 +1476,25 @@ def _past_keys(op: str) -> tuple[_Sql, _Sql]:
 _PAST_KEYS = {False: _past_keys(">="), True: _past_keys(">")}  # by whether strict
 
 
-def _valid_run(read: Callable[[int], list[tuple[Any, ...]]], most: int | None,
-               expired: set[int], valid: str | None) -> list[_MemoryRow]:
-    """The rows a read of its first so many gives (read(n)), but those `expired` and those
-    not valid at `valid`, as many as `most` asks (None: all): read again, four times as
-    many, while too few were left, so that it costs the rows it passes over."""
+# A page's read of its next so many rows after the last it read (None: from its start).
+_PageRead = Callable[[int, int | None], list[tuple[Any, ...]]]
+
+
+def _valid_run(read: _PageRead, most: int | None, expired: set[int], valid: str | None
+               ) -> list[_MemoryRow]:
+    """The rows a page's reads give, but those `expired` and those not valid at `valid`,
+    as many as `most` asks (None: all): read on past the last, twice as many each time,
+    while too few were left, so that it costs the rows it passes over."""
     asked = _MAX_ID if most is None else min(_MAX_ID, most + len(expired))
+    kept: list[_MemoryRow] = []
+    last = None
     while True:
-        rows = read(asked)
-        kept = [row for row in map(_MemoryRow._make, rows)
-                if row.id not in expired and row.valid_at(valid)]
-        if most is None or len(kept) >= most or len(rows) < asked or asked == _MAX_ID:
+        rows = read(asked, last)
+        kept += [row for row in map(_MemoryRow._make, rows)
+                 if row.id not in expired and row.valid_at(valid)]
+        if most is None or len(kept) >= most or len(rows) < asked:
             return kept
-        asked = min(_MAX_ID, 4 * asked)
+        last, asked = rows[-1][0], min(_MAX_ID, 2 * asked)
 
 
 def _along_owners(db: _Session, key: _ScopeKey, after: int, before: int,
@@ -7514,12 +7520,13 @@ class _Planner(_Part):
             return found if most is None else found[:most]
         older = not db.has_conversations  # a file from before them, read as it is
 
-        def read(asked: int) -> list[tuple[Any, ...]]:
+        def read(asked: int, last: int | None) -> list[tuple[Any, ...]]:
+            after = first if last is None else last
             if talk is not None and not older:
                 return list(db.execute(_SQL_VISIBLE_CONVERSATION,
-                                       (*key, talk, first, asked)).fetchall())
+                                       (*key, talk, after, asked)).fetchall())
             if talk is None and page.paged:
-                return _along_owners(db, key, first, _MAX_ID, asked, newest=False)
+                return _along_owners(db, key, after, _MAX_ID, asked, newest=False)
             # every memory of the scope, those of an older file filtered below
             return list(db.execute(_SQL_VISIBLE, key).fetchall())
 
@@ -7552,13 +7559,14 @@ class _Planner(_Part):
         return _by_key(found, most, conditions)
 
     @staticmethod
-    def _down_or_between(db: _Session, key: _ScopeKey, page: _Page
-                         ) -> Callable[[int], list[tuple[Any, ...]]]:
-        """The read of a page down (newest first) or between its bounds, of its first so
-        many rows."""
-        first, below, talk = page.after, page.before, page.conversation
+    def _down_or_between(db: _Session, key: _ScopeKey, page: _Page) -> _PageRead:
+        """The reads of a page down (newest first) or between its bounds."""
+        talk = page.conversation
 
-        def read(asked: int) -> list[tuple[Any, ...]]:
+        def read(asked: int, last: int | None) -> list[tuple[Any, ...]]:
+            first, below = page.after, page.before
+            if last is not None:
+                first, below = (first, last) if page.newest_first else (last, below)
             if talk is not None and db.has_conversations:  # its page from its index
                 return list(db.execute(_SQL_CONVERSATION_DOWN if page.newest_first
                                        else _SQL_CONVERSATION_BETWEEN,
