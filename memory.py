@@ -1020,10 +1020,13 @@ _SQL_EXPIRED = _sql(
     f" {_IN_SCOPE_PG} AND expires_at <= %s")
 # The scope's memories a read at a time leaves out: expired, or whose windows leave the
 # time out (closed by then, or not open yet); a range of each of the three indexes, their
-# ids returned as _SQL_EXPIRED returns its own, or counted.
+# ids returned as _SQL_EXPIRED returns its own, or counted. Each window's range is bounded
+# on both sides (every end is an instant's text, a digit first): PostgreSQL, before it has
+# statistics, takes a one-sided range for a third of the index and read the scope's every
+# row instead (40 ms at 100,000 memories), where a closed range is a few of its entries.
 _UNSEEN = (f"SELECT id FROM memories {_IN_SCOPE} AND expires_at <= ? UNION SELECT id FROM"
-           f" memories {_IN_SCOPE} AND valid_to <= ? UNION SELECT id FROM memories {_IN_SCOPE}"
-           " AND valid_from > ?")
+           f" memories {_IN_SCOPE} AND valid_to > '' AND valid_to <= ? UNION SELECT id FROM"
+           f" memories {_IN_SCOPE} AND valid_from > ? AND valid_from < 'A'")
 _SQL_UNSEEN = _sql(
     f"SELECT json_group_array(id) FROM ({_UNSEEN})",
     postgresql="SELECT coalesce(json_agg(id), '[]')::text FROM ("
