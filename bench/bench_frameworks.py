@@ -74,6 +74,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+import timing  # noqa: E402
+
 import memory  # noqa: E402
 from tables import format_table  # noqa: E402
 
@@ -93,12 +95,7 @@ def value(chooser: random.Random, n: int) -> dict[str, Any]:
 
 
 def p50_ms(call: Callable[[], object], repeat: int = CALLS) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+    return timing.p50_ms(call, repeat)
 
 
 async def p50_ms_async(call: Callable[[], Any], repeat: int = CALLS) -> float:

@@ -45,15 +45,15 @@ import platform
 import random
 import statistics
 import sys
-import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from timing import p50_ms, store_engines  # noqa: E402
 
 import memory  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
@@ -76,15 +76,6 @@ def rows(size: int) -> Iterator[tuple[Any, ...]]:
         namespace = "target" if n % 100 == 0 else f"ns-{n % 100}"
         yield (USER, "user", " ".join(draw(chooser.randint(8, 20))), f"c{n // 20}/t{n}",
                None, None, {"ns": namespace, "n": (n * 7919) % 1000})
-
-
-def p50_ms(call: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
 
 
 def filters(location: str, size: int, engine: str) -> list[dict[str, Any]]:
@@ -281,16 +272,8 @@ def main() -> None:
     parser.add_argument("--versions-only", action="store_true")
     parser.add_argument("--history-only", action="store_true")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="memory-bench-records-"))
-    files = (str(folder / f"{n}.db") for n in itertools.count())
-    engines: list[tuple[str, Callable[[], str]]] = [("SQLite", lambda: next(files))]
-    server = None
-    if not args.sqlite_only:
-        from pg_server import bench_server
-        server = bench_server()
-        engines.append(("PostgreSQL", server.new_database))
     print(f"memory.py {memory.__version__}, Python {platform.python_version()}")
-    try:
+    with store_engines(args.sqlite_only, "memory-bench-records-") as engines:
         if args.versions_only:
             table = [row for name, where in engines for row in versions(where, name)]
             print(f"\nVersions and receipts\n\n{format_table(table)}")
@@ -315,9 +298,6 @@ def main() -> None:
                   "History": [row for name, where in engines for row in history(where, name)]}
         for title, table in tables.items():
             print(f"\n{title}\n\n{format_table(table)}")
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -38,16 +38,16 @@ import itertools
 import platform
 import random
 import sqlite3
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from timing import p50_ms  # noqa: E402
 
 import memory  # noqa: E402
 from memory import MemoryStore, Scope  # noqa: E402
@@ -84,15 +84,6 @@ class Clock:
 
     def __call__(self) -> str:
         return memory._utc_second(self.second)
-
-
-def p50_ms(call: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
 
 
 def instant(reading: str) -> str:

@@ -24,16 +24,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import platform
-import statistics
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from timing import p50_ms, store_engines  # noqa: E402
 
 import memory  # noqa: E402
 from memory import MemoryStore, Scope, fixed_clock  # noqa: E402
@@ -49,15 +47,6 @@ WINDOWS: dict[str, dict[str, str]] = {
     "closed": {"valid_from": "2020-01-01T00:00:00+00:00",
                "valid_to": "2021-01-01T00:00:00+00:00"},
 }
-
-
-def p50_ms(call: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
 
 
 def fill(store: MemoryStore, size: int, window: dict[str, str]) -> list[int]:
@@ -93,16 +82,8 @@ def main() -> None:
     parser.add_argument("--sqlite-only", action="store_true")
     parser.add_argument("--largest", type=int, default=100_000)
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="memory-bench-valid-"))
-    files: Iterator[str] = (str(folder / f"{n}.db") for n in itertools.count())
-    engines: list[tuple[str, Callable[[], str]]] = [("SQLite", lambda: next(files))]
-    server = None
-    if not args.sqlite_only:
-        from pg_server import bench_server
-        server = bench_server()
-        engines.append(("PostgreSQL", server.new_database))
     print(f"memory.py {memory.__version__}, Python {platform.python_version()}")
-    try:
+    with store_engines(args.sqlite_only, "memory-bench-valid-") as engines:
         table = []
         for size in SIZES:
             if size > args.largest:
@@ -111,9 +92,6 @@ def main() -> None:
                 table.append(case(where(), engine, size, kind))
                 print(format_table(table[-1:]), flush=True)
         print(f"\nValid now\n\n{format_table(table)}")
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":
