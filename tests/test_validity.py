@@ -498,3 +498,16 @@ def test_what_a_read_leaves_out_is_a_range_of_each_window_index_before_statistic
         assert opened.count(ALICE) == 20_000
     assert "memories_valid_to" in plan and "memories_valid_from" in plan, plan
     assert "Rows Removed by Filter" not in plan and "Seq Scan" not in plan, plan
+
+
+def test_deleting_reads_no_window(store: MemoryStore, clock: SetClock) -> None:
+    lisbon, porto = moved_to_porto(store, clock)
+    future = store.remember(ALICE, "user", "Alice will live in Faro.", "chat/3",
+                            valid_from="2030-01-01T00:00:00Z", metadata={"city": "faro"})
+    assert store.forget_where(ALICE, {"city": "faro"}) == 1
+    assert store.forget_source(ALICE, "chat/1") == 1  # Lisbon, closed
+    assert [m["id"] for m in store.memories(ALICE, valid_at="any")] == [porto]
+    assert store.get(ALICE, future, valid_at="any") is None
+    assert store.forget_conversation(ALICE, "chat") == 1
+    assert store.count(ALICE, valid_at="any") == 0
+    assert lisbon not in [r["id"] for r in store.export_user("alice")]
