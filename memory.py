@@ -899,10 +899,16 @@ _SQL_VISIBLE_KEY = _sql(
 _SQL_VISIBLE_KEY_HOLDERS = _sql(
     f"SELECT {_MEMORY_COLUMNS} FROM memories {_IN_SCOPE}"
     " AND ifnull(task_id, '') IN ('', ?) AND key >= ? AND key < ?"
-    " ORDER BY task_id IS NULL, length(key), id DESC",
+    " ORDER BY task_id IS NULL, key > ?, id DESC",
     postgresql=f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE user_id = %s AND (task_id IS"
     " NULL OR task_id = %s) AND coalesce(task_id, '') IN ('', %s) AND key >= %s AND key < %s"
-    " ORDER BY task_id IS NULL, length(key), id DESC")
+    " ORDER BY task_id IS NULL, key > %s, id DESC")
+
+
+def _key_holders(arguments: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+    """The read of a key's holder and earlier holders, for _SQL_VISIBLE_KEY's arguments."""
+    key = arguments[-1]
+    return _SQL_VISIBLE_KEY_HOLDERS, (*arguments, key + _PAST_KEYS_END, key)
 # The scope's keyed memories from a key on, or after it (strictly), below another, in key
 # order: a range of the key index. SQLite's index is (user, owner, key): one range for
 # each owner (the owner a parameter). PostgreSQL's is (user, key, owner): one range for
@@ -6450,8 +6456,7 @@ class _Time(_Part):
                                   valid_at)
         key = _ScopeKey(scope.user, scope.task)
         if not by_id:  # the key's past holders too, for a time they held at
-            select, arguments = _SQL_VISIBLE_KEY_HOLDERS, (*arguments,
-                                                          arguments[-1] + _PAST_KEYS_END)
+            select, arguments = _key_holders(arguments)
         with self._store._snapshot({scope.user}) as db:
             # Its windows told by its rows, not the scope's every closed one.
             expired = _expired_of(db, key, self.expiry_instant(db, key))
@@ -6468,8 +6473,7 @@ class _Time(_Part):
         key = _ScopeKey(scope.user, scope.task)
         ofs = (_SQL_OWNER_PAST_OF_ID, _SQL_TASK_PAST_OF_ID) if by_id \
             else (_SQL_OWNER_PAST_OF_KEY, _SQL_TASK_PAST_OF_KEY)
-        live = (select, arguments) if by_id else (_SQL_VISIBLE_KEY_HOLDERS, (
-            *arguments, arguments[-1] + _PAST_KEYS_END))
+        live = (select, arguments) if by_id else _key_holders(arguments)
         with self._store._snapshot({scope.user}) as db:
             now, valid = self.expiry_instant(db, key), self.valid_instant(db, key, valid_at)
             seen = [*_live_then(db.execute(*live).fetchall(), now, instant)]
@@ -8664,8 +8668,7 @@ class MemoryStore:
         scope = _check_scope(scope)
         select, arguments = _by_id_or_key(scope, memory_id, key)
         if key is not None:  # the key's earlier holders go with it
-            select, arguments = _SQL_VISIBLE_KEY_HOLDERS, (*arguments,
-                                                          arguments[-1] + _PAST_KEYS_END)
+            select, arguments = _key_holders(arguments)
         expected = _check_if_version(if_version)
         receipt = self._receipt(scope, operation, "forget", memory_id, key, expected)
         return bool(self._lifecycle.forget(scope, select, arguments, first=True,

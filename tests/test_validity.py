@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import pathlib
+import random
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memory
 from helpers import (
@@ -511,3 +514,136 @@ def test_deleting_reads_no_window(store: MemoryStore, clock: SetClock) -> None:
     assert store.forget_conversation(ALICE, "chat") == 1
     assert store.count(ALICE, valid_at="any") == 0
     assert lisbon not in [r["id"] for r in store.export_user("alice")]
+
+
+# -- against a model: keyed writes with windows, revisions that end them, forgets -------
+
+ENDS = ["2020-01-01T00:00:00+00:00", "2022-01-01T00:00:00+00:00",
+        "2024-01-01T00:00:00+00:00", "2026-01-01T00:00:00+00:00"]
+PROBES = ["2019-06-01T00:00:00+00:00", "2021-06-01T00:00:00+00:00",
+          "2023-06-01T00:00:00+00:00", "2025-06-01T00:00:00+00:00", None, "any"]
+# (what, level, key, start, end): a write, a revision ending a memory, a forget by key.
+STEPS = st.lists(st.tuples(st.sampled_from(["write", "write", "write", "end", "forget"]),
+                           st.sampled_from(["user", "task"]),
+                           st.sampled_from([None, "a", "b"]),
+                           st.sampled_from([None, 0, 1, 2, 3]),
+                           st.sampled_from([None, None, 1, 2, 3])), min_size=1, max_size=14)
+
+
+class Held(NamedTuple):
+    level: str
+    key: str | None
+    past: bool
+    start: str | None
+    end: str | None
+
+    def valid_at(self, instant: str | None) -> bool:
+        return instant is None or ((self.start is None or self.start <= instant)
+                                   and (self.end is None or instant < self.end))
+
+
+def as_the_model_reads(model: dict[int, Held], scope: Scope, probe: str | None,
+                       now: str) -> tuple[list[int], dict[str, int | None]]:
+    instant = None if probe == "any" else utc(probe or now)
+    seen = {i: held for i, held in model.items()
+            if held.level == "user" or scope.task == ALICE.task}
+    ids = sorted(i for i, held in seen.items() if held.valid_at(instant))
+    by_key: dict[str, int | None] = {}
+    for key in ("a", "b"):
+        under = [(held.level == "user", held.past, -i if held.past else 0, i)
+                 for i, held in seen.items() if held.key == key and held.valid_at(instant)]
+        by_key[key] = min(under)[-1] if under else None
+    return ids, by_key
+
+
+def windows_agree_with_a_model(location: str, steps: list[Any]) -> None:
+    clock = SetClock()
+    model: dict[int, Held] = {}
+    with MemoryStore(location, clock=clock, history=True) as store:
+        for n, (what, level, key, start_at, end_at) in enumerate(steps):
+            clock.advance(60)
+            start = None if start_at is None else ENDS[start_at]
+            end = None if end_at is None else ENDS[end_at]
+            if what == "forget" and key is not None:
+                mine = {i for i, held in model.items() if held.key == key and (
+                    held.level == "task" if any(h.key == key and h.level == "task"
+                                                for h in model.values()) else True)}
+                assert store.forget(ALICE, key=key) == bool(mine)
+                for i in mine:
+                    del model[i]
+                continue
+            if what == "end" and model:
+                target = sorted(model)[n % len(model)]
+                old = model[target]
+                if end is None or (old.start is not None and utc(end) <= old.start):
+                    continue
+                revised = store.revise(ALICE, target, f"fact {target} ended", "s", valid_to=end)
+                assert revised is not None
+                model[revised] = old._replace(end=utc(end))
+                del model[target]
+                continue
+            if start is not None and end is not None and end <= start:
+                with pytest.raises(MemoryInputError):
+                    store.remember(ALICE, level, f"fact {n}", "s", key=key, valid_from=start,
+                                   valid_to=end)
+                continue
+            new = store.remember(ALICE, level, f"fact {n}", "s", key=key, valid_from=start,
+                                 valid_to=end)
+            holder = next((i for i, held in model.items() if key is not None and
+                           held.key == key and held.level == level and not held.past), None)
+            if holder is not None:
+                old = model[holder]
+                if start is not None and (old.start is None or old.start < start):
+                    model[holder] = old._replace(past=True, end=utc(start) if old.end is None
+                                                 else min(old.end, utc(start)))
+                else:
+                    del model[holder]
+            model[new] = Held(level, key, False, None if start is None else utc(start),
+                              None if end is None else utc(end))
+        for scope in (ALICE, ALICE_WORK):
+            for probe in PROBES:
+                ids, by_key = as_the_model_reads(model, scope, probe, clock.at)
+                assert [m["id"] for m in store.memories(scope, valid_at=probe)] == ids
+                assert [m["id"] for m in store.memories(scope, limit=2, after=0,
+                                                        valid_at=probe)] == ids[:2]
+                assert store.count(scope, valid_at=probe) == len(ids)
+                for key, expected in by_key.items():
+                    found = store.get(scope, key=key, valid_at=probe)
+                    assert (None if found is None else found["id"]) == expected, (key, probe)
+                    then = store.get(scope, key=key, valid_at=probe, as_of=clock.at)
+                    assert (None if then is None else then["id"]) == expected, (key, probe)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=STEPS)
+def test_windows_and_keyed_moves_agree_with_a_model(steps: list[Any]) -> None:
+    windows_agree_with_a_model(":memory:", steps)
+
+
+def test_windows_and_keyed_moves_agree_with_a_model_on_each_engine(target: str) -> None:
+    draw = random.Random(7)
+    steps = [(draw.choice(["write", "write", "write", "end", "forget"]),
+              draw.choice(["user", "task"]), draw.choice([None, "a", "b"]),
+              draw.choice([None, 0, 1, 2, 3]), draw.choice([None, None, 1, 2, 3]))
+             for _ in range(40)]
+    windows_agree_with_a_model(target, steps)
+
+
+def test_of_a_key_s_earlier_holders_valid_at_once_the_newest_is_read(
+        store: MemoryStore) -> None:
+    store.remember_many([(ALICE, "user", f"filler {n}", "s") for n in range(8)])
+    first = store.remember(ALICE, "user", "Seat: aisle.", "s", key="seat",
+                           valid_from="2019-01-01T00:00:00Z")
+    second = store.remember(ALICE, "user", "Seat: window.", "s", key="seat",
+                            valid_from="2021-01-01T00:00:00Z")
+    store.remember(ALICE, "user", "Seat: front.", "s", key="seat",
+                   valid_from="2023-01-01T00:00:00Z", valid_to="2024-01-01T00:00:00Z")
+    assert (first, second) == (9, 10)  # their past keys end in ids of 1 and 2 digits
+    # Both earlier holders revised to hold until 2030: at 2025 both hold, the holder not.
+    aisle = store.revise(ALICE, first, "Seat: aisle.", "s", valid_to="2030-01-01T00:00:00Z")
+    window = store.revise(ALICE, second, "Seat: window.", "s", valid_to="2030-01-01T00:00:00Z")
+    assert aisle is not None and window is not None and window > aisle
+    at = "2025-06-01T00:00:00Z"
+    assert cast_memory(store.get(ALICE, key="seat", valid_at=at))["id"] == window
+    assert store.forget(ALICE, key="seat")
+    assert store.count(ALICE, valid_at="any") == 8
