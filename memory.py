@@ -5956,12 +5956,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _by_id_or_key(scope: Scope, memory_id: object, key: object) -> tuple[str, tuple[Any, ...]]:
-    """The read of one memory by its id or by its key, exactly one of them given."""
+def _by_id_or_key(scope: Scope, memory_id: object, key: object, *, earlier: bool = False
+                  ) -> tuple[str, tuple[Any, ...]]:
+    """The read of one memory by its id or by its key, exactly one of them given (with
+    `earlier`, the key's earlier holders too); the id or key its last argument."""
     if (memory_id is None) == (key is None):
         raise MemoryInputError("give memory_id or key, one of them")
     if key is not None:
-        return _SQL_VISIBLE_KEY, (scope.user, scope.task, scope.task, _check_key(key))
+        arguments = (scope.user, scope.task, scope.task, _check_key(key))
+        return _key_holders(arguments) if earlier else (_SQL_VISIBLE_KEY, arguments)
     return _SQL_VISIBLE_ID, (scope.user, scope.task, _check_id(memory_id))
 
 
@@ -6455,8 +6458,6 @@ class _Time(_Part):
             return self._one_then(scope, select, arguments, by_id, _as_of_instant(as_of),
                                   valid_at)
         key = _ScopeKey(scope.user, scope.task)
-        if not by_id:  # the key's past holders too, for a time they held at
-            select, arguments = _key_holders(arguments)
         with self._store._snapshot({scope.user}) as db:
             # Its windows told by its rows, not the scope's every closed one.
             expired = _expired_of(db, key, self.expiry_instant(db, key))
@@ -6473,10 +6474,9 @@ class _Time(_Part):
         key = _ScopeKey(scope.user, scope.task)
         ofs = (_SQL_OWNER_PAST_OF_ID, _SQL_TASK_PAST_OF_ID) if by_id \
             else (_SQL_OWNER_PAST_OF_KEY, _SQL_TASK_PAST_OF_KEY)
-        live = (select, arguments) if by_id else _key_holders(arguments)
         with self._store._snapshot({scope.user}) as db:
             now, valid = self.expiry_instant(db, key), self.valid_instant(db, key, valid_at)
-            seen = [*_live_then(db.execute(*live).fetchall(), now, instant)]
+            seen = [*_live_then(db.execute(select, arguments).fetchall(), now, instant)]
             for task in (None, key.task) if db.has_history else ():
                 sql, owner = _of_owner(key.user, task, *ofs)
                 seen += _past_then(db.execute(sql, (*owner, *owner, arguments[-1],
@@ -6567,8 +6567,8 @@ class _Time(_Part):
         return [*(_superseded(version.row, version.superseded_at)
                   for version in map(_Version.read, past)), _superseded(live, None)]
 
-    def then(self, scope: Scope, instant: str, meant: bytes | None = None,
-             valid_at: str | None = _ANY_TIME) -> list[tuple[_MemoryRow, bytes | None]]:
+    def then(self, scope: Scope, instant: str, meant: bytes | None, valid_at: str | None
+             ) -> list[tuple[_MemoryRow, bytes | None]]:
         """The versions the scope saw live at `instant` (_as_of_instant) of its memories
         live now, valid at `valid_at` (_check_valid_at's), in id order (a forgotten or
         expired memory has no past), each with its vector where the query has one
@@ -7233,8 +7233,8 @@ class _Writes(_Part):
         """Forget `old`, a memory of the scope, and write `new` at its level and task,
         expiring when it did (unless `new` has a ttl), with its key (and so its
         created_at), metadata and window's ends (unless `new` has its own); the new id."""
-        _check_window(old.valid_from if new.valid_from is None else new.valid_from,
-                      old.valid_to if new.valid_to is None else new.valid_to)
+        start, end = _check_window(old.valid_from if new.valid_from is None else new.valid_from,
+                                   old.valid_to if new.valid_to is None else new.valid_to)
         kept = self.supersede(db, key, [old.id]) if self.keeps_history(db) else []
         self.delete(db, key, [old], kept=kept)
         if kept:
@@ -7243,9 +7243,7 @@ class _Writes(_Part):
             task_id=old.task_id, expires_at=old.expires_at, key=old.key,
             metadata=old.metadata if new.metadata is None else new.metadata,
             first_created=None if old.key is None else old.created_at,
-            version=old.current_version + 1,
-            valid_from=old.valid_from if new.valid_from is None else new.valid_from,
-            valid_to=old.valid_to if new.valid_to is None else new.valid_to)])
+            version=old.current_version + 1, valid_from=start, valid_to=end)])
         if kept:
             self.link(db, [(key, old.id, revised)])
         return revised
@@ -8598,7 +8596,8 @@ class MemoryStore:
         With `as_of` (an ISO time with a UTC offset), as the scope saw it then (see
         history); with `valid_at`, valid then ("any": whenever)."""
         scope = _check_scope(scope)
-        select, arguments = _by_id_or_key(scope, memory_id, key)
+        # The key's earlier holders too, for a time they held at.
+        select, arguments = _by_id_or_key(scope, memory_id, key, earlier=True)
         return self._time.get(scope, select, arguments, memory_id is not None, as_of,
                               _check_valid_at(valid_at))
 
@@ -8666,9 +8665,8 @@ class MemoryStore:
         alike. With `if_version`, only where the memory is at that version: else
         VersionConflict, and nothing is deleted."""
         scope = _check_scope(scope)
-        select, arguments = _by_id_or_key(scope, memory_id, key)
-        if key is not None:  # the key's earlier holders go with it
-            select, arguments = _key_holders(arguments)
+        # The key's earlier holders go with it.
+        select, arguments = _by_id_or_key(scope, memory_id, key, earlier=True)
         expected = _check_if_version(if_version)
         receipt = self._receipt(scope, operation, "forget", memory_id, key, expected)
         return bool(self._lifecycle.forget(scope, select, arguments, first=True,
