@@ -103,7 +103,7 @@ __all__ = [
     "VersionConflict", "WORD", "Why", "fixed_clock", "stems", "system_clock", "words",
 ]
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 MAX_TEXT = 2000
 MAX_QUERY = 10 * MAX_TEXT
@@ -623,6 +623,32 @@ _SQLITE_ADD_VALIDITY = (
 )
 _SQLITE_VERSION_15 = (*_SQLITE_VERSION_14, *_SQLITE_ADD_VALIDITY)
 
+# A time in the system clock's form (UTC, to the second), whose text orders as its instant
+# does, as a LIKE pattern.
+_SYSTEM_FORM = "'____-__-__T__:__:__+00:00'"
+# Version 16 indexes each memory by when it was last written and each version by when it
+# was superseded, those whose times are in the system clock's form apart from the others:
+# so that a recall as of a time reads what changed since it (a range of the first, and
+# the others, most often none), not the scope. A memory never replaced (updated_at NULL)
+# is indexed by its created_at: PostgreSQL cannot bound an index scan under row-level
+# security by a condition on an expression (coalesce is not leakproof).
+_WRITTEN = "coalesce(updated_at, created_at)"
+_INDEX_WRITTEN = (
+    "CREATE INDEX memories_updated ON memories (user_id, updated_at, task_id)"
+    f" WHERE updated_at LIKE {_SYSTEM_FORM}",
+    "CREATE INDEX memories_created ON memories (user_id, created_at, task_id)"
+    f" WHERE updated_at IS NULL AND created_at LIKE {_SYSTEM_FORM}",
+    "CREATE INDEX memories_written_otherwise ON memories (user_id, task_id)"
+    f" WHERE {_WRITTEN} NOT LIKE {_SYSTEM_FORM}",
+)
+_SUPERSEDED_IN_SYSTEM_FORM = f"(coalesce(superseded_at, '') LIKE {_SYSTEM_FORM})"
+_SQLITE_INDEX_CHANGES = (
+    *_INDEX_WRITTEN,
+    "CREATE INDEX memory_history_superseded ON memory_history (user_id,"
+    f" {_SUPERSEDED_IN_SYSTEM_FORM}, superseded_at, task_id)",
+)
+_SQLITE_VERSION_16 = (*_SQLITE_VERSION_15, *_SQLITE_INDEX_CHANGES)
+
 # Reads need version 4's columns and nothing later: a file of a layout from version 4 on
 # is read as it is when opened read-only (the text keys matter only to writes).
 _READS_AS_IT_IS = 4
@@ -675,6 +701,7 @@ SQLITE_LAYOUTS = (
     _Layout(13, _SQLITE_VERSION_13),
     _Layout(14, _SQLITE_VERSION_14),
     _Layout(15, _SQLITE_VERSION_15),
+    _Layout(16, _SQLITE_VERSION_16),
 )
 # What a new file is made by, the newest layout's statements: read at each creation, not
 # frozen with the layouts, so that a caller who replaces it sees creation run it whole or
@@ -1401,7 +1428,6 @@ _SQL_OWNER_UP, _SQL_TASK_UP = _owner_forms(_OWNER_UP, _in_owner_order(_OWNER_UP)
 # second, whose text orders as its instant does) written after it or superseded by it.
 # A time of another form is left to the instants' comparison (_live_at), which decides
 # every row the runs give.
-_SYSTEM_FORM = "'____-__-__T__:__:__+00:00'"
 _WRITTEN_BY_THEN = (
     " AND (expires_at IS NULL OR expires_at > ?) AND NOT (coalesce(updated_at, created_at)"
     f" LIKE {_SYSTEM_FORM} AND substr(coalesce(updated_at, created_at), 1, 19) > ?)")
@@ -1469,6 +1495,39 @@ def _past_run(order: str) -> tuple[_Sql, _Sql]:
 _SQL_OWNER_PAST_UP, _SQL_TASK_PAST_UP = _past_run("id, head_id, version")
 _SQL_OWNER_PAST_DOWN, _SQL_TASK_PAST_DOWN = _past_run(
     "id DESC, head_id DESC, version DESC")
+# What a recall as of an instant reads beside the index of words: the scope's memories
+# that may have been written or replaced after it, and its versions that may have been live
+# at it (written by then, superseded after it); of times in the system clock's form, only
+# those, and of any other form every one, as _live_at decides. The versions of other forms
+# are named by the index alone, then read by their primary key: SQLite without statistics
+# read the user's primary key for them, every version.
+# On PostgreSQL the versions' index of changes is two, each holding the times of one form:
+# its planner took an index led by the user and the form for reads of one key's versions,
+# where the index of keys serves (before statistics). So its form of the read tests a
+# time's form as the predicate of each index does, which the planner must find in it.
+def _changed_after(sql: str) -> _Sql:
+    postgresql = sql.replace(f"{_SUPERSEDED_IN_SYSTEM_FORM} = true",
+                             f"coalesce(superseded_at, '') LIKE {_SYSTEM_FORM}")
+    postgresql = postgresql.replace(f"{_SUPERSEDED_IN_SYSTEM_FORM} = false",
+                                    f"coalesce(superseded_at, '') NOT LIKE {_SYSTEM_FORM}")
+    return _sql(sql, postgresql=_postgres_form(postgresql))
+
+
+_SQL_WRITTEN_AFTER = _sql(
+    f"SELECT id, {_WRITTEN}, expires_at FROM memories {_IN_SCOPE} AND updated_at LIKE"
+    f" {_SYSTEM_FORM} AND updated_at > ? UNION ALL SELECT id, {_WRITTEN}, expires_at FROM"
+    f" memories {_IN_SCOPE} AND updated_at IS NULL AND created_at LIKE {_SYSTEM_FORM} AND"
+    f" created_at > ? UNION ALL SELECT id, {_WRITTEN}, expires_at FROM memories"
+    f" {_IN_SCOPE} AND {_WRITTEN} NOT LIKE {_SYSTEM_FORM}")
+_SQL_LIVE_THROUGH = _changed_after(
+    f"SELECT {_THEN_COLUMNS} FROM memory_history {_IN_SCOPE} AND {_SUPERSEDED_IN_SYSTEM_FORM}"
+    f" = true AND superseded_at > ?{_WRITTEN_BY_THEN} UNION ALL SELECT {_THEN_COLUMNS} FROM"
+    " (SELECT head_id AS other_head, version AS other_version FROM memory_history"
+    f" {_IN_SCOPE} AND {_SUPERSEDED_IN_SYSTEM_FORM} = false) AS other CROSS JOIN"
+    f" memory_history {_IN_SCOPE} AND head_id = other_head AND version = other_version"
+    f"{_WRITTEN_BY_THEN}")
+_SQL_EXPIRY_OF_IDS = _sql(f"SELECT id, expires_at FROM memories NOT INDEXED {_IN_SCOPE}"
+                          " AND id IN (SELECT value FROM json_each(?))")
 
 # An owner's versions of memories live now in a key range (its lower bound left out or
 # not), those an as-of listing by key may find live then, in key order: a range of the
@@ -4010,6 +4069,12 @@ def _upgrade_to_15(db: _SqliteEngine) -> None:
     _execute_script(db, _SQLITE_ADD_VALIDITY)
 
 
+def _upgrade_to_16(db: _SqliteEngine) -> None:
+    """Version 15's memories and versions gain their indexes by when each was written
+    and superseded."""
+    _execute_script(db, _SQLITE_INDEX_CHANGES)
+
+
 # MIGRATIONS[n] brings a file of layout n (0: version 1, then SQLITE_LAYOUTS in order) to
 # layout n + 1; a file runs every step after its own layout, in order, all in one
 # transaction with the version stamp.
@@ -4017,6 +4082,7 @@ MIGRATIONS: list[Callable[[_SqliteEngine], None]] = [
     _upgrade_to_2, _upgrade_to_3, _upgrade_to_4, _cover_the_expiry_index, _upgrade_to_5,
     _upgrade_to_6, _upgrade_to_7, _upgrade_to_8, _upgrade_to_9, _upgrade_to_10,
     _upgrade_to_11, _upgrade_to_12, _upgrade_to_13, _upgrade_to_14, _upgrade_to_15,
+    _upgrade_to_16,
 ]
 _Objects = frozenset[tuple[str, str, str, str]]
 
@@ -6011,13 +6077,19 @@ def _as_of_instant(as_of: object) -> str:
 def _live_at(row: _MemoryRow, superseded_at: str | None, instant: str) -> bool:
     """Whether the version was the live one at `instant`: written (or last replaced) by
     then, not yet superseded, not yet expired."""
-    start = _reading_instant(row.updated_at or row.created_at)
+    return _was_live(row.updated_at or row.created_at, superseded_at, row.expires_at, instant)
+
+
+def _was_live(written: str, superseded_at: str | None, expires_at: str | None,
+              instant: str) -> bool:
+    """_live_at of a version written (or last replaced) at `written`."""
+    start = _reading_instant(written)
     end = None if superseded_at is None else _reading_instant(superseded_at)
     if start is None or (superseded_at is not None and end is None):
         raise MemoryInputError("as_of compares instants, and the store's clock gave a"
                                " memory a time without a UTC offset")
     return start <= instant and (end is None or instant < end) \
-        and (row.expires_at is None or row.expires_at > instant)
+        and (expires_at is None or expires_at > instant)
 
 
 _Read = TypeVar("_Read", bound=Mapping[str, Any])
@@ -6591,6 +6663,41 @@ class _Time(_Part):
                  and _live_at(version.row, version.superseded_at, instant)]
         then.sort(key=lambda version: version[0].id)
         return [(row, vector) for row, vector in then if row.valid_at(valid)]
+
+    def changed_since(self, db: _Session, key: _ScopeKey, instant: str, now: str | None,
+                      valid: str | None) -> tuple[set[int], list[_MemoryRow]] | None:
+        """How the scope as it read at `instant` (_as_of_instant), valid at `valid`
+        (valid_instant), differs from its memories stored now (`now`: expiry_instant's,
+        not before `instant`): the ids of those it leaves out (expired now, not valid, or
+        written after `instant`), and the versions it holds in their place (those live then
+        of memories live now), in id order; None where one of those versions has the id
+        of a memory it holds as well (times imported out of order), which ids alone cannot
+        tell apart."""
+        left_out = self.ask_unseen(db, key, now, valid)()
+        # The instant's second in the system clock's form: a time of that form after it
+        # is after the instant.
+        after = f"{instant[:19]}+00:00"
+        written = db.execute(_SQL_WRITTEN_AFTER, (*key, after, *key, after, *key)).fetchall()
+        left_out.update(memory_id for memory_id, at, expires_at in written
+                        if not _was_live(at, None, expires_at, instant))
+        if not db.has_history:
+            return left_out, []
+        then = list(_past_then(db.execute(_SQL_LIVE_THROUGH, (
+            *key, after, instant, instant[:19], *key, *key, instant, instant[:19])
+        ).fetchall(), instant))
+        if not then:
+            return left_out, []
+        asked = sorted({row.id for _, row in then} | {place[2] for place, _ in then})
+        stored = dict(db.execute(_SQL_EXPIRY_OF_IDS, (*key, json.dumps(asked))).fetchall())
+        live = {memory_id for memory_id, expires_at in stored.items()
+                if now is None or expires_at is None or expires_at > now}
+        seen = sorted((row for place, row in then if place[2] in live and row.valid_at(valid)),
+                      key=operator.attrgetter("id"))
+        ids = [row.id for row in seen]
+        if len(set(ids)) < len(ids) \
+                or any(memory_id in stored and memory_id not in left_out for memory_id in ids):
+            return None
+        return left_out, seen
 
     def recall(self, scope: Scope, as_of: str, valid_at: str | None, meant: bytes | None,
                query: str, start: int, stop: int, *, rank: Rank, **options: Any
@@ -8019,6 +8126,12 @@ class _Planner(_Part):
         recall gives it: before a reranker's order and the cuts."""
         store, scope, meant = self._store, asked.scope, asked.meant
         if asked.as_of is not None:
+            # By words alone, ranked where the memories are; with vectors or
+            # neighbours, in a copy of the scope as it read.
+            found = self.recalled_then(asked) if meant is None and not asked.context \
+                and asked.rank != "meaning" else None
+            if found is not None:
+                return found
             return store._time.recall(scope, asked.as_of, asked.valid_at, meant, asked.query,
                                       asked.start, asked.stop, rank=asked.rank,
                                       explain=asked.explain, context=asked.context,
@@ -8054,6 +8167,70 @@ class _Planner(_Part):
                                                         for word in holds})
             found.append(result)
         return found
+
+    def recalled_then(self, asked: _Asked) -> list[Recalled] | None:
+        """recall as of a time by its words alone, as a store of the scope as it read then
+        would rank it (_Time.recall): the index's postings of the scope's memories
+        unchanged since, and the words of the versions live then in place of the others
+        (_Time.changed_since), N and df those of the memories it held; None where those
+        ids cannot tell its memories apart, or the time read is after the clock's."""
+        assert asked.as_of is not None
+        store, scope, instant = self._store, asked.scope, _as_of_instant(asked.as_of)
+        key, time = _ScopeKey(scope.user, scope.task), store._time
+        wanted = self._rule.words(asked.query)
+        with store._snapshot({scope.user}) as db:
+            now, valid = time.expiry_instant(db, key), time.valid_instant(db, key,
+                                                                       asked.valid_at)
+            changed = None if now is not None and instant > now \
+                else time.changed_since(db, key, instant, now, valid)
+            if changed is None or not wanted:
+                return None if changed is None else []
+            left_out, seen = changed
+            counts = db.execute(_SQL_SCOPE_COUNTS if db.has_weights
+                                else _SQL_SCOPE_COUNTS_UNWEIGHED, key).fetchall()
+            by_words: Rank = "idf" if asked.rank == "hybrid" else asked.rank
+            held = sum(memories for _, memories, _ in counts) - len(left_out) + len(seen)
+            admitted = None if asked.conditions is None \
+                else self._admitted_then(db, key, asked.conditions, seen)
+            recall = _Recall(key, (json.dumps(sorted(wanted)), *key), by_words, asked.stop,
+                             set(), held if by_words == "idf" else 0, {}, admitted)
+            unindexed = [task for task in (None, key.task)
+                         if 0 < {task_key: weight for task_key, _, weight in counts}.get(
+                             task or "", 0) < self._index_from]
+            postings = [(word, array.array("q", (i for i in ids if i not in left_out)))
+                        for word, ids in self._all_postings(
+                            db, recall, self._read_unindexed(db, recall, unindexed))]
+            for row in seen:
+                postings += [(word, array.array("q", [row.id]))
+                             for word in self._rule.of_memory(row.text, row.created_at) & wanted]
+            page = _scores_of_all(postings, recall)[asked.start:asked.stop]
+            versions = {row.id: row for row in seen}
+            read = db.last_statement(_SQL_RECALLED, (*key, json.dumps(
+                [memory_id for _, memory_id in page if memory_id not in versions])))
+            rows = {**{row[0]: _MemoryRow(*row) for row in read}, **versions}
+        found = []
+        for score, memory_id in page:
+            then = rows.get(memory_id)
+            if then is None:
+                continue
+            result = then.recalled(score)
+            if asked.explain:
+                holds = sorted(wanted & self._rule.of_memory(then.text, then.created_at))
+                result["why"] = _Scoring(page).why(memory_id, {
+                    word: recall.weights.get(word, 1) for word in holds})
+            found.append(result)
+        return found
+
+    def _admitted_then(self, db: _Session, key: _ScopeKey, conditions: list[_Condition],
+                       seen: list[_MemoryRow]) -> _Admitted:
+        """The memories a filter admits of the scope as it read then: of its memories
+        unchanged since, those the index admits; of the versions `seen` in the others'
+        place (_Time.changed_since), those their own facts pass."""
+        admitted, admits = self.admitted(db, key, conditions), _admitting(conditions)
+        ids = {row.id for row in seen}
+        passed = {row.id for row in seen if admits(row)}
+        return _Admitted(None if admitted.allowed is None else admitted.allowed - ids | passed,
+                         admitted.excluded - ids | ids - passed)
 
     def reranker_for(self, rerank: object, query: str) -> Reranker | None:
         """The reranker a recall reorders by: rerank=None asks for the store's where the

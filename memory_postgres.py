@@ -26,12 +26,14 @@ from typing import Any, cast
 
 from memory import (
     _IN_SCOPE_PG,
+    _INDEX_WRITTEN,
     _RECEIPTS_TABLE,
     _SQL_EMBEDDER,
     _SQL_MATCHING,
     _SQL_SET_MATCHING,
     _SQL_USERS,
     _SQLITE_ADD_VALIDITY,
+    _SYSTEM_FORM,
     ConnectionLost,
     Matching,
     MemoryInputError,
@@ -68,7 +70,7 @@ except ImportError:
 # -- PostgreSQL's own statements -------------------------------------------------------
 # Every table's primary key begins with user_id, so each can be distributed by it.
 
-POSTGRES_SCHEMA_VERSION = 14
+POSTGRES_SCHEMA_VERSION = 15
 
 
 def _guarded(table: str) -> tuple[str, ...]:
@@ -155,7 +157,7 @@ _PG_POLICY = (
 _PG_POLICY_TEXTS = {1: _PG_POLICY, 2: _PG_POLICY, 3: _PG_POLICY, 4: _PG_POLICY,
                     5: _PG_POLICY, 6: _PG_POLICY, 7: _PG_POLICY, 8: _PG_POLICY, 9: _PG_POLICY,
                     10: _PG_POLICY, 11: _PG_POLICY, 12: _PG_POLICY, 13: _PG_POLICY,
-                    14: _PG_POLICY}
+                    14: _PG_POLICY, 15: _PG_POLICY}
 # Version 2: the text keys, as SQLite's version 5 has them; the upgrade reads every
 # memory, so it sees all users, as an operator's call does.
 _PG_ADD_TEXT_KEY = (
@@ -264,6 +266,16 @@ _PG_INDEX_HISTORY = (
 )
 # Version 14: the windows of validity, as SQLite's version 15 has them.
 _PG_ADD_VALIDITY = _SQLITE_ADD_VALIDITY
+# Version 15: the memories by when each was written and the versions by when each was
+# superseded, as SQLite's version 16 has them, each form of time in an index of its own
+# (the reads' forms here test the predicates, _changed_after).
+_PG_INDEX_CHANGES = (
+    *_INDEX_WRITTEN,
+    "CREATE INDEX memory_history_superseded ON memory_history (user_id, superseded_at, task_id)"
+    f" WHERE coalesce(superseded_at, '') LIKE {_SYSTEM_FORM}",
+    "CREATE INDEX memory_history_superseded_otherwise ON memory_history (user_id, task_id)"
+    f" WHERE coalesce(superseded_at, '') NOT LIKE {_SYSTEM_FORM}",
+)
 
 # pgvector, where a superuser has installed it in the database (CREATE EXTENSION vector:
 # it is not a trusted extension, so the store never installs it): every vector is also a
@@ -555,6 +567,13 @@ def _add_validity(db: _PostgresSession) -> None:
         db._send(statement)
 
 
+def _index_changes(db: _PostgresSession) -> None:
+    """Version 14's memories and versions gain their indexes by when each was written
+    and superseded."""
+    for statement in _PG_INDEX_CHANGES:
+        db._send(statement)
+
+
 POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (2, _add_text_keys),
     (3, _add_conversations),
@@ -569,6 +588,7 @@ POSTGRES_MIGRATIONS: list[tuple[int, Callable[[_PostgresSession], None]]] = [
     (12, _add_history),
     (13, _index_history),
     (14, _add_validity),
+    (15, _index_changes),
 ]
 
 

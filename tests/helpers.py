@@ -172,9 +172,15 @@ def served_answers(monkeypatch: Any) -> list[Any]:
     return answers
 
 
-# What a store written before windows of validity (SQLite's layout 15, PostgreSQL's
-# version 14) lacks, for the tests that take a store back to an earlier layout by hand.
-BEFORE_VALIDITY = ("DROP INDEX memories_valid_from", "DROP INDEX memories_valid_to",
+# What a store written before its indexes of changes (SQLite's layout 16, PostgreSQL's
+# version 15) lacks, and what one written before windows of validity (layout 15, version
+# 14) lacks, for the tests that take a store back to an earlier layout by hand.
+BEFORE_CHANGES_INDEXED = tuple(f"DROP INDEX IF EXISTS {index}" for index in (
+    "memories_updated", "memories_created", "memories_written_otherwise",
+    "memory_history_superseded",
+    "memory_history_superseded_otherwise"))
+BEFORE_VALIDITY = (*BEFORE_CHANGES_INDEXED,
+                   "DROP INDEX memories_valid_from", "DROP INDEX memories_valid_to",
                    "ALTER TABLE memories DROP COLUMN valid_from",
                    "ALTER TABLE memories DROP COLUMN valid_to",
                    "ALTER TABLE memory_history DROP COLUMN valid_from",

@@ -576,7 +576,7 @@ def test_a_version_6_file_upgrades_and_keeps_its_results(tmp_path: pathlib.Path)
         with pytest.raises(StoreError, match="records no embedder"):
             MemoryStore(path, read_only=True, embedder=ConceptEmbedder())
     with MemoryStore(path, embedder=ConceptEmbedder()) as store:
-        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 15
+        assert store.stats()["schema_version"] == memory.SCHEMA_VERSION == 16
         exported = [store.export_user(user) for user in ("alice", "bob")]
         assert sorted([r["id"], r["user"], r["task"], r["text"], r["source"], r["created_at"],
                        r["expires_at"]] for records in exported for r in records) == \
