@@ -259,3 +259,23 @@ def test_a_version_15_file_reads_its_windows_and_an_older_one_reads_none(
             dana, valid_at="1999-01-01T00:00:00+00:00")
         assert not any("valid_from" in m for m in every)
         assert reader.history(dana, key="seat")[0]["superseded_at"] is not None
+
+
+def test_a_version_16_file_recalls_as_of_a_time_as_its_release_did_and_a_15_one_alike(
+        tmp_path: pathlib.Path) -> None:
+    """Recalls as of a time read what changed since from layout 16's indexes; a file of
+    layout 15 read as it is has none of them, and reads the same (its scope whole)."""
+    path, recorded = release("version-16-77a34df", tmp_path)
+    with MemoryStore(path, read_only=True) as reader:
+        for scoped, times in recorded["recall_as_of"].items():
+            for when, results in times.items():
+                found = reader.recall(Scope(*scoped.split("/")),
+                                      recorded["as_of_queries"][scoped], 5, rank="idf",
+                                      as_of=when)
+                assert [[m["id"], m["score"]] for m in found] == results
+    path, _ = release("version-15-7b4e0a8", tmp_path)
+    with MemoryStore(path, read_only=True) as reader:
+        for when, results in recorded["recall_as_of"]["dana/trip"].items():
+            found = reader.recall(Scope("dana", "trip"), recorded["as_of_queries"]["dana/trip"],
+                                  5, rank="idf", as_of=when)
+            assert [[m["id"], m["score"]] for m in found] == results
