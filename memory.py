@@ -641,7 +641,10 @@ _INDEX_WRITTEN = (
     "CREATE INDEX memories_written_otherwise ON memories (user_id, task_id)"
     f" WHERE {_WRITTEN} NOT LIKE {_SYSTEM_FORM}",
 )
-_SUPERSEDED_IN_SYSTEM_FORM = f"(coalesce(superseded_at, '') LIKE {_SYSTEM_FORM})"
+# A version's superseded_at is NULL only inside the write that keeps it, which links it to
+# its successor (_SQL_LINK_SUCCESSOR) before it commits: none is indexed, so that on
+# PostgreSQL the link leaves no dead entry in the index of other forms.
+_SUPERSEDED_IN_SYSTEM_FORM = f"(superseded_at LIKE {_SYSTEM_FORM})"
 _SQLITE_INDEX_CHANGES = (
     *_INDEX_WRITTEN,
     "CREATE INDEX memory_history_superseded ON memory_history (user_id,"
@@ -1507,9 +1510,9 @@ _SQL_OWNER_PAST_DOWN, _SQL_TASK_PAST_DOWN = _past_run(
 # time's form as the predicate of each index does, which the planner must find in it.
 def _changed_after(sql: str) -> _Sql:
     postgresql = sql.replace(f"{_SUPERSEDED_IN_SYSTEM_FORM} = true",
-                             f"coalesce(superseded_at, '') LIKE {_SYSTEM_FORM}")
+                             f"superseded_at LIKE {_SYSTEM_FORM}")
     postgresql = postgresql.replace(f"{_SUPERSEDED_IN_SYSTEM_FORM} = false",
-                                    f"coalesce(superseded_at, '') NOT LIKE {_SYSTEM_FORM}")
+                                    f"superseded_at NOT LIKE {_SYSTEM_FORM}")
     return _sql(sql, postgresql=_postgres_form(postgresql))
 
 
@@ -6671,8 +6674,9 @@ class _Time(_Part):
         not before `instant`): the ids of those it leaves out (expired now, not valid, or
         written after `instant`), and the versions it holds in their place (those live then
         of memories live now), in id order; None where one of those versions has the id
-        of a memory it holds as well (times imported out of order), which ids alone cannot
-        tell apart."""
+        of a memory it holds as well (a rename's, by a clock set back), which ids alone
+        cannot tell apart. A version shares an id only with the memory it leads to (ids
+        are never given twice, and an import gives each version one of its own)."""
         left_out = self.ask_unseen(db, key, now, valid)()
         # The instant's second in the system clock's form: a time of that form after it
         # is after the instant.
@@ -6685,19 +6689,21 @@ class _Time(_Part):
         then = list(_past_then(db.execute(_SQL_LIVE_THROUGH, (
             *key, after, instant, instant[:19], *key, *key, instant, instant[:19])
         ).fetchall(), instant))
-        if not then:
-            return left_out, []
-        asked = sorted({row.id for _, row in then} | {place[2] for place, _ in then})
-        stored = dict(db.execute(_SQL_EXPIRY_OF_IDS, (*key, json.dumps(asked))).fetchall())
-        live = {memory_id for memory_id, expires_at in stored.items()
-                if now is None or expires_at is None or expires_at > now}
-        seen = sorted((row for place, row in then if place[2] in live and row.valid_at(valid)),
-                      key=operator.attrgetter("id"))
-        ids = [row.id for row in seen]
-        if len(set(ids)) < len(ids) \
-                or any(memory_id in stored and memory_id not in left_out for memory_id in ids):
+        # The memories they lead to were written after the instant, as their successors,
+        # but where times are out of order (imported, or a clock set back).
+        heads = {place[2] for place, _ in then}
+        expiring = {memory_id: expires_at for memory_id, _, expires_at in written}
+        if unknown := sorted(heads - expiring.keys()):
+            expiring.update(db.execute(_SQL_EXPIRY_OF_IDS, (*key, json.dumps(unknown))).fetchall())
+        live = {head for head in heads if head in expiring
+                and (now is None or expiring[head] is None or cast(str, expiring[head]) > now)}
+        seen = [(place[2], row) for place, row in then if place[2] in live
+                and row.valid_at(valid)]
+        ids = {row.id for _, row in seen}
+        if len(ids) < len(seen) or any(row.id == head and head not in left_out
+                                       for head, row in seen):
             return None
-        return left_out, seen
+        return left_out, sorted((row for _, row in seen), key=operator.attrgetter("id"))
 
     def recall(self, scope: Scope, as_of: str, valid_at: str | None, meant: bytes | None,
                query: str, start: int, stop: int, *, rank: Rank, **options: Any
@@ -8183,8 +8189,10 @@ class _Planner(_Part):
                                                                        asked.valid_at)
             changed = None if now is not None and instant > now \
                 else time.changed_since(db, key, instant, now, valid)
-            if changed is None or not wanted:
-                return None if changed is None else []
+            if changed is None:
+                return None
+            if not wanted:
+                return []
             left_out, seen = changed
             counts = db.execute(_SQL_SCOPE_COUNTS if db.has_weights
                                 else _SQL_SCOPE_COUNTS_UNWEIGHED, key).fetchall()

@@ -272,9 +272,9 @@ _PG_ADD_VALIDITY = _SQLITE_ADD_VALIDITY
 _PG_INDEX_CHANGES = (
     *_INDEX_WRITTEN,
     "CREATE INDEX memory_history_superseded ON memory_history (user_id, superseded_at, task_id)"
-    f" WHERE coalesce(superseded_at, '') LIKE {_SYSTEM_FORM}",
+    f" WHERE superseded_at LIKE {_SYSTEM_FORM}",
     "CREATE INDEX memory_history_superseded_otherwise ON memory_history (user_id, task_id)"
-    f" WHERE coalesce(superseded_at, '') NOT LIKE {_SYSTEM_FORM}",
+    f" WHERE superseded_at NOT LIKE {_SYSTEM_FORM}",
 )
 
 # pgvector, where a superuser has installed it in the database (CREATE EXTENSION vector:

@@ -1,5 +1,5 @@
-"""What reading the past costs: get and a page as of a time, beside a floor. Prints tables;
-never a test.
+"""What reading the past costs: get, a page and recall as of a time, beside a floor and the
+same reads now. Prints tables; never a test.
 
     python3 bench/bench_time.py                  # SQLite and a throw-away PostgreSQL
     python3 bench/bench_time.py --sqlite-only
@@ -18,6 +18,9 @@ many calls:
 - memories(limit=20, as_of): the oldest 20 live then, and the newest 20 (newest_first);
 - memories(key_prefix="", limit=20, as_of): the first 20 keys live then, beside the
   same listing now;
+- recall(query, 5, rank="idf", as_of) of three of the words, beside the same recall now
+  and beside the copy of the scope as it read then that every recall as of a time ranked
+  in before (and vectors and context still do), each answer checked against the copy's;
 - the floor: a plain table of the same versions, each a row with the window it was live
   in (valid_from, valid_to: UTC times of one fixed form), indexed on (user_id, key,
   valid_from) and on (user_id, id): the get as the newest version of the key from at or

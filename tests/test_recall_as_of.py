@@ -95,7 +95,7 @@ def recalls_as_of_rank_as_their_copies(location: str, steps: list[Any]) -> None:
                         assert found == store.recall(scope, query, as_of=at_, **ask), ask
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(steps=STEPS)
 def test_a_recall_as_of_a_time_ranks_as_its_copy_of_the_scope(steps: list[Any]) -> None:
     recalls_as_of_rank_as_their_copies(":memory:", steps)
@@ -253,3 +253,43 @@ def test_what_changed_since_a_time_is_read_from_its_indexes_before_statistics(
         assert f"Index Cond: ((user_id = 'alice'::text) AND ({bounded} > " in plan, plan
         # What the ranges pass over: the 30 rows written since, none before.
         assert all(int(n) == 0 for n in re.findall(r"Rows Removed by \w+: (\d+)", plan)), plan
+
+
+def test_two_versions_of_one_id_live_at_a_time_are_ranked_in_a_copy(target: str) -> None:
+    """A clock set back twice gives a renamed memory two versions live at one time, both
+    of its id: only the copy tells them apart."""
+    clock = SetClock(T0)
+    with MemoryStore(target, clock=clock, history=True) as store:
+        store.remember(ALICE, "task", "jazz one", "s", key="a")
+        for seconds, key in ((300, "b"), (-240, "c"), (300, "d")):  # 09:05, 09:01, 09:06
+            clock.advance(seconds)
+            store.rename(ALICE, chr(ord(key) - 1), key)
+        clock.advance(600)
+        found = store.recall(ALICE, "jazz", 5, as_of="2026-10-20T09:03:00+00:00")
+        assert sorted(m["key"] for m in found) == ["a", "c"]
+        with copied_only(store):
+            assert store.recall(ALICE, "jazz", 5, as_of="2026-10-20T09:03:00+00:00") == found
+
+
+def test_a_version_of_a_memory_expired_since_or_out_of_its_window_is_not_ranked(
+        target: str) -> None:
+    """A memory expired since has no past; a version whose window leaves out the time
+    asked (valid_at) is not ranked, as the copy ranks neither."""
+    clock = SetClock(T0)
+    with MemoryStore(target, clock=clock, history=True) as store:
+        store.remember(ALICE, "task", "jazz one", "s", key="a")
+        store.remember(ALICE, "task", "jazz band", "s", key="b",
+                       valid_to="2026-10-20T09:10:00+00:00")
+        clock.advance(60)
+        store.remember(ALICE, "task", "jazz two", "s", key="a", ttl=60)
+        store.remember(ALICE, "task", "jazz band again", "s", key="b")
+        clock.advance(120)  # "jazz two" has expired
+        asks: list[dict[str, Any]] = [
+            {}, {"valid_at": "2026-10-20T09:20:00+00:00"}, {"valid_at": "any"}]
+        found = [store.recall(ALICE, "jazz", 5, as_of="2026-10-20T09:00:30+00:00", **ask)
+                 for ask in asks]
+        assert [[m["text"] for m in each] for each in found] == [
+            ["jazz band"], [], ["jazz band"]]
+        with copied_only(store):
+            assert [store.recall(ALICE, "jazz", 5, as_of="2026-10-20T09:00:30+00:00", **ask)
+                    for ask in asks] == found
