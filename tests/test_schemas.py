@@ -265,7 +265,7 @@ def test_a_version_16_file_recalls_as_of_a_time_as_its_release_did_and_a_15_one_
         tmp_path: pathlib.Path) -> None:
     """Recalls as of a time read what changed since from layout 16's indexes; a file of
     layout 15 read as it is has none of them, and reads the same (its scope whole)."""
-    path, recorded = release("version-16-77a34df", tmp_path)
+    path, recorded = release("version-16-d3c04fc", tmp_path)
     with MemoryStore(path, read_only=True) as reader:
         for scoped, times in recorded["recall_as_of"].items():
             for when, results in times.items():
