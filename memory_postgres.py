@@ -27,6 +27,8 @@ from typing import Any, cast
 from memory import (
     _IN_SCOPE_PG,
     _INDEX_WRITTEN,
+    _PG_SUPERSEDED_OTHERWISE,
+    _PG_WRITTEN_OTHERWISE,
     _RECEIPTS_TABLE,
     _SQL_EMBEDDER,
     _SQL_MATCHING,
@@ -34,6 +36,7 @@ from memory import (
     _SQL_USERS,
     _SQLITE_ADD_VALIDITY,
     _SYSTEM_FORM,
+    _WRITTEN,
     ConnectionLost,
     Matching,
     MemoryInputError,
@@ -270,11 +273,17 @@ _PG_ADD_VALIDITY = _SQLITE_ADD_VALIDITY
 # superseded, as SQLite's version 16 has them, each form of time in an index of its own
 # (the reads' forms here test the predicates, _changed_after).
 _PG_INDEX_CHANGES = (
-    *_INDEX_WRITTEN,
+    f"ALTER TABLE memories ADD COLUMN {_PG_WRITTEN_OTHERWISE} BOOLEAN GENERATED ALWAYS AS"
+    f" ({_WRITTEN} NOT LIKE {_SYSTEM_FORM}) STORED",
+    f"ALTER TABLE memory_history ADD COLUMN {_PG_SUPERSEDED_OTHERWISE} BOOLEAN GENERATED"
+    f" ALWAYS AS (superseded_at NOT LIKE {_SYSTEM_FORM}) STORED",
+    *_INDEX_WRITTEN[:2],
+    "CREATE INDEX memories_written_otherwise ON memories (user_id, task_id)"
+    f" WHERE {_PG_WRITTEN_OTHERWISE}",
     "CREATE INDEX memory_history_superseded ON memory_history (user_id, superseded_at, task_id)"
     f" WHERE superseded_at LIKE {_SYSTEM_FORM}",
     "CREATE INDEX memory_history_superseded_otherwise ON memory_history (user_id, task_id)"
-    f" WHERE superseded_at NOT LIKE {_SYSTEM_FORM}",
+    f" WHERE {_PG_SUPERSEDED_OTHERWISE}",
 )
 
 # pgvector, where a superuser has installed it in the database (CREATE EXTENSION vector:

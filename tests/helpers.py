@@ -185,3 +185,9 @@ BEFORE_VALIDITY = (*BEFORE_CHANGES_INDEXED,
                    "ALTER TABLE memories DROP COLUMN valid_to",
                    "ALTER TABLE memory_history DROP COLUMN valid_from",
                    "ALTER TABLE memory_history DROP COLUMN valid_to")
+# PostgreSQL's version 15 stores whether each time is of another form, besides.
+PG_BEFORE_CHANGES_INDEXED = (*BEFORE_CHANGES_INDEXED,
+                             "ALTER TABLE memories DROP COLUMN written_otherwise",
+                             "ALTER TABLE memory_history DROP COLUMN superseded_otherwise")
+PG_BEFORE_VALIDITY = (*PG_BEFORE_CHANGES_INDEXED,
+                      *BEFORE_VALIDITY[len(BEFORE_CHANGES_INDEXED):])

@@ -24,9 +24,9 @@ import memory
 from helpers import (
     ALICE,
     ALICE_WORK,
-    BEFORE_VALIDITY,
     BOB,
     FIXTURES,
+    PG_BEFORE_VALIDITY,
     TOUCHES_MEMORY_DATA,
     SetClock,
     served_answers,
@@ -458,7 +458,7 @@ def test_a_version_6_postgres_database_seals_its_vectors_as_it_upgrades(
                              for scope in (ALICE, BOB) for level in ("user", "task")])
         before = [store.recall(scope, "jazz", 20, rank="meaning") for scope in (ALICE, BOB)]
     with owner_connection(url) as db:  # version 6, as its release made it
-        for statement in BEFORE_VALIDITY:
+        for statement in PG_BEFORE_VALIDITY:
             db.execute(statement)
         db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import memory
-from helpers import ALICE, ALICE_WORK, BEFORE_VALIDITY, BOB, SetClock
+from helpers import ALICE, ALICE_WORK, BEFORE_VALIDITY, BOB, PG_BEFORE_VALIDITY, SetClock
 from memory import MemoryInputError, MemoryStore, Scope
 from model import index_problems_at, owner_connection, transactions_left
 
@@ -134,7 +134,7 @@ def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
         old = store.remember(ALICE, "user", "Alice likes jazz.", "s")
         store.remember(Scope("bob", "trip"), "user", "Bob likes jazz.", "s")
     with owner_connection(url) as db:  # back to version 1, as its release made it
-        for statement in BEFORE_VALIDITY:
+        for statement in PG_BEFORE_VALIDITY:
             db.execute(statement)
         db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")

@@ -17,6 +17,7 @@ import memory
 from helpers import (
     ALICE,
     BEFORE_VALIDITY,
+    PG_BEFORE_VALIDITY,
     TOUCHES_MEMORY_DATA,
     WORD_RANKS,
     SetClock,
@@ -608,7 +609,7 @@ def test_an_upgrade_weighs_every_owner_and_indexes_those_its_weight_takes_over(
     postgres = target.startswith("postgresql://")
     with owner_connection(target) as db:  # as the release before the weights left it
         db.execute("DELETE FROM memory_words WHERE user_id = 'alice' AND task_id IS NULL")
-        for statement in BEFORE_VALIDITY:
+        for statement in PG_BEFORE_VALIDITY if postgres else BEFORE_VALIDITY:
             db.execute(statement)
         db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")

@@ -37,8 +37,8 @@ import memory
 from helpers import (
     ALICE,
     ALICE_WORK,
-    BEFORE_VALIDITY,
     BOB,
+    PG_BEFORE_VALIDITY,
     TOUCHES_MEMORY_DATA,
     WORD_RANKS,
     SetClock,
@@ -647,7 +647,7 @@ def test_version_5_s_key_index_is_made_again_key_first(url: str, server: Server)
     with MemoryStore(url) as store:
         store.remember(ALICE, "task", "Alice's seat: aisle.", "s", key="seat")
     with owner_connection(url) as db:  # version 5's index, as its release made it
-        for statement in BEFORE_VALIDITY:
+        for statement in PG_BEFORE_VALIDITY:
             db.execute(statement)
         db.execute("DROP TABLE memory_history")
         db.execute("DROP TABLE memory_receipts")
@@ -700,7 +700,7 @@ def test_version_7_s_text_key_index_is_made_again_a_hash_index(url: str,
                  database_of(url))
     server.admin("ALTER TABLE memory_counts DROP COLUMN weight", database_of(url))
     server.admin("ALTER TABLE memories DROP COLUMN version", database_of(url))
-    for statement in BEFORE_VALIDITY:
+    for statement in PG_BEFORE_VALIDITY:
         server.admin(statement, database_of(url))
     server.admin("DROP TABLE memory_history", database_of(url))
     server.admin("DROP TABLE memory_receipts", database_of(url))

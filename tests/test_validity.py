@@ -21,8 +21,8 @@ import memory
 from helpers import (
     ALICE,
     ALICE_WORK,
-    BEFORE_VALIDITY,
     BOB,
+    PG_BEFORE_VALIDITY,
     TOUCHES_MEMORY_DATA,
     SetClock,
     cli,
@@ -423,7 +423,7 @@ def test_a_postgres_database_of_version_13_gains_windows_in_one_transaction(
     with MemoryStore(url) as store:
         kept = store.remember(ALICE, "user", "Alice likes jazz.", "s", key="music")
     with owner_connection(url) as db:  # version 13, as its release made it
-        for statement in BEFORE_VALIDITY:
+        for statement in PG_BEFORE_VALIDITY:
             db.execute(statement)
         db.execute("UPDATE store_settings SET value = '13' WHERE name = 'schema_version'")
 
