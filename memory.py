@@ -8171,16 +8171,24 @@ class _Planner(_Part):
             page = scoring.best[asked.start:asked.stop]
             read = db.last_statement(_SQL_RECALLED, (*key, json.dumps([i for _, i in page])))
             rows = {row[0]: _MemoryRow(*row) for row in read}
+        return self._results(page, rows, wanted, scoring.why if asked.explain else None,
+                             weighed.weights)
+
+    def _results(self, page: list[tuple[float, int]], rows: dict[int, _MemoryRow],
+                 wanted: set[str], why: Callable[[int, dict[str, float]], Why] | None,
+                 weights: dict[str, float]) -> list[Recalled]:
+        """The ranking's `page` as recall gives it, each from its row (one gone since the
+        ranking was read is left out), with `why` it scored where explain asks: the query
+        words it holds, by their `weights` (1 under the shared rank)."""
         found = []
         for score, memory_id in page:
             row = rows.get(memory_id)
             if row is None:
                 continue
             result = row.recalled(score)
-            if asked.explain:
+            if why is not None:
                 holds = sorted(wanted & self._rule.of_memory(row.text, row.created_at))
-                result["why"] = scoring.why(memory_id, {word: weighed.weights.get(word, 1)
-                                                        for word in holds})
+                result["why"] = why(memory_id, {word: weights.get(word, 1) for word in holds})
             found.append(result)
         return found
 
@@ -8226,18 +8234,8 @@ class _Planner(_Part):
             read = db.last_statement(_SQL_RECALLED, (*key, json.dumps(
                 [memory_id for _, memory_id in page if memory_id not in versions])))
             rows = {**{row[0]: _MemoryRow(*row) for row in read}, **versions}
-        found = []
-        for score, memory_id in page:
-            then = rows.get(memory_id)
-            if then is None:
-                continue
-            result = then.recalled(score)
-            if asked.explain:
-                holds = sorted(wanted & self._rule.of_memory(then.text, then.created_at))
-                result["why"] = _Scoring(page).why(memory_id, {
-                    word: recall.weights.get(word, 1) for word in holds})
-            found.append(result)
-        return found
+        return self._results(page, rows, wanted,
+                             _Scoring(page).why if asked.explain else None, recall.weights)
 
     def _admitted_then(self, db: _Session, key: _ScopeKey, conditions: list[_Condition],
                        seen: list[_MemoryRow]) -> _Admitted:
