@@ -1539,8 +1539,6 @@ _SQL_LIVE_THROUGH = _changed_after(
     f" {_IN_SCOPE} AND {_SUPERSEDED_IN_SYSTEM_FORM} = false) AS other CROSS JOIN"
     f" memory_history {_IN_SCOPE} AND head_id = other_head AND version = other_version"
     f"{_WRITTEN_BY_THEN}")
-_SQL_EXPIRY_OF_IDS = _sql(f"SELECT id, expires_at FROM memories NOT INDEXED {_IN_SCOPE}"
-                          " AND id IN (SELECT value FROM json_each(?))")
 
 # An owner's versions of memories live now in a key range (its lower bound left out or
 # not), those an as-of listing by key may find live then, in key order: a range of the
@@ -6704,7 +6702,8 @@ class _Time(_Part):
         heads = {place[2] for place, _ in then}
         expiring = {memory_id: expires_at for memory_id, _, expires_at in written}
         if unknown := sorted(heads - expiring.keys()):
-            expiring.update(db.execute(_SQL_EXPIRY_OF_IDS, (*key, json.dumps(unknown))).fetchall())
+            expiring.update((row.id, row.expires_at) for row in map(_MemoryRow._make, db.execute(
+                _SQL_VISIBLE_IDS, (*key, json.dumps(unknown))).fetchall()))
         live = {head for head in heads if head in expiring
                 and (now is None or expiring[head] is None or cast(str, expiring[head]) > now)}
         seen = [(place[2], row) for place, row in then if place[2] in live
@@ -7592,8 +7591,7 @@ class _Planner(_Part):
         weights = {task_key: weight for task_key, _, weight in counts}
         # N and df count live memories only.
         visible = sum(held.values()) - len(expired) if by_words == "idf" else 0
-        unindexed = [task for task in (None, key.task)
-                     if 0 < weights.get(task or "", 0) < self._index_from]
+        unindexed = self._unindexed(key, weights)
         admitted = None if conditions is None else self.admitted(db, key, conditions)
         if admitted is not None and admitted.allowed is not None \
                 and not admitted.allowed - admitted.excluded:
@@ -7614,6 +7612,12 @@ class _Planner(_Part):
         else:
             scoring = _Scoring(self._best(db, asked, row_map, apart))
         return asked, scoring
+
+    def _unindexed(self, key: _ScopeKey, weights: dict[str, int]) -> list[str | None]:
+        """The scope's owners (None: the user level) whose words are not indexed: those
+        weighing less than the index begins at, by their weights (_SQL_SCOPE_COUNTS)."""
+        return [task for task in (None, key.task)
+                if 0 < weights.get(task or "", 0) < self._index_from]
 
     def page(self, db: _Session, key: _ScopeKey, page: _Page, valid_at: str | None
              ) -> list[Memory]:
@@ -8220,9 +8224,7 @@ class _Planner(_Part):
                 else self._admitted_then(db, key, asked.conditions, seen)
             recall = _Recall(key, (json.dumps(sorted(wanted)), *key), by_words, asked.stop,
                              set(), held if by_words == "idf" else 0, {}, admitted)
-            unindexed = [task for task in (None, key.task)
-                         if 0 < {task_key: weight for task_key, _, weight in counts}.get(
-                             task or "", 0) < self._index_from]
+            unindexed = self._unindexed(key, {task_key: weight for task_key, _, weight in counts})
             postings = [(word, array.array("q", (i for i in ids if i not in left_out)))
                         for word, ids in self._all_postings(
                             db, recall, self._read_unindexed(db, recall, unindexed))]
