@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import array
 import contextlib
-import functools
 import heapq
 import itertools
 import json
@@ -22,7 +21,7 @@ import select
 import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from memory import (
     _IN_SCOPE_PG,
@@ -413,17 +412,46 @@ _PG_SIZE = (
 )
 _PG_VACUUM = ("VACUUM (FULL, ANALYZE) memories, memory_words, memory_counts, memory_vectors,"
               " memory_fields, memory_vector_blocks, memory_receipts, memory_history")
-_PG_READ_ONLY = "SET default_transaction_read_only = on"
-# A statement, and a wait for a lock, past the store's statement_timeout is cancelled by
-# the server (milliseconds, an integer).
-_PG_TIMEOUTS = "SET statement_timeout = {ms:d}; SET lock_timeout = {ms:d}"
-# libpq waits for a connection without end by default; a URL may set its own.
-_PG_CONNECT_SECONDS = 30
-_PG_ASYNC_COMMIT = "SET synchronous_commit = off"
+# What the store sets holds for one transaction (set_config's local form, a BEGIN's READ
+# ONLY), sent in the BEGIN's round trip: a transaction pooler (PgBouncer, the managed
+# services' poolers) gives the server connection to another client once a transaction
+# ends, with whatever was set for the session still on it.
+_PG_READ_ONLY = " READ ONLY"
 # Every statement of the store is short: compiling one to machine code, which the server
 # does once a plan's estimated cost is high (a read for 64 owners' words is estimated
 # for 100 words apiece), takes longer than running it (14 ms against 0.2 ms).
-_PG_NO_JIT = "SET jit = off"
+_PG_NO_JIT = "set_config('jit', 'off', true)"
+_PG_ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true)"
+# A statement, and a wait for a lock, past the store's statement_timeout is cancelled by
+# the server (milliseconds).
+_PG_TIMEOUTS = ("set_config('statement_timeout', %s, true),"
+                " set_config('lock_timeout', %s, true)")
+# libpq waits for a connection without end by default; a URL may set its own.
+_PG_CONNECT_SECONDS = 30
+
+
+class _Settings(NamedTuple):
+    """How each of a store's transactions begins: its BEGIN for a write and for a read,
+    then the settings it holds (a statement of set_config calls, and its values)."""
+
+    write: str = _PG_BEGIN_WRITE
+    read: str = _PG_BEGIN_READ
+    local: str = f"SELECT {_PG_NO_JIT}"
+    values: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, read_only: bool, durable: bool, statement_timeout: float | None
+           ) -> _Settings:
+        calls, values = [_PG_NO_JIT] + [_PG_ASYNC_COMMIT] * (not durable), ()
+        if statement_timeout is not None:
+            ms = str(max(1, round(statement_timeout * 1000)))
+            calls, values = [*calls, _PG_TIMEOUTS], (ms, ms)
+        only = _PG_READ_ONLY * read_only
+        return cls(_PG_BEGIN_WRITE + only, _PG_BEGIN_READ + only,
+                   f"SELECT {', '.join(calls)}", values)
+
+
+_PG_WRITABLE = _Settings()  # a durable, writable store's, with no timeout
 
 
 # The kinds of failure a caller can act on, by SQLSTATE (a class is its first two
@@ -609,10 +637,12 @@ def _check_pool_size(size: object) -> int:
 
 
 def _connection_options(url: str) -> dict[str, Any]:
-    """How the store connects: autocommit (it begins its own transactions), the wait
-    bounded by libpq's connect_timeout unless the URL sets its own."""
+    """How the store connects: autocommit (it begins its own transactions), no statement
+    prepared on the server (psycopg prepares one run five times: it belongs to one server
+    connection, which a transaction pooler gives other clients, and is not on the one it
+    gives this), the wait bounded by libpq's connect_timeout unless the URL sets its own."""
     bounded = {} if "connect_timeout" in url else {"connect_timeout": _PG_CONNECT_SECONDS}
-    return {"autocommit": True, **bounded}
+    return {"autocommit": True, "prepare_threshold": None, **bounded}
 
 
 class _Float4s(bytes):
@@ -640,21 +670,19 @@ class _Float4sDumper(psycopg.adapt.Dumper):
         return bytes(obj)
 
 
-def _configure(connection: Any, settings: list[str]) -> None:
-    """Give a new connection the store's session settings; metadata comes back as the
-    JSON text the store reads on either engine (psycopg would parse jsonb itself)."""
+def _configure(connection: Any) -> None:
+    """Metadata comes back on a new connection as the JSON text the store reads on either
+    engine (psycopg would parse jsonb itself); vectors go as float4[] in binary."""
     connection.adapters.register_loader("jsonb", psycopg.types.string.TextLoader)
     connection.adapters.register_dumper(_Float4s, _Float4sDumper)
-    for setting in settings:
-        connection.execute(setting)
 
 
-def _postgres_connection(url: str, settings: list[str]) -> Any:
-    """A new connection to the store's database, given the store's session settings."""
+def _postgres_connection(url: str) -> Any:
+    """A new connection to the store's database."""
     connection = None
     try:
         connection = psycopg.connect(url, **_connection_options(url))
-        _configure(connection, settings)
+        _configure(connection)
         return connection
     except psycopg.Error as exc:
         error = _postgres_error(exc, connecting=connection is None)
@@ -675,9 +703,11 @@ class _PostgresSession(_Session):
     # 256 rows' stemming is milliseconds: more than the round trip the ids then take.
     sends_rows_first_from = 256
 
-    def __init__(self, connection: Any, trace: Callable[[str], object] | None = None) -> None:
+    def __init__(self, connection: Any, trace: Callable[[str], object] | None = None,
+                 settings: _Settings = _PG_WRITABLE) -> None:
         self.connection = connection
         self._trace = trace
+        self._settings = settings
         self._named: set[str] = set()  # the users the transaction under way named
         self._seen = ""  # memory.user_ids, as the last statement set it
         self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
@@ -856,8 +886,17 @@ class _PostgresSession(_Session):
     def _send_after(self, begin: str, text: str, parameters: Any) -> Any:
         # In a batch already, BEGIN joins it: a pipeline of its own would wait here.
         with contextlib.nullcontext() if self._batching else self.connection.pipeline():
-            self.connection.execute(begin)
+            self._began(begin)
             return self.connection.execute(text, parameters)
+
+    def _began(self, begin: str) -> None:
+        """Send the BEGIN and the transaction's settings, without reading their results."""
+        self.connection.execute(begin)
+        self.connection.execute(self._settings.local, self._settings.values)
+
+    def _began_together(self, begin: str) -> None:
+        with self.connection.pipeline():
+            self._began(begin)
 
     def _form(self, sql: str) -> str:
         form = sql.form(self.dialect) if isinstance(sql, _Sql) else None
@@ -903,7 +942,7 @@ class _PostgresSession(_Session):
             return
         if self._begin is not None:  # a cursor is declared in the transaction
             begin, self._begin = self._begin, None
-            self._driver(lambda: self.connection.execute(begin))
+            self._driver(lambda: self._began_together(begin))
         if self._trace is not None:
             self._trace(text)
         # Named apart: a read goes through one owner's blocks while it reads rows between.
@@ -956,7 +995,7 @@ class _PostgresSession(_Session):
         self._write, self._commit_sent = write, False
         self._embeddings = None
         # Sent with the transaction's first statement: a round trip saved.
-        self._begin = _PG_BEGIN_WRITE if write else _PG_BEGIN_READ
+        self._begin = self._settings.write if write else self._settings.read
 
     def _end(self, text: str) -> None:
         if self._begin is not None:
@@ -1199,9 +1238,10 @@ class Engine(_Engine):
     name = "PostgreSQL"
     options = frozenset({"statement_timeout", "pool_size", "pool_timeout"})
 
-    def __init__(self, url: str, settings: list[str], pool_size: int,
+    def __init__(self, url: str, settings: _Settings, pool_size: int,
                  pool_timeout: float) -> None:
         self._trace: Callable[[str], object] | None = None
+        self._settings = settings
         self._pool_timeout = pool_timeout
         for name in ("psycopg", "psycopg.pool"):
             logging.getLogger(name).addFilter(_QUIET)  # once: a filter is added once
@@ -1209,7 +1249,7 @@ class Engine(_Engine):
         self._pool = psycopg_pool.ConnectionPool(
             url, min_size=1, max_size=pool_size, timeout=pool_timeout, open=True,
             kwargs=_connection_options(url), name="memory",
-            configure=functools.partial(_configure, settings=settings))
+            configure=_configure)
         self._pool_errors = (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
 
     @classmethod
@@ -1221,15 +1261,13 @@ class Engine(_Engine):
             statement_timeout = _check_seconds("statement_timeout", statement_timeout)
         pool_size = _check_pool_size(options.get("pool_size", 10))
         pool_timeout = _check_seconds("pool_timeout", options.get("pool_timeout", 30.0))
-        settings = [_PG_NO_JIT] + [_PG_READ_ONLY] * read_only + [_PG_ASYNC_COMMIT] * (not durable)
-        if statement_timeout is not None:
-            ms = max(1, round(statement_timeout * 1000))
-            settings += _PG_TIMEOUTS.format(ms=ms).split("; ")
+        settings = _Settings.of(read_only, durable, statement_timeout)
         # One connection of its own first, so that a server out of reach, or a database
         # this code must refuse, fails the open at once with the reason.
-        connection = _postgres_connection(url, settings)
+        connection = _postgres_connection(url)
         try:
-            served = _PostgresSession(connection).open_store(read_only, matching, create)
+            served = _PostgresSession(connection, settings=settings).open_store(
+                read_only, matching, create)
         finally:
             connection.close()
         engine = cls(url, settings, pool_size, pool_timeout)
@@ -1253,7 +1291,7 @@ class Engine(_Engine):
             error = _postgres_error(exc, connecting=True)
         else:
             try:
-                yield _PostgresSession(connection, self._trace)
+                yield _PostgresSession(connection, self._trace, self._settings)
             finally:
                 self._pool.putconn(connection)
             return

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 
 from helpers import SetClock
 from memory import MemoryStore
-from pg_server import Server, database_of, server_binaries, wheel_binaries
+from pg_server import Pooler, Server, database_of, pooler_binary, server_binaries, wheel_binaries
 
 settings.register_profile(
     "ci",
@@ -92,9 +92,28 @@ def vector_url(vector_server: Server) -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def pooler(server: Server) -> Iterator[Pooler]:
+    """PgBouncer in front of the server, pooling by transaction over two server
+    connections, started once a session when a test first asks for it."""
+    if pooler_binary() is None:
+        missing("PgBouncer is not installed (apt-get install pgbouncer)")
+    started = Pooler(server, pathlib.Path(tempfile.mkdtemp(prefix="memory-pgbouncer-")))
+    try:
+        started.start()
+        yield started
+    finally:
+        started.stop()
+        shutil.rmtree(started.folder, ignore_errors=True)
+
+
 @pytest.fixture
-def url(server: Server) -> str:
-    """A new, empty database on the server, owned by the store's role."""
+def url(request: pytest.FixtureRequest, server: Server) -> str:
+    """A new, empty database on the server, owned by the store's role; reached through
+    the pooler where a test is parametrized so (`pooled`)."""
+    if getattr(request, "param", "direct") == "pooled":
+        pooled: Pooler = request.getfixturevalue("pooler")
+        return pooled.new_database()
     return server.new_database()
 
 

@@ -15,10 +15,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import textwrap
 import time
 from typing import Any
 
 APP_ROLE = "memory_app"
+# The port PgBouncer names its socket by (it listens on no TCP port).
+PORT = 6432
 
 
 def server_binaries() -> pathlib.Path | None:
@@ -115,6 +118,69 @@ class Server:
         # a third less time and half the bytes written, for the hundreds the suite makes.
         self.admin(f"CREATE DATABASE {name} OWNER {APP_ROLE} STRATEGY = FILE_COPY {options}")
         return self.url(name)
+
+
+class Pooler:
+    """PgBouncer in front of a Server, as users who outgrow one host run it: transaction
+    pooling (a server connection is a client's for one transaction, then another's) over
+    `pool_size` server connections, on a Unix socket in its own folder only; stopped by its
+    pid. Run as the server's user: PgBouncer refuses root."""
+
+    def __init__(self, server: Server, folder: pathlib.Path, pool_size: int = 2,
+                 mode: str = "transaction") -> None:
+        self.server, self.folder, self.pool_size, self.mode = server, folder, pool_size, mode
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        (self.folder / "users.txt").write_text(f'"{APP_ROLE}" ""\n"postgres" ""\n')
+        (self.folder / "pgbouncer.ini").write_text(textwrap.dedent(f"""\
+            [databases]
+            * = host={self.server.folder}
+            [pgbouncer]
+            listen_addr =
+            unix_socket_dir = {self.folder}
+            listen_port = {PORT}
+            auth_type = trust
+            auth_file = {self.folder}/users.txt
+            pool_mode = {self.mode}
+            default_pool_size = {self.pool_size}
+            max_client_conn = 500
+            logfile = {self.folder}/pgbouncer.log
+            """))
+        if self.server.as_owner:
+            shutil.chown(self.folder, "postgres", "postgres")
+        self.process = subprocess.Popen([*self.server.as_owner, binary, "-q",
+                                         str(self.folder / "pgbouncer.ini")],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not (self.folder / f".s.PGSQL.{PORT}").exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("pgbouncer did not start: see its log in " + str(self.folder))
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()  # runuser passes it on to pgbouncer
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def url(self, database: str, role: str = APP_ROLE) -> str:
+        return f"postgresql://{role}@/{database}?host={self.folder}&port={PORT}"
+
+    def new_database(self) -> str:
+        """A new database of the server's, the URL the store reaches it by through the
+        pooler."""
+        return self.url(database_of(self.server.new_database()))
+
+
+def pooler_binary() -> str | None:
+    return shutil.which("pgbouncer") or next(
+        (path for path in ("/usr/sbin/pgbouncer",) if os.path.exists(path)), None)
 
 
 def bench_server() -> Server:

@@ -69,6 +69,11 @@ from pg_server import APP_ROLE, Server, database_of
 pytest.importorskip("psycopg", reason="the PostgreSQL engine needs the `postgres` extra")
 import memory_postgres  # noqa: E402
 
+# The tests of the engine's contract and its concurrency marked so run a second time through
+# PgBouncer, pooling by transaction over two server connections (`url`, and the store
+# made of it), as users who outgrow one host run the server.
+pooled = pytest.mark.parametrize("url", ["direct", "pooled"], indirect=True)
+
 
 @pytest.fixture
 def store(url: str) -> Iterator[MemoryStore]:
@@ -82,6 +87,7 @@ def ids(results: list[memory.Recalled] | list[memory.Memory]) -> list[int]:
 
 # -- the same behaviour --------------------------------------------------------------
 
+@pooled
 def test_scope_rule_holds_on_postgres(store: MemoryStore) -> None:
     own = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
     task = store.remember(ALICE, "task", "Book the hotel by the river.", "s")
@@ -99,6 +105,7 @@ def test_scope_rule_holds_on_postgres(store: MemoryStore) -> None:
     assert store.count(ALICE) == 0 and store.count(BOB) == 1
 
 
+@pooled
 def test_results_match_sqlite_on_the_same_writes(url: str, tmp_path: pathlib.Path) -> None:
     """Every call, on both engines, from the same writes: the same answers."""
     answers = []
@@ -126,6 +133,7 @@ def test_results_match_sqlite_on_the_same_writes(url: str, tmp_path: pathlib.Pat
     assert answers[0] == answers[1]
 
 
+@pooled
 def test_every_statement_carries_the_user_filter(store: MemoryStore) -> None:
     statements: list[str] = []
     store.db.set_trace_callback(statements.append)
@@ -170,6 +178,7 @@ def test_every_statement_carries_the_user_filter(store: MemoryStore) -> None:
     assert any(s.startswith("SELECT wanted.n") for s in touching)
 
 
+@pooled
 def test_row_level_security_confines_a_statement_without_the_user_filter(
         store: MemoryStore) -> None:
     """A statement deliberately written without `WHERE user_id = ` still sees only the
@@ -231,6 +240,7 @@ def test_errors_carry_no_value_and_no_driver_error(url: str, server: Server) -> 
         assert opened.count(ALICE) == 0
 
 
+@pooled
 def test_read_only_and_operator_calls(url: str) -> None:
     with MemoryStore(url, clock=fixed_clock()) as opened:
         opened.remember(ALICE, "user", "Alice is vegetarian.", "s")
@@ -280,6 +290,7 @@ def open_and_write(target: str, user: str, count: int) -> list[int]:
     return written
 
 
+@pooled
 def test_concurrent_first_opens_create_the_schema_once(url: str) -> None:
     with multiprocessing.get_context("spawn").Pool(8) as pool:
         results = [pool.apply_async(open_and_write, (url, f"user-{n}", 1)) for n in range(8)]
@@ -289,6 +300,7 @@ def test_concurrent_first_opens_create_the_schema_once(url: str) -> None:
         assert opened.stats()["memories"] == 8
 
 
+@pooled
 def test_eight_processes_write_250_each_with_exact_counts(url: str) -> None:
     """Two processes per user, so a user's writes contend for its lock; the word index
     must come out exact, as one writer at a time would leave it."""
@@ -315,6 +327,7 @@ def write_forever(target: str, user: str, acknowledged: Any) -> None:
             acknowledged.put(memory_id)
 
 
+@pooled
 def test_sigkill_of_writers_loses_nothing_acknowledged(url: str) -> None:
     MemoryStore(url).close()
     context = multiprocessing.get_context("spawn")
@@ -417,6 +430,7 @@ def test_top_k_reads_newest_first_and_agrees_with_the_model(url: str) -> None:
                 model.recall(scope, query, limit, rank)
 
 
+@pooled
 def test_a_server_error_inside_a_write_is_a_store_error_and_writes_nothing(
         url: str, server: Server) -> None:
     """A write's last statements go to the server together; one of them failing still
@@ -447,17 +461,25 @@ def test_a_role_that_bypasses_row_level_security_is_warned_of(
         " user filter confines the store's calls"]
 
 
-def test_durable_and_read_only_set_the_session(url: str) -> None:
+@pooled
+def test_durable_read_only_and_timeouts_hold_for_each_transaction_and_no_longer(
+        url: str) -> None:
+    """Set for the transaction, not the session: a transaction pooler gives the server
+    connection to other clients between two of the store's transactions."""
     MemoryStore(url).close()
-    shows = [memory._sql("SHOW synchronous_commit"),
-             memory._sql("SHOW default_transaction_read_only")]
-    found = {}
-    for options in ({}, {"durable": False}, {"read_only": True}):
-        with MemoryStore(url, **options) as opened:  # type: ignore[arg-type]
-            with opened._reading() as db:
+    shows = [memory._sql("", postgresql=f"SHOW {name}") for name in (
+        "synchronous_commit", "transaction_read_only", "statement_timeout", "jit")]
+    found, after = {}, {}
+    for options in ({}, {"durable": False}, {"read_only": True}, {"statement_timeout": 2.5}):
+        with MemoryStore(url, pool_size=1, **options) as opened:  # type: ignore[arg-type]
+            with opened._snapshot({"alice"}) as db:
                 found[tuple(options)] = [db.execute(show).fetchone()[0] for show in shows]
-    assert found == {(): ["on", "off"], ("durable",): ["off", "off"],
-                     ("read_only",): ["on", "on"]}
+            with opened._reading() as db:  # the same connection, between transactions
+                after[tuple(options)] = [db.execute(show).fetchone()[0] for show in shows]
+    assert found == {(): ["on", "off", "0", "off"], ("durable",): ["off", "off", "0", "off"],
+                     ("read_only",): ["on", "on", "0", "off"],
+                     ("statement_timeout",): ["on", "off", "2500ms", "off"]}
+    assert set(map(tuple, after.values())) == {("on", "off", "0", "on")}
 
 
 @pytest.fixture
@@ -487,6 +509,7 @@ def round_trips(store: MemoryStore, call: Any, folder: pathlib.Path) -> int:
                if (sent, received) == ("F", "B"))
 
 
+@pooled
 def test_a_recall_waits_on_the_server_four_times(
         one_connection: MemoryStore,
                                                  tmp_path: pathlib.Path) -> None:
@@ -766,6 +789,7 @@ def test_a_batch_sent_before_its_words_indexes_and_purges_only_what_it_should(
         assert [m["id"] for m in store.recall(ALICE, "hotel note 0", limit=1)] == [ids[0]]
 
 
+@pooled
 def test_a_batch_for_many_users_names_a_group_of_them_at_a_time(url: str) -> None:
     """The policy checks each row against every user the statement may see, so a batch
     for 130 users narrows what its statements see to 64 users at a time (3 groups), once
@@ -794,6 +818,7 @@ def test_a_batch_for_more_users_than_the_lock_table_holds(url: str) -> None:
         assert [store.count(Scope(user, "t")) for user in users[::749]] == [1] * 5
 
 
+@pooled
 def test_a_write_never_widens_the_users_it_sees(url: str) -> None:
     with MemoryStore(url) as store:
         with pytest.raises(StoreError, match="did not name"), store._writing({"alice"}) as db:
@@ -802,6 +827,7 @@ def test_a_write_never_widens_the_users_it_sees(url: str) -> None:
         store.remember(ALICE, "user", "still writes", "s")
 
 
+@pooled
 def test_a_remember_waits_on_the_server_three_times(
         one_connection: MemoryStore, tmp_path: pathlib.Path) -> None:
     """BEGIN with the scope, the locks and the matching rule; the new id with the expired
@@ -1063,6 +1089,7 @@ def end_connections(store: MemoryStore, server: Server) -> None:
                  f" datname = '{database_of(store.path)}' AND pid <> pg_backend_pid()")
 
 
+@pooled
 def test_an_idle_store_works_on_after_a_server_restart(store: MemoryStore,
                                                         server: Server) -> None:
     kept = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
@@ -1103,6 +1130,7 @@ def terminate_at(store: MemoryStore, server: Server, statement: str) -> list[str
     return seen
 
 
+@pooled
 def test_a_read_cut_off_midway_is_read_again(store: MemoryStore, server: Server,
                                              caplog: pytest.LogCaptureFixture) -> None:
     kept = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
@@ -1113,6 +1141,7 @@ def test_a_read_cut_off_midway_is_read_again(store: MemoryStore, server: Server,
     assert "lost during a read: reading again" in caplog.text
 
 
+@pooled
 def test_a_write_cut_off_before_its_commit_was_not_applied(store: MemoryStore,
                                                            server: Server) -> None:
     store.remember(ALICE, "user", "Alice is vegetarian.", "s")
@@ -1127,6 +1156,7 @@ def test_a_write_cut_off_before_its_commit_was_not_applied(store: MemoryStore,
     assert store.count(ALICE) == 2
 
 
+@pooled
 def test_a_write_cut_off_once_its_commit_was_sent_has_an_unknown_outcome(
         store: MemoryStore, server: Server) -> None:
     store.remember(ALICE, "user", "Alice is vegetarian.", "s")
@@ -1172,6 +1202,7 @@ def test_a_server_that_is_down_fails_a_call_within_the_pool_timeout_and_then_wor
         assert store.count(ALICE) == 2
 
 
+@pooled
 def test_statement_timeout_bounds_a_wait_for_a_lock(url: str) -> None:
     import psycopg
 
@@ -1249,6 +1280,7 @@ def test_pool_options_are_checked_and_refused_for_a_file(url: str) -> None:
             MemoryStore(url, pool_timeout=wait)  # type: ignore[arg-type]
 
 
+@pooled
 def test_sixteen_threads_sharing_a_store_run_on_their_own_connections(
         url: str, server: Server) -> None:
     """Each call takes a connection of the pool: calls of different threads overlap on
@@ -1279,6 +1311,41 @@ def test_sixteen_threads_sharing_a_store_run_on_their_own_connections(
         assert connections[0][0] > 1  # the pool grew: threads did not take turns on one
     assert index_problems_at(url) == []
 
+
+
+@pooled
+def test_writers_and_read_only_readers_share_the_server_s_connections(url: str) -> None:
+    """Behind a transaction pooler two stores' calls take turns on the same two server
+    connections: what one store's transaction set (read-only, a prepared statement) must
+    not be there for the other's next. Run direct, the same calls on the store's own."""
+    MemoryStore(url).close()
+    errors: list[BaseException] = []
+    with MemoryStore(url) as writer, MemoryStore(url, read_only=True) as reader:
+        def write(n: int) -> None:
+            try:
+                for k in range(25):  # past psycopg's five runs before it prepares
+                    writer.remember(Scope(f"user-{n}", "t"), "user", f"train {k} of {n}", "s")
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        def read(n: int) -> None:
+            try:
+                for _ in range(25):
+                    reader.recall(Scope(f"user-{n}", "t"), "train", 3)
+                    reader.count(Scope(f"user-{n}", "t"))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=call, args=(n,)) for n in range(6)
+                   for call in (write, read)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not any(thread.is_alive() for thread in threads)
+        assert [type(error).__name__ + str(error) for error in errors] == []
+        assert [reader.count(Scope(f"user-{n}", "t")) for n in range(6)] == [25] * 6
+    assert index_problems_at(url) == []
 
 # Each worker goes on until it has made this many calls after the restart (or is told
 # to stop): on a loaded machine the pool may take a while to connect again.
@@ -1313,6 +1380,7 @@ def write_through_a_restart(url: str, user: str, started: Any, restarted: Any, d
     report.put((acknowledged, failures, after))
 
 
+@pooled
 def test_a_restart_under_load_loses_nothing_acknowledged(url: str, server: Server) -> None:
     """4 writer processes and 4 reader threads through a pg_ctl restart: every id a write
     returned is stored; every failure is a documented StoreError; all go on afterwards."""
