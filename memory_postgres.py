@@ -442,7 +442,8 @@ class _Settings(NamedTuple):
     @classmethod
     def of(cls, read_only: bool, durable: bool, statement_timeout: float | None
            ) -> _Settings:
-        calls, values = [_PG_NO_JIT] + [_PG_ASYNC_COMMIT] * (not durable), ()
+        calls = [_PG_NO_JIT] + [_PG_ASYNC_COMMIT] * (not durable)
+        values: tuple[str, ...] = ()
         if statement_timeout is not None:
             ms = str(max(1, round(statement_timeout * 1000)))
             calls, values = [*calls, _PG_TIMEOUTS], (ms, ms)

@@ -471,7 +471,7 @@ def test_durable_read_only_and_timeouts_hold_for_each_transaction_and_no_longer(
         "synchronous_commit", "transaction_read_only", "statement_timeout", "jit")]
     found, after = {}, {}
     for options in ({}, {"durable": False}, {"read_only": True}, {"statement_timeout": 2.5}):
-        with MemoryStore(url, pool_size=1, **options) as opened:  # type: ignore[arg-type]
+        with MemoryStore(url, pool_size=1, **options) as opened:
             with opened._snapshot({"alice"}) as db:
                 found[tuple(options)] = [db.execute(show).fetchone()[0] for show in shows]
             with opened._reading() as db:  # the same connection, between transactions
