@@ -130,9 +130,11 @@ _PG_TABLE_EXISTS = (
 )
 _PG_VERSION = "SELECT value FROM store_settings WHERE name = 'schema_version'"
 # Checked before anything is created: text is stored as the database encodes it.
+# The database's encoding, as bytes (a SQL_ASCII database sends no text), and whether the
+# server is a standby (replaying a primary's WAL: it refuses every write).
 _PG_ENCODING = (
-    "SELECT convert_to(pg_encoding_to_char(encoding), 'SQL_ASCII') FROM pg_database"
-    " WHERE datname = current_database()")  # as bytes: a SQL_ASCII database sends no text
+    "SELECT convert_to(pg_encoding_to_char(encoding), 'SQL_ASCII'), pg_is_in_recovery()"
+    " FROM pg_database WHERE datname = current_database()")
 # What the store trusts, as SQLite's layout check does for a file: its objects, each owned
 # by the connecting role or a role whose privileges it has (a schema owned by a migration
 # role, the application's role a member of it), its tables of memory data (each with the
@@ -491,6 +493,9 @@ _PG_CONNECT_FAILURES = (
      "no server socket in the folder the URL names (is the server running, with its"
      " socket there?)"),
     (r"Connection refused", "", "nothing accepts connections at the host and port"),
+    (r"session is read-only|server is in hot standby mode", "",
+     "no host the URL names takes writes (target_session_attrs=read-write found each a"
+     " standby or read-only)"),
     (r"could not translate host name", "", "the host name does not resolve"),
     (r"timeout expired", "", "no answer from the host within connect_timeout"),
 )
@@ -721,10 +726,16 @@ class _PostgresSession(_Session):
     def open_store(self, read_only: bool, matching: Matching | None, create: bool) -> bool:
         """Check, create or upgrade the store in the database, as the store opens; whether
         its vectors are scored on the server (pgvector's memory_embeddings)."""
-        encoding = bytes(self._send(_PG_ENCODING).fetchone()[0]).decode("ascii")
+        encoded, standby = self._send(_PG_ENCODING).fetchone()
+        encoding = bytes(encoded).decode("ascii")
         if encoding != "UTF8":
             raise StoreError(f"the database's encoding is {encoding}; a memory store needs"
                              " a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8')")
+        if standby and not read_only:
+            raise StoreError("the server is a standby (in recovery), which refuses every"
+                             " write: open the primary, or name every host with"
+                             " target_session_attrs=read-write in the URL; read_only=True"
+                             " reads here")
         version = self.version()
         if version in _PG_POLICY_TEXTS:  # a version this code wrote: before any change
             self._check_layout(version)

@@ -70,6 +70,18 @@ def running(binaries: pathlib.Path | None, install: str, prefix: str) -> Iterato
 
 
 @pytest.fixture(scope="session")
+def binaries() -> pathlib.Path:
+    """PostgreSQL's server binaries, for a test that starts servers of its own."""
+    found = server_binaries()
+    if found is None:
+        missing("PostgreSQL's server binaries are not installed (apt-get install postgresql)")
+    if importlib.util.find_spec("psycopg") is None:
+        missing("psycopg is not installed (pip install -e '.[test]')")
+    assert found is not None
+    return found
+
+
+@pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
     yield from running(server_binaries(), "PostgreSQL's server binaries are not installed"
                        " (apt-get install postgresql)", "memory-pg-")

@@ -120,6 +120,65 @@ class Server:
         return self.url(name)
 
 
+class Standby(Server):
+    """A hot standby of `primary`: a base backup of its data (pg_basebackup), streaming
+    its WAL under `name` (the application_name synchronous_standby_names names), on a
+    Unix socket in its own folder."""
+
+    def __init__(self, primary: Server, folder: pathlib.Path, name: str = "standby") -> None:
+        super().__init__(folder, primary.binaries, primary.fsync)
+        self.primary, self.name = primary, name
+
+    def start(self) -> None:
+        if self.as_owner:
+            shutil.chown(self.folder, "postgres", "postgres")
+        self.run(str(self.binaries / "pg_basebackup"), "-D", str(self.data), "-h",
+                 str(self.primary.folder), "-U", "postgres", "-X", "stream", "--no-sync")
+        self.follow(f"host={self.primary.folder} user=postgres application_name={self.name}")
+        (self.data / "standby.signal").touch()
+        if self.as_owner:
+            shutil.chown(self.data / "standby.signal", "postgres", "postgres")
+        self.launch()
+
+    def follow(self, conninfo: str) -> None:
+        """Set where the standby streams from (read at start, or at a reload)."""
+        settings = self.data / "postgresql.auto.conf"
+        with settings.open("a") as written:
+            written.write(f"primary_conninfo = '{conninfo}'\n")
+
+    def cut_off(self) -> None:
+        """Stop streaming from the primary (a network partition, a lagging link): the
+        standby keeps what it has and receives nothing more."""
+        self.admin("ALTER SYSTEM SET primary_conninfo = ''")
+        self.admin("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + 30
+        while self.admin("SELECT count(*) FROM pg_stat_wal_receiver")[0][0]:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the standby's WAL receiver did not stop")
+            time.sleep(0.02)
+
+    def promote(self) -> None:
+        """pg_ctl promote: the standby ends recovery and takes writes."""
+        self.run(str(self.binaries / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60",
+                 "promote")
+
+
+def replicating(primary: Server, standby: Standby, synchronous: bool) -> None:
+    """Make `standby` the primary's synchronous standby, or leave it asynchronous, and
+    wait until it streams in that state."""
+    names = standby.name if synchronous else ""
+    primary.admin(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+    primary.admin("SELECT pg_reload_conf()")
+    state = "sync" if synchronous else "async"
+    deadline = time.monotonic() + 60
+    while primary.admin("SELECT count(*) FROM pg_stat_replication WHERE application_name"
+                        f" = '{standby.name}' AND state = 'streaming' AND sync_state ="
+                        f" '{state}'")[0][0] == 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the standby did not stream as {state} within a minute")
+        time.sleep(0.05)
+
+
 class Pooler:
     """PgBouncer in front of a Server, as users who outgrow one host run it: transaction
     pooling (a server connection is a client's for one transaction, then another's) over
