@@ -474,6 +474,9 @@ _PG_FAILURES = {
 }
 
 
+# What PgBouncer says, and hangs up, when a client begins a transaction in statement
+# pooling mode.
+_PG_POOLED_BY_STATEMENT = "transaction blocks not allowed in statement pooling mode"
 # libpq reports a failed connection as text alone: no SQLSTATE reaches the driver. The
 # server's reason (with the SQLSTATE it sent), or which of socket or host could not be
 # reached, is read from libpq's words, which name the role, database or host: only the
@@ -726,7 +729,11 @@ class _PostgresSession(_Session):
     def open_store(self, read_only: bool, matching: Matching | None, create: bool) -> bool:
         """Check, create or upgrade the store in the database, as the store opens; whether
         its vectors are scored on the server (pgvector's memory_embeddings)."""
+        # In a transaction begun alone: a pooler by statement refuses one, in words a
+        # pipeline loses as the pooler hangs up.
+        self._send(_PG_BEGIN_READ)
         encoded, standby = self._send(_PG_ENCODING).fetchone()
+        self._send("COMMIT")
         encoding = bytes(encoded).decode("ascii")
         if encoding != "UTF8":
             raise StoreError(f"the database's encoding is {encoding}; a memory store needs"
@@ -863,6 +870,11 @@ class _PostgresSession(_Session):
     def _failure(self, exc: Exception) -> StoreError:
         """The StoreError for a driver error: a lost connection says what became of the
         transaction; any other names its class and SQLSTATE."""
+        if _PG_POOLED_BY_STATEMENT in str(exc):
+            return StoreError("the connection pooler pools by statement, and each of the"
+                              " store's calls is a transaction of several: pool by"
+                              " transaction (PgBouncer's pool_mode = transaction) or by"
+                              " session")
         if not self.connection.closed:
             return _postgres_error(exc)
         if self._write and self._commit_sent:

@@ -18,9 +18,11 @@ import os
 import pathlib
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -62,7 +64,7 @@ from model import (
     owner_connection,
     transactions_left,
 )
-from pg_server import APP_ROLE, Server, database_of
+from pg_server import APP_ROLE, Pooler, Server, database_of
 
 # The engine needs the `postgres` extra; the server fixture fails instead of skipping
 # where CI requires it.
@@ -1346,6 +1348,29 @@ def test_writers_and_read_only_readers_share_the_server_s_connections(url: str) 
         assert [type(error).__name__ + str(error) for error in errors] == []
         assert [reader.count(Scope(f"user-{n}", "t")) for n in range(6)] == [25] * 6
     assert index_problems_at(url) == []
+
+
+@pytest.mark.parametrize("mode", ["session", "statement"])
+def test_a_pooler_by_session_serves_the_store_and_one_by_statement_is_refused_at_open(
+        server: Server, mode: str) -> None:
+    """Pooling by session, a client keeps its server connection: the store works as on
+    its own. By statement, a pooler refuses any transaction of several statements, which
+    every call is: the open says so (the pooler hangs up, and a pipeline loses its words)."""
+    pooler = Pooler(server, pathlib.Path(tempfile.mkdtemp(prefix="memory-pgbouncer-")),
+                    mode=mode)
+    try:
+        pooler.start()
+        url = pooler.new_database()
+        if mode == "statement":
+            with pytest.raises(StoreError, match="the connection pooler pools by statement"):
+                MemoryStore(url)
+            return
+        with MemoryStore(url) as store:
+            written = store.remember(ALICE, "user", "Alice likes trains.", "s")
+            assert ids(store.recall(ALICE, "trains")) == [written]
+    finally:
+        pooler.stop()
+        shutil.rmtree(pooler.folder, ignore_errors=True)
 
 # Each worker goes on until it has made this many calls after the restart (or is told
 # to stop): on a loaded machine the pool may take a while to connect again.
