@@ -130,11 +130,12 @@ _PG_TABLE_EXISTS = (
 )
 _PG_VERSION = "SELECT value FROM store_settings WHERE name = 'schema_version'"
 # Checked before anything is created: text is stored as the database encodes it.
-# The database's encoding, as bytes (a SQL_ASCII database sends no text), and whether the
-# server is a standby (replaying a primary's WAL: it refuses every write).
+# The database's encoding, as bytes (a SQL_ASCII database sends no text), whether the
+# server is a standby (replaying a primary's WAL: it refuses every write), and the server
+# process serving the connection (another than the one libpq connected to: a pooler's).
 _PG_ENCODING = (
-    "SELECT convert_to(pg_encoding_to_char(encoding), 'SQL_ASCII'), pg_is_in_recovery()"
-    " FROM pg_database WHERE datname = current_database()")
+    "SELECT convert_to(pg_encoding_to_char(encoding), 'SQL_ASCII'), pg_is_in_recovery(),"
+    " pg_backend_pid() FROM pg_database WHERE datname = current_database()")
 # What the store trusts, as SQLite's layout check does for a file: its objects, each owned
 # by the connecting role or a role whose privileges it has (a schema owned by a migration
 # role, the application's role a member of it), its tables of memory data (each with the
@@ -430,6 +431,11 @@ _PG_TIMEOUTS = ("set_config('statement_timeout', %s, true),"
                 " set_config('lock_timeout', %s, true)")
 # libpq waits for a connection without end by default; a URL may set its own.
 _PG_CONNECT_SECONDS = 30
+# psycopg prepares a statement on the server once a connection has run it this often (its
+# default): planned once, a recall and a durable write take about 0.56 of the time. Not
+# through a pooler: a prepared statement belongs to one server connection, which a pooler
+# by transaction gives other clients, and is not on the one it gives this.
+_PG_PREPARE_AFTER = 5
 
 
 class _Settings(NamedTuple):
@@ -645,13 +651,13 @@ def _check_pool_size(size: object) -> int:
     return size
 
 
-def _connection_options(url: str) -> dict[str, Any]:
-    """How the store connects: autocommit (it begins its own transactions), no statement
-    prepared on the server (psycopg prepares one run five times: it belongs to one server
-    connection, which a transaction pooler gives other clients, and is not on the one it
-    gives this), the wait bounded by libpq's connect_timeout unless the URL sets its own."""
+def _connection_options(url: str, prepared: bool = False) -> dict[str, Any]:
+    """How the store connects: autocommit (it begins its own transactions), statements
+    `prepared` on the server or not, the wait bounded by libpq's connect_timeout unless the
+    URL sets its own."""
     bounded = {} if "connect_timeout" in url else {"connect_timeout": _PG_CONNECT_SECONDS}
-    return {"autocommit": True, "prepare_threshold": None, **bounded}
+    return {"autocommit": True, "prepare_threshold": _PG_PREPARE_AFTER if prepared else None,
+            **bounded}
 
 
 class _Float4s(bytes):
@@ -717,6 +723,7 @@ class _PostgresSession(_Session):
         self.connection = connection
         self._trace = trace
         self._settings = settings
+        self.pooled = False  # whether a pooler stands between (open_store tells)
         self._named: set[str] = set()  # the users the transaction under way named
         self._seen = ""  # memory.user_ids, as the last statement set it
         self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next one
@@ -732,8 +739,9 @@ class _PostgresSession(_Session):
         # In a transaction begun alone: a pooler by statement refuses one, in words a
         # pipeline loses as the pooler hangs up.
         self._send(_PG_BEGIN_READ)
-        encoded, standby = self._send(_PG_ENCODING).fetchone()
+        encoded, standby, serving = self._send(_PG_ENCODING).fetchone()
         self._send("COMMIT")
+        self.pooled = serving != self.connection.info.backend_pid
         encoding = bytes(encoded).decode("ascii")
         if encoding != "UTF8":
             raise StoreError(f"the database's encoding is {encoding}; a memory store needs"
@@ -1263,7 +1271,7 @@ class Engine(_Engine):
     options = frozenset({"statement_timeout", "pool_size", "pool_timeout"})
 
     def __init__(self, url: str, settings: _Settings, pool_size: int,
-                 pool_timeout: float) -> None:
+                 pool_timeout: float, prepared: bool = False) -> None:
         self._trace: Callable[[str], object] | None = None
         self._settings = settings
         self._pool_timeout = pool_timeout
@@ -1272,7 +1280,7 @@ class Engine(_Engine):
 
         self._pool = psycopg_pool.ConnectionPool(
             url, min_size=1, max_size=pool_size, timeout=pool_timeout, open=True,
-            kwargs=_connection_options(url), name="memory",
+            kwargs=_connection_options(url, prepared), name="memory",
             configure=_configure)
         self._pool_errors = (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
 
@@ -1290,11 +1298,14 @@ class Engine(_Engine):
         # this code must refuse, fails the open at once with the reason.
         connection = _postgres_connection(url)
         try:
-            served = _PostgresSession(connection, settings=settings).open_store(
-                read_only, matching, create)
+            first = _PostgresSession(connection, settings=settings)
+            served = first.open_store(read_only, matching, create)
         finally:
             connection.close()
-        engine = cls(url, settings, pool_size, pool_timeout)
+        if first.pooled:
+            _log.info("the server is reached through a pooler: no statement is prepared"
+                      " on it")
+        engine = cls(url, settings, pool_size, pool_timeout, prepared=not first.pooled)
         engine.serves_vectors = served
         return engine
 

@@ -2,6 +2,7 @@
 never a test.
 
     python3 bench/bench_writes.py [--size 50000] [--no-postgres] [--floors]
+    python3 bench/bench_writes.py --pooler-only
 
 For each engine (SQLite; PostgreSQL on a throw-away server with fsync on, where its
 binaries are here) and each workload (Zipf: 5 to 15 words, as bench_memory.py draws them;
@@ -17,7 +18,8 @@ against a plain one-table schema (id, user, task, level, text, source, created_a
 Rates are memories a second; "ratio" is memory.py's over the plain table's. `--floors`
 adds, on turns, where a durable write's time goes (time_goes): the store as it is, without
 sync, without its word index and without both, beside the plain table (and on PostgreSQL
-the plain insert in as many round trips as a remember takes).
+the plain insert in as many round trips as a remember takes). `--pooler-only` gives a
+durable write and a recall on PostgreSQL direct and through PgBouncer (through_pooler).
 """
 
 from __future__ import annotations
@@ -184,13 +186,69 @@ def time_goes(engine: str, targets: tuple[str, str], size: int,
             for name, (wall, cpu) in spent.items()]
 
 
+def through_pooler(server: Any, text: Callable[[], str]) -> list[dict[str, Any]]:
+    """A durable single write and a recall, direct and through PgBouncer (pooling by
+    transaction over 2 server connections) to the same database, and direct with no
+    statement prepared on the server, as the store has it through a pooler (which gives a
+    prepared statement's server connection to other clients), in rounds of 25 alternating
+    between the three; each store of one connection, on a user of its own."""
+    from pg_server import Pooler
+    pooler = Pooler(server, Path(tempfile.mkdtemp(prefix="memory-pgbouncer-bench-")))
+    pooler.start()
+    try:
+        direct = server.new_database()
+        MemoryStore(direct).close()
+        pooled = pooler.url(direct.split("@/", 1)[1].split("?")[0])
+        stores = {"direct": MemoryStore(direct, pool_size=1),
+                  "direct, no statement prepared": MemoryStore(direct, pool_size=1),
+                  "through PgBouncer": MemoryStore(pooled, pool_size=1)}
+        with stores["direct, no statement prepared"]._reading() as db:
+            db.connection.prepare_threshold = None  # type: ignore[attr-defined]
+        scopes = {name: Scope(f"pooled-{n}", "task-1") for n, name in enumerate(stores)}
+        for name, store in stores.items():
+            store.remember_many([(scopes[name], "user", text(), "s") for _ in range(2_000)])
+        queries = [" ".join(text().split()[:3]) for _ in range(50)]
+        spent = {name: [0.0, 0.0] for name in stores}
+        for _ in range(SINGLES // 25):
+            for name, store in stores.items():
+                said = [text() for _ in range(25)]
+                began = time.perf_counter()
+                for one in said:
+                    store.remember(scopes[name], "user", one, "s")
+                spent[name][0] += time.perf_counter() - began
+                began = time.perf_counter()
+                for query in queries[:25]:
+                    store.recall(scopes[name], query, 5)
+                spent[name][1] += time.perf_counter() - began
+        for store in stores.values():
+            store.close()
+    finally:
+        pooler.stop()
+    write_ms, recall_ms = (spent["direct"][n] / SINGLES * 1000 for n in (0, 1))
+    return [{"connection": name, "durable remember ms": wrote / SINGLES * 1000,
+             "vs direct": wrote / SINGLES * 1000 / write_ms,
+             "recall ms": recalled / SINGLES * 1000,
+             "recall vs direct": recalled / SINGLES * 1000 / recall_ms}
+            for name, (wrote, recalled) in spent.items()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=50_000)
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--floors", action="store_true",
                         help="also: where a durable write's time goes, on turns")
+    parser.add_argument("--pooler-only", action="store_true",
+                        help="only PostgreSQL direct against through PgBouncer, on turns")
     args = parser.parse_args()
+    if args.pooler_only:
+        rng = random.Random(SEED)
+        with postgres(fsync=True) as server:
+            if server is None:
+                raise SystemExit("no PostgreSQL server binaries here")
+            print(format_table(through_pooler(server, lambda: turn(rng)),
+                               cell=lambda value: f"{value:.3f}"))
+        return
     rng = random.Random(SEED)
     zipf = Zipf(rng)
     workloads = {"Zipf": zipf.text, "turns": lambda: turn(rng)}

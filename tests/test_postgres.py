@@ -64,7 +64,7 @@ from model import (
     owner_connection,
     transactions_left,
 )
-from pg_server import APP_ROLE, Pooler, Server, database_of
+from pg_server import APP_ROLE, PORT, Pooler, Server, database_of
 
 # The engine needs the `postgres` extra; the server fixture fails instead of skipping
 # where CI requires it.
@@ -1349,6 +1349,25 @@ def test_writers_and_read_only_readers_share_the_server_s_connections(url: str) 
         assert [reader.count(Scope(f"user-{n}", "t")) for n in range(6)] == [25] * 6
     assert index_problems_at(url) == []
 
+
+
+@pooled
+def test_statements_are_prepared_on_the_store_s_own_connections_and_never_through_a_pooler(
+        url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Planned once, a recall and a durable write take about half the time; a pooler gives
+    the server connection a statement was prepared on to other clients. The store tells
+    a pooler by the server process serving it: not the one libpq connected to."""
+    through_pooler = f"port={PORT}" in url
+    with caplog.at_level("INFO", logger="memory"), MemoryStore(url, pool_size=1) as store:
+        for n in range(8):
+            store.remember(ALICE, "user", f"Alice likes trains {n}.", "s")
+            store.recall(ALICE, "trains")
+        with store._snapshot({"alice"}) as db:
+            (prepared,) = db.execute(memory._sql("", postgresql="SELECT count(*) FROM"
+                                                 " pg_prepared_statements")).fetchone()
+    assert (prepared == 0) is through_pooler, prepared
+    said = "the server is reached through a pooler: no statement is prepared on it"
+    assert (said in caplog.messages) is through_pooler
 
 @pytest.mark.parametrize("mode", ["session", "statement"])
 def test_a_pooler_by_session_serves_the_store_and_one_by_statement_is_refused_at_open(
