@@ -185,8 +185,18 @@ BEFORE_VALIDITY = (*BEFORE_CHANGES_INDEXED,
                    "ALTER TABLE memories DROP COLUMN valid_to",
                    "ALTER TABLE memory_history DROP COLUMN valid_from",
                    "ALTER TABLE memory_history DROP COLUMN valid_to")
+# PostgreSQL's version 16 reads the scope's settings once a statement in its policies:
+# version 15's read them in the condition (on memory_embeddings too, where pgvector made it).
+_PG_POLICY_15 = ("user_id = ANY (string_to_array(current_setting('memory.user_ids', true),"
+                 " ',')) OR current_setting('memory.operator', true) = 'on'")
+PG_BEFORE_SCOPE_ONCE = (
+    *(f"ALTER POLICY {table}_scope ON {table} USING ({_PG_POLICY_15})" for table in (
+        "memories", "memory_words", "memory_counts", "memory_vectors", "memory_fields",
+        "memory_vector_blocks", "memory_receipts", "memory_history")),
+    "DO $$ BEGIN IF to_regclass('memory_embeddings') IS NOT NULL THEN ALTER POLICY"
+    f" memory_embeddings_scope ON memory_embeddings USING ({_PG_POLICY_15}); END IF; END $$")
 # PostgreSQL's version 15 stores whether each time is of another form, besides.
-PG_BEFORE_CHANGES_INDEXED = (*BEFORE_CHANGES_INDEXED,
+PG_BEFORE_CHANGES_INDEXED = (*PG_BEFORE_SCOPE_ONCE, *BEFORE_CHANGES_INDEXED,
                              "ALTER TABLE memories DROP COLUMN written_otherwise",
                              "ALTER TABLE memory_history DROP COLUMN superseded_otherwise")
 PG_BEFORE_VALIDITY = (*PG_BEFORE_CHANGES_INDEXED,

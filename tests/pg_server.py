@@ -183,7 +183,8 @@ class Pooler:
     """PgBouncer in front of a Server, as users who outgrow one host run it: transaction
     pooling (a server connection is a client's for one transaction, then another's) over
     `pool_size` server connections, on a Unix socket in its own folder only; stopped by its
-    pid. Run as the server's user: PgBouncer refuses root."""
+    pid. Run as the server's user: PgBouncer refuses root. It tries the server again half a
+    second after a failed login (a restart), not 15 s, its default, which calls wait out."""
 
     def __init__(self, server: Server, folder: pathlib.Path, pool_size: int = 2,
                  mode: str = "transaction") -> None:
@@ -205,6 +206,7 @@ class Pooler:
             pool_mode = {self.mode}
             default_pool_size = {self.pool_size}
             max_client_conn = 500
+            server_login_retry = 0.5
             logfile = {self.folder}/pgbouncer.log
             """))
         if self.server.as_owner:

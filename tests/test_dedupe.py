@@ -152,7 +152,7 @@ def test_an_upgraded_postgres_database_keys_its_old_memories(url: str) -> None:
         db.execute("UPDATE store_settings SET value = '1' WHERE name = 'schema_version'")
     with MemoryStore(url) as store:
         postgres = importlib.import_module("memory_postgres")
-        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 15
+        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 16
         assert store.remember(ALICE, "user", "ALICE likes jazz.", "s", dedupe=True) == old
         assert store.count(BOB) == 1
     with owner_connection(url) as db:

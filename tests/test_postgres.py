@@ -40,6 +40,7 @@ from helpers import (
     ALICE,
     ALICE_WORK,
     BOB,
+    PG_BEFORE_SCOPE_ONCE,
     PG_BEFORE_VALIDITY,
     TOUCHES_MEMORY_DATA,
     WORD_RANKS,
@@ -1350,6 +1351,46 @@ def test_writers_and_read_only_readers_share_the_server_s_connections(url: str) 
     assert index_problems_at(url) == []
 
 
+
+
+def test_the_policies_read_the_scope_once_a_statement_from_version_16_on(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 15's policies read memory.user_ids and split it again for every row a
+    statement read; version 16's read each setting once (an InitPlan). The upgrade is one
+    transaction: a step that fails leaves version 15's policies as they were."""
+    with MemoryStore(url) as store:
+        own = store.remember(ALICE, "user", "Alice likes trains.", "s")
+        store.remember(BOB, "user", "Bob likes trains.", "s")
+    scan = memory._sql("", postgresql="EXPLAIN SELECT id FROM memories WHERE user_id = %s")
+    policies = "SELECT DISTINCT qual FROM pg_policies WHERE schemaname = current_schema()"
+    with owner_connection(url) as db:
+        for statement in PG_BEFORE_SCOPE_ONCE:
+            db.execute(statement)
+        db.execute("UPDATE store_settings SET value = '15' WHERE name = 'schema_version'")
+        before = db.execute(policies).fetchall()
+    assert before == [(memory_postgres._PG_POLICY_TEXTS[15],)]
+
+    def failing(db: Any) -> None:
+        memory_postgres._scope_once(db)
+        raise StoreError("disk full (simulated)")
+
+    monkeypatch.setattr(memory_postgres, "POSTGRES_MIGRATIONS", [
+        (target, failing if target == 16 else step)
+        for target, step in memory_postgres.POSTGRES_MIGRATIONS])
+    with pytest.raises(StoreError, match="simulated"):
+        MemoryStore(url)
+    monkeypatch.undo()
+    with owner_connection(url) as db:
+        assert db.execute(policies).fetchall() == before
+    with MemoryStore(url) as store:
+        assert store.stats()["schema_version"] == 16
+        assert ids(store.recall(ALICE, "trains")) == [own]
+        with store._snapshot({"alice"}) as db:
+            plan = "\n".join(row[0] for row in db.execute(scan, ("alice",)).fetchall())
+    # Once a statement, not in the condition each row is read by.
+    assert "InitPlan" in plan and "current_setting" not in plan, plan
+    with owner_connection(url) as db:
+        assert db.execute(policies).fetchall() == [(memory_postgres._PG_POLICY_TEXTS[16],)]
 
 @pooled
 def test_statements_are_prepared_on_the_store_s_own_connections_and_never_through_a_pooler(

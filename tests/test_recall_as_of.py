@@ -218,7 +218,7 @@ def test_a_postgres_database_of_version_14_gains_its_indexes_of_changes_in_one_t
     with owner_connection(url) as db:  # the step's indexes rolled back with it
         assert db.execute(indexes).fetchone() == (0,)
     with MemoryStore(url, history=True) as store:
-        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 15
+        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 16
         assert store.recall(ALICE, "jazz river", 5, as_of=times[0]) == before
     with owner_connection(url) as db:
         assert db.execute(indexes).fetchone() == (5,)

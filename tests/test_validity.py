@@ -441,7 +441,7 @@ def test_a_postgres_database_of_version_13_gains_windows_in_one_transaction(
         assert db.execute("SELECT count(*) FROM information_schema.columns WHERE"
                           " column_name = 'valid_from'").fetchone() == (0,)
     with MemoryStore(url) as store:
-        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 15
+        assert store.stats()["schema_version"] == postgres.POSTGRES_SCHEMA_VERSION == 16
         assert "valid_from" not in cast_memory(store.get(ALICE, key="music"))
         store.remember(ALICE, "user", "Alice likes fado.", "s", key="music",
                        valid_from="2026-01-01T00:00:00Z")
