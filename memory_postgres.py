@@ -1144,7 +1144,10 @@ class _PostgresSession(_Session):
 
     def ask_each(self, sql: str, rows: list[tuple[Any, ...]]) -> Callable[[], list[list[Any]]]:
         each = self._shaped(sql, "each")
-        if each is None or not rows:
+        # One row's parameters given as they are: a statement reading rows of JSON, joined
+        # laterally, takes longer to plan (0.1 to 0.3 ms) than the plain one (a write's
+        # three reads, each planned again where no statement is prepared: behind a pooler).
+        if each is None or len(rows) < 2:
             return super().ask_each(sql, rows)
         found = self._send(each, (json.dumps(rows),))
 
