@@ -44,6 +44,17 @@ def stopped(*servers: Server) -> None:
         shutil.rmtree(server.folder, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def shared_pair(binaries: pathlib.Path) -> Iterator[tuple[Server, Standby]]:
+    """A primary and its synchronous standby for the tests that stop neither (each on a
+    database of its own)."""
+    primary, standby = started_pair(binaries, synchronous=True)
+    try:
+        yield primary, standby
+    finally:
+        stopped(standby, primary)
+
+
 @pytest.fixture
 def synchronous_pair(binaries: pathlib.Path) -> Iterator[tuple[Server, Standby]]:
     primary, standby = started_pair(binaries, synchronous=True)
@@ -79,8 +90,8 @@ def replayed(primary: Server, standby: Standby) -> None:
 
 
 def test_a_writable_open_on_a_standby_is_refused_and_a_read_only_one_reads_its_scope(
-        synchronous_pair: tuple[Server, Standby]) -> None:
-    primary, standby = synchronous_pair
+        shared_pair: tuple[Server, Standby]) -> None:
+    primary, standby = shared_pair
     url = primary.new_database()
     with MemoryStore(url) as store:
         alices = store.remember(ALICE, "user", "Alice is vegetarian.", "s")
@@ -101,8 +112,8 @@ def test_a_writable_open_on_a_standby_is_refused_and_a_read_only_one_reads_its_s
 
 
 def test_a_url_of_standbys_alone_is_refused_a_writable_store_saying_why(
-        synchronous_pair: tuple[Server, Standby]) -> None:
-    primary, standby = synchronous_pair
+        shared_pair: tuple[Server, Standby]) -> None:
+    primary, standby = shared_pair
     url = primary.new_database()
     MemoryStore(url).close()
     replayed(primary, standby)
@@ -117,20 +128,29 @@ def test_a_url_of_standbys_alone_is_refused_a_writable_store_saying_why(
 
 
 def test_remote_apply_makes_a_write_readable_on_the_standby_when_it_returns(
-        synchronous_pair: tuple[Server, Standby]) -> None:
-    """With synchronous_commit = remote_apply (the role's setting here: the server's or
-    the role's, never the store's), a commit returns once the synchronous standby has
-    applied it, so a reader there sees every write that returned."""
-    primary, standby = synchronous_pair
+        shared_pair: tuple[Server, Standby]) -> None:
+    """With synchronous_commit = remote_apply (the role's setting in this database here:
+    the server's or the role's, never the store's), a commit returns once the synchronous
+    standby has applied it, so a reader there sees every write that returned."""
+    primary, standby = shared_pair
     url = primary.new_database()
     MemoryStore(url).close()
-    primary.admin("ALTER ROLE memory_app SET synchronous_commit = remote_apply")
+    primary.admin(f"ALTER ROLE memory_app IN DATABASE {database_of(url)}"
+                  " SET synchronous_commit = remote_apply")
     replayed(primary, standby)
-    with MemoryStore(url) as writer, \
-            MemoryStore(standby.url(database_of(url)), read_only=True) as reader:
-        for n in range(20):
-            written = writer.remember(ALICE, "user", f"Alice's note {n}.", "s")
-            assert reader.get(ALICE, written) is not None, n
+    # The standby applies each commit half a second after it has it: a commit that waited
+    # only for the standby to have it (synchronous_commit = on) is not there yet.
+    standby.admin("ALTER SYSTEM SET recovery_min_apply_delay = 500")
+    standby.admin("SELECT pg_reload_conf()")
+    try:
+        with MemoryStore(url) as writer, \
+                MemoryStore(standby.url(database_of(url)), read_only=True) as reader:
+            for n in range(3):
+                written = writer.remember(ALICE, "user", f"Alice's note {n}.", "s")
+                assert reader.get(ALICE, written) is not None, n
+    finally:
+        standby.admin("ALTER SYSTEM RESET recovery_min_apply_delay")
+        standby.admin("SELECT pg_reload_conf()")
 
 
 def write_until_told(store: MemoryStore, scope: Scope, acknowledged: list[int],
