@@ -139,10 +139,10 @@ _PG_VERSION = "SELECT value FROM store_settings WHERE name = 'schema_version'"
 # How many of the tables named are in the store's schema.
 _PG_TABLES_MADE = ("SELECT count(*) FROM pg_class WHERE relname = ANY (%s)"
                    " AND relnamespace = current_schema()::regnamespace AND relkind = 'r'")
-# Checked before anything is created: text is stored as the database encodes it.
-# The database's encoding, as bytes (a SQL_ASCII database sends no text), whether the
-# server is a standby (replaying a primary's WAL: it refuses every write), and the server
-# process serving the connection (another than the one libpq connected to: a pooler's).
+# Read before anything is created: the database's encoding (text is stored as it
+# encodes it), as bytes (a SQL_ASCII database sends no text); whether the server is a
+# standby (replaying a primary's WAL: it refuses every write); and the server process
+# serving the connection (another than the one libpq connected to: a pooler's).
 _PG_ENCODING = (
     "SELECT convert_to(pg_encoding_to_char(encoding), 'SQL_ASCII'), pg_is_in_recovery(),"
     " pg_backend_pid() FROM pg_database WHERE datname = current_database()")
