@@ -24,53 +24,38 @@ from pg_server import Server, Standby, database_of, replicating
 JOIN_SECONDS = 120
 
 
-def started_pair(binaries: pathlib.Path, synchronous: bool) -> tuple[Server, Standby]:
+def running_pair(binaries: pathlib.Path, synchronous: bool
+                 ) -> Iterator[tuple[Server, Standby]]:
+    """A primary and its standby, streaming (synchronous or not), stopped after."""
     primary = Server(pathlib.Path(tempfile.mkdtemp(prefix="memory-primary-")), binaries)
-    primary.start()
     standby = Standby(primary, pathlib.Path(tempfile.mkdtemp(prefix="memory-standby-")))
     try:
+        primary.start()
         standby.start()
         replicating(primary, standby, synchronous)
-    except BaseException:
-        stopped(primary)
-        raise
-    return primary, standby
-
-
-def stopped(*servers: Server) -> None:
-    for server in servers:
-        if (server.data / "postmaster.pid").exists():
-            server.stop()
-        shutil.rmtree(server.folder, ignore_errors=True)
+        yield primary, standby
+    finally:
+        for server in (standby, primary):
+            if (server.data / "postmaster.pid").exists():
+                server.stop()
+            shutil.rmtree(server.folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def shared_pair(binaries: pathlib.Path) -> Iterator[tuple[Server, Standby]]:
     """A primary and its synchronous standby for the tests that stop neither (each on a
     database of its own)."""
-    primary, standby = started_pair(binaries, synchronous=True)
-    try:
-        yield primary, standby
-    finally:
-        stopped(standby, primary)
+    yield from running_pair(binaries, synchronous=True)
 
 
 @pytest.fixture
 def synchronous_pair(binaries: pathlib.Path) -> Iterator[tuple[Server, Standby]]:
-    primary, standby = started_pair(binaries, synchronous=True)
-    try:
-        yield primary, standby
-    finally:
-        stopped(standby, primary)
+    yield from running_pair(binaries, synchronous=True)
 
 
 @pytest.fixture
 def asynchronous_pair(binaries: pathlib.Path) -> Iterator[tuple[Server, Standby]]:
-    primary, standby = started_pair(binaries, synchronous=False)
-    try:
-        yield primary, standby
-    finally:
-        stopped(standby, primary)
+    yield from running_pair(binaries, synchronous=False)
 
 
 def both(primary: Server, standby: Standby, database: str) -> str:
