@@ -1049,16 +1049,17 @@ _SQL_OWNED_HISTORY = _sql(
     f"SELECT {_PAST_COLUMNS} FROM memory_history WHERE user_id = ? ORDER BY head_id, version")
 # The scope's memories that are no longer live, from the expiry index alone (it holds
 # task_id, and id is the rowid): few, since writes and purge_expired() delete them, and
-# returned as one JSON array, since a row apiece costs more than the lookup. The range is
-# bounded on both sides (every expiry is an instant's text, a digit first): before it had
-# statistics, PostgreSQL took a one-sided one for a third of the index and read the
-# scope's every row through the scope index instead (2.3 ms a LangGraph get at 10,000
-# items, its every row filtered; 0.02 ms the range).
-_EXPIRED_BY = "expires_at > '' AND expires_at <= ?"
+# returned as one JSON array, since a row apiece costs more than the lookup. On
+# PostgreSQL the range is bounded on both sides (every expiry is an instant's text, a
+# digit first): before it had statistics, it took a one-sided one for a third of the
+# index and read the scope's every row through the scope index instead (2.3 ms a
+# LangGraph get at 10,000 items, its every row filtered; 0.02 ms the range).
+_EXPIRED_BY = "expires_at <= ?"
+_PG_EXPIRED_BY = "expires_at > '' AND expires_at <= %s"
 _SQL_EXPIRED = _sql(
     f"SELECT json_group_array(id) FROM memories {_IN_SCOPE} AND {_EXPIRED_BY}",
     postgresql="SELECT coalesce(json_agg(id), '[]')::text FROM memories"
-    f" {_IN_SCOPE_PG} AND {_EXPIRED_BY.replace('?', '%s')}")
+    f" {_IN_SCOPE_PG} AND {_PG_EXPIRED_BY}")
 # The scope's memories a read at a time leaves out: expired, or whose windows leave the
 # time out (closed by then, or not open yet); a range of each of the three indexes, their
 # ids returned as _SQL_EXPIRED returns its own, or counted. Each window's range is bounded
@@ -1070,13 +1071,18 @@ _UNSEEN = (f"SELECT id FROM memories {_IN_SCOPE} AND {_EXPIRED_BY} UNION SELECT 
            f" memories {_IN_SCOPE} AND valid_from > ? AND valid_from < 'A'")
 _SQL_UNSEEN = _sql(
     f"SELECT json_group_array(id) FROM ({_UNSEEN})",
-    postgresql="SELECT coalesce(json_agg(id), '[]')::text FROM ("
-    + _UNSEEN.replace(_IN_SCOPE, _IN_SCOPE_PG).replace("?", "%s") + ") AS unseen")
-_SQL_UNSEEN_COUNT = _sql(f"SELECT count(*) FROM ({_UNSEEN}) AS unseen")
+    postgresql="SELECT coalesce(json_agg(id), '[]')::text FROM (" + _UNSEEN.replace(
+        _IN_SCOPE, _IN_SCOPE_PG).replace(_EXPIRED_BY, _PG_EXPIRED_BY).replace("?", "%s")
+    + ") AS unseen")
+_SQL_UNSEEN_COUNT = _sql(f"SELECT count(*) FROM ({_UNSEEN}) AS unseen", postgresql=(
+    f"SELECT count(*) FROM ({_UNSEEN.replace(_EXPIRED_BY, _PG_EXPIRED_BY)}) AS unseen"
+    .replace("?", "%s")))
 _SQL_ANY_WINDOW = _sql(
     f"SELECT 1 FROM memories {_IN_SCOPE} AND valid_to IS NOT NULL UNION ALL SELECT 1 FROM"
     f" memories {_IN_SCOPE} AND valid_from IS NOT NULL LIMIT 1")
-_SQL_EXPIRED_COUNT = _sql(f"SELECT count(*) FROM memories {_IN_SCOPE} AND {_EXPIRED_BY}")
+_SQL_EXPIRED_COUNT = _sql(
+    f"SELECT count(*) FROM memories {_IN_SCOPE} AND {_EXPIRED_BY}",
+    postgresql=f"SELECT count(*) FROM memories {_IN_SCOPE_PG} AND {_PG_EXPIRED_BY}")
 _SQL_ANY_EXPIRING = _sql(
     f"SELECT 1 FROM memories {_IN_SCOPE} AND expires_at IS NOT NULL LIMIT 1")
 _SQL_EXPIRED_ROWS = _sql(
