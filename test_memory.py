@@ -126,8 +126,10 @@ class TestNames(unittest.TestCase):
                     " s.remember(memory.Scope('alice', 't'), 'user', 'Alice is vegetarian.', 's');"
                     " print(s.recall(memory.Scope('alice', 'u'), 'vegetarian')[0]['text']);"
                     " s.close()")
-            for command in ([sys.executable, "-S", "-c", code],
-                            [sys.executable, "-S", "-m", "memory", "stats", "m.db"]):
+            # -B: the folder holds what the store wrote, not the interpreter's bytecode
+            # (written wherever PYTHONDONTWRITEBYTECODE is unset, as on a fresh machine).
+            for command in ([sys.executable, "-S", "-B", "-c", code],
+                            [sys.executable, "-S", "-B", "-m", "memory", "stats", "m.db"]):
                 done = subprocess.run(command, cwd=folder, text=True, capture_output=True,
                                       timeout=60)
                 self.assertEqual(done.returncode, 0, done.stderr)
