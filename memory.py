@@ -1055,11 +1055,11 @@ _SQL_OWNED_HISTORY = _sql(
 # index and read the scope's every row through the scope index instead (2.3 ms a
 # LangGraph get at 10,000 items, its every row filtered; 0.02 ms the range).
 _EXPIRED_BY = "expires_at <= ?"
-_PG_EXPIRED_BY = "expires_at > '' AND expires_at <= %s"
+_PG_EXPIRED_BY = f"expires_at > '' AND {_EXPIRED_BY}"
 _SQL_EXPIRED = _sql(
     f"SELECT json_group_array(id) FROM memories {_IN_SCOPE} AND {_EXPIRED_BY}",
-    postgresql="SELECT coalesce(json_agg(id), '[]')::text FROM memories"
-    f" {_IN_SCOPE_PG} AND {_PG_EXPIRED_BY}")
+    postgresql=_postgres_form("SELECT coalesce(json_agg(id), '[]')::text FROM memories"
+                              f" {_IN_SCOPE} AND {_PG_EXPIRED_BY}"))
 # The scope's memories a read at a time leaves out: expired, or whose windows leave the
 # time out (closed by then, or not open yet); a range of each of the three indexes, their
 # ids returned as _SQL_EXPIRED returns its own, or counted. Each window's range is bounded
@@ -1069,20 +1069,18 @@ _SQL_EXPIRED = _sql(
 _UNSEEN = (f"SELECT id FROM memories {_IN_SCOPE} AND {_EXPIRED_BY} UNION SELECT id FROM"
            f" memories {_IN_SCOPE} AND valid_to > '' AND valid_to <= ? UNION SELECT id FROM"
            f" memories {_IN_SCOPE} AND valid_from > ? AND valid_from < 'A'")
+_PG_UNSEEN = _postgres_form(_UNSEEN.replace(_EXPIRED_BY, _PG_EXPIRED_BY))
 _SQL_UNSEEN = _sql(
     f"SELECT json_group_array(id) FROM ({_UNSEEN})",
-    postgresql="SELECT coalesce(json_agg(id), '[]')::text FROM (" + _UNSEEN.replace(
-        _IN_SCOPE, _IN_SCOPE_PG).replace(_EXPIRED_BY, _PG_EXPIRED_BY).replace("?", "%s")
-    + ") AS unseen")
-_SQL_UNSEEN_COUNT = _sql(f"SELECT count(*) FROM ({_UNSEEN}) AS unseen", postgresql=(
-    f"SELECT count(*) FROM ({_UNSEEN.replace(_EXPIRED_BY, _PG_EXPIRED_BY)}) AS unseen"
-    .replace("?", "%s")))
+    postgresql=f"SELECT coalesce(json_agg(id), '[]')::text FROM ({_PG_UNSEEN}) AS unseen")
+_SQL_UNSEEN_COUNT = _sql(f"SELECT count(*) FROM ({_UNSEEN}) AS unseen",
+                         postgresql=f"SELECT count(*) FROM ({_PG_UNSEEN}) AS unseen")
 _SQL_ANY_WINDOW = _sql(
     f"SELECT 1 FROM memories {_IN_SCOPE} AND valid_to IS NOT NULL UNION ALL SELECT 1 FROM"
     f" memories {_IN_SCOPE} AND valid_from IS NOT NULL LIMIT 1")
 _SQL_EXPIRED_COUNT = _sql(
     f"SELECT count(*) FROM memories {_IN_SCOPE} AND {_EXPIRED_BY}",
-    postgresql=f"SELECT count(*) FROM memories {_IN_SCOPE_PG} AND {_PG_EXPIRED_BY}")
+    postgresql=_postgres_form(f"SELECT count(*) FROM memories {_IN_SCOPE} AND {_PG_EXPIRED_BY}"))
 _SQL_ANY_EXPIRING = _sql(
     f"SELECT 1 FROM memories {_IN_SCOPE} AND expires_at IS NOT NULL LIMIT 1")
 _SQL_EXPIRED_ROWS = _sql(
@@ -7590,8 +7588,7 @@ class _Planner(_Part):
             # first; SQLite's postings are read until they are too many.
             row_map = (db.execute(_SQL_POSTINGS_MAP, listed)
                        if db.reads_map_first else None)
-            counted = db.execute(_SQL_SCOPE_COUNTS if db.has_weights
-                                 else _SQL_SCOPE_COUNTS_UNWEIGHED, key)
+            counted = self._ask_counts(db, key)
             expired_ids = self._store._time.ask_unseen(db, key, now, valid)
             # What tells whether the store's copy of the scope is good (_kept).
             kept = meant is not None or (context and _numpy() is not None)
@@ -7623,6 +7620,13 @@ class _Planner(_Part):
         else:
             scoring = _Scoring(self._best(db, asked, row_map, apart))
         return asked, scoring
+
+    @staticmethod
+    def _ask_counts(db: _Session, key: _ScopeKey) -> Any:
+        """The scope's owners' counts and weights (_SQL_SCOPE_COUNTS), asked now: a file
+        from before the weights gives each owner's count as its weight."""
+        return db.execute(_SQL_SCOPE_COUNTS if db.has_weights
+                          else _SQL_SCOPE_COUNTS_UNWEIGHED, key)
 
     def _unindexed(self, key: _ScopeKey, weights: dict[str, int]) -> list[str | None]:
         """The scope's owners (None: the user level) whose words are not indexed: those
@@ -8227,8 +8231,7 @@ class _Planner(_Part):
             if not wanted:
                 return []
             left_out, seen = changed
-            counts = db.execute(_SQL_SCOPE_COUNTS if db.has_weights
-                                else _SQL_SCOPE_COUNTS_UNWEIGHED, key).fetchall()
+            counts = self._ask_counts(db, key).fetchall()
             by_words: Rank = "idf" if asked.rank == "hybrid" else asked.rank
             held = sum(memories for _, memories, _ in counts) - len(left_out) + len(seen)
             admitted = None if asked.conditions is None \

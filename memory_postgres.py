@@ -136,9 +136,6 @@ _PG_TABLE_EXISTS = (
     " AND relnamespace = current_schema()::regnamespace)"
 )
 _PG_VERSION = "SELECT value FROM store_settings WHERE name = 'schema_version'"
-# How many of the tables named are in the store's schema.
-_PG_TABLES_MADE = ("SELECT count(*) FROM pg_class WHERE relname = ANY (%s)"
-                   " AND relnamespace = current_schema()::regnamespace AND relkind = 'r'")
 # Read before anything is created: the database's encoding (text is stored as it
 # encodes it), as bytes (a SQL_ASCII database sends no text); whether the server is a
 # standby (replaying a primary's WAL: it refuses every write); and the server process
@@ -638,7 +635,7 @@ def _index_changes(db: _PostgresSession) -> None:
 
 def _scope_once(db: _PostgresSession) -> None:
     """Version 15's policies read the scope's settings once a statement."""
-    (embedded,) = db._send(_PG_TABLES_MADE, ([_PG_EMBEDDINGS],)).fetchone()
+    (embedded,) = db._send(_PG_EMBEDDINGS_MADE).fetchone()
     for table in [*(table for table, _ in _PG_GUARDED), *[_PG_EMBEDDINGS] * embedded]:
         db._send(f"ALTER POLICY {table}_scope ON {table} USING ({_PG_SCOPE_POLICY})")
 

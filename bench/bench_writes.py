@@ -192,13 +192,11 @@ def through_pooler(server: Any, text: Callable[[], str]) -> list[dict[str, Any]]
     statement prepared on the server, as the store has it through a pooler (which gives a
     prepared statement's server connection to other clients), in rounds of 25 alternating
     between the three; each store of one connection, on a user of its own."""
-    from pg_server import Pooler
-    pooler = Pooler(server, Path(tempfile.mkdtemp(prefix="memory-pgbouncer-bench-")))
-    pooler.start()
-    try:
+    from pg_server import Pooler, database_of
+    with Pooler(server) as pooler:
         direct = server.new_database()
         MemoryStore(direct).close()
-        pooled = pooler.url(direct.split("@/", 1)[1].split("?")[0])
+        pooled = pooler.url(database_of(direct))
         stores = {"direct": MemoryStore(direct, pool_size=1),
                   "direct, no statement prepared": MemoryStore(direct, pool_size=1),
                   "through PgBouncer": MemoryStore(pooled, pool_size=1)}
@@ -222,8 +220,6 @@ def through_pooler(server: Any, text: Callable[[], str]) -> list[dict[str, Any]]
                 spent[name][1] += time.perf_counter() - began
         for store in stores.values():
             store.close()
-    finally:
-        pooler.stop()
     write_ms, recall_ms = (spent["direct"][n] / SINGLES * 1000 for n in (0, 1))
     return [{"connection": name, "durable remember ms": wrote / SINGLES * 1000,
              "vs direct": wrote / SINGLES * 1000 / write_ms,

@@ -110,13 +110,8 @@ def pooler(server: Server) -> Iterator[Pooler]:
     connections, started once a session when a test first asks for it."""
     if pooler_binary() is None:
         missing("PgBouncer is not installed (apt-get install pgbouncer)")
-    started = Pooler(server, pathlib.Path(tempfile.mkdtemp(prefix="memory-pgbouncer-")))
-    try:
-        started.start()
+    with Pooler(server) as started:
         yield started
-    finally:
-        started.stop()
-        shutil.rmtree(started.folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -184,15 +184,29 @@ class Pooler:
     pooling (a server connection is a client's for one transaction, then another's) over
     `pool_size` server connections, on a Unix socket in its own folder only; stopped by its
     pid. Run as the server's user: PgBouncer refuses root. It tries the server again half a
-    second after a failed login (a restart), not 15 s, its default, which calls wait out."""
+    second after a failed login (a restart), not 15 s, its default, which calls wait out.
+    A context manager: started, then stopped and its folder removed."""
 
-    def __init__(self, server: Server, folder: pathlib.Path, pool_size: int = 2,
-                 mode: str = "transaction") -> None:
-        self.server, self.folder, self.pool_size, self.mode = server, folder, pool_size, mode
+    def __init__(self, server: Server, pool_size: int = 2, mode: str = "transaction") -> None:
+        self.server, self.pool_size, self.mode = server, pool_size, mode
+        # Under the system's temporary folder, which the server's user can reach.
+        self.folder = pathlib.Path(tempfile.mkdtemp(prefix="memory-pgbouncer-"))
         self.process: subprocess.Popen[bytes] | None = None
 
+    def __enter__(self) -> Pooler:
+        try:
+            self.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
     def start(self) -> None:
-        binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        binary = pooler_binary() or "pgbouncer"
         (self.folder / "users.txt").write_text(f'"{APP_ROLE}" ""\n"postgres" ""\n')
         (self.folder / "pgbouncer.ini").write_text(textwrap.dedent(f"""\
             [databases]
@@ -240,8 +254,9 @@ class Pooler:
 
 
 def pooler_binary() -> str | None:
-    return shutil.which("pgbouncer") or next(
-        (path for path in ("/usr/sbin/pgbouncer",) if os.path.exists(path)), None)
+    """PgBouncer's binary, on the PATH or where Debian puts it (sbin: not on a user's
+    PATH); None where it is not installed."""
+    return shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
 
 
 def bench_server() -> Server:

@@ -18,11 +18,9 @@ import os
 import pathlib
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -1442,10 +1440,7 @@ def test_a_pooler_by_session_serves_the_store_and_one_by_statement_is_refused_at
     """Pooling by session, a client keeps its server connection: the store works as on
     its own. By statement, a pooler refuses any transaction of several statements, which
     every call is: the open says so (the pooler hangs up, and a pipeline loses its words)."""
-    pooler = Pooler(server, pathlib.Path(tempfile.mkdtemp(prefix="memory-pgbouncer-")),
-                    mode=mode)
-    try:
-        pooler.start()
+    with Pooler(server, mode=mode) as pooler:
         url = pooler.new_database()
         if mode == "statement":
             with pytest.raises(StoreError, match="the connection pooler pools by statement"):
@@ -1454,9 +1449,6 @@ def test_a_pooler_by_session_serves_the_store_and_one_by_statement_is_refused_at
         with MemoryStore(url) as store:
             written = store.remember(ALICE, "user", "Alice likes trains.", "s")
             assert ids(store.recall(ALICE, "trains")) == [written]
-    finally:
-        pooler.stop()
-        shutil.rmtree(pooler.folder, ignore_errors=True)
 
 # Each worker goes on until it has made this many calls after the restart (or is told
 # to stop): on a loaded machine the pool may take a while to connect again.
